@@ -1,0 +1,195 @@
+// Package providers defines the contract every GPU marketplace adapter
+// implements (search, quote, create, get, list, destroy), the normalized
+// Offer and Instance types, classified provider errors, and the shared HTTP
+// client (resty with retries behind a gobreaker circuit breaker).
+//
+// Adapters live in sub-packages (providers/vastai, providers/ionet), each with
+// a simulator of its provider's wire format for tests and the sandbox.
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Provider names as they appear in the API.
+const (
+	VastAI = "vast.ai"
+	IONet  = "io.net"
+)
+
+// Billing is how a provider charges for an instance.
+type Billing string
+
+const (
+	// BillingHourly is metered by time while the instance exists (vast.ai).
+	BillingHourly Billing = "hourly"
+	// BillingPrepaid is charged in full for a fixed duration up front (io.net).
+	BillingPrepaid Billing = "prepaid"
+)
+
+// Offer is one rentable configuration, normalized across providers.
+type Offer struct {
+	Provider     string
+	ID           string // the id Create takes (vast.ai ask id, io.net hardware id + location)
+	GPUName      string
+	NumGPUs      int
+	VRAMGB       float64 // per GPU, decimal GB
+	PricePerHour gpuproxy.Micros
+	Location     string
+	Reliability  float64 // 0..1, 0 when unknown
+	CPUCores     float64
+	RAMGB        float64
+	DiskGB       float64
+	Billing      Billing
+}
+
+// SearchFilter narrows an offer search. Zero fields do not filter.
+type SearchFilter struct {
+	MinVRAMGB       float64
+	MaxPricePerHour gpuproxy.Micros
+	GPUName         string // case-insensitive substring
+	MinGPUs         int
+	Limit           int
+}
+
+// Quote is the live price of an offer, checked right before renting.
+type Quote struct {
+	OfferID      string
+	PricePerHour gpuproxy.Micros
+	Hours        int             // prepaid duration (io.net); 0 for hourly
+	Total        gpuproxy.Micros // prepaid total for Hours; 0 for hourly
+	Billing      Billing
+	GPUName      string
+	NumGPUs      int
+}
+
+// CreateRequest asks a provider to rent an offer.
+type CreateRequest struct {
+	OfferID string
+	Tag     string // our instance id, stored in the provider's label field
+	Image   string
+	Hours   int // prepaid duration (io.net)
+	Env     map[string]string
+	Ports   []int
+	DiskGB  int
+}
+
+// Status is a normalized instance state.
+type Status string
+
+// Normalized instance states.
+const (
+	StatusStarting   Status = "starting"
+	StatusRunning    Status = "running"
+	StatusStopped    Status = "stopped"
+	StatusFailed     Status = "failed"
+	StatusTerminated Status = "terminated"
+)
+
+// Instance is one provider instance, normalized.
+type Instance struct {
+	ProviderID   string
+	Tag          string // our id from the label, "" if untagged
+	Status       Status
+	Endpoint     string // http://host:port of the inference service, "" until known
+	PricePerHour gpuproxy.Micros
+	GPUName      string
+	NumGPUs      int
+	StartedAt    time.Time
+	StoppedAt    time.Time
+	// ActualCost is what the provider reports it charged so far, when it
+	// reports one (HasActualCost); used for truth-up adjustments.
+	ActualCost    gpuproxy.Micros
+	HasActualCost bool
+}
+
+// Provider is one GPU marketplace.
+type Provider interface {
+	// Name returns the provider name (VastAI, IONet).
+	Name() string
+	// Billing tells how this provider charges.
+	Billing() Billing
+	// Search returns current offers matching f.
+	Search(ctx context.Context, f SearchFilter) ([]Offer, error)
+	// Quote returns the live price of an offer for the given hours.
+	Quote(ctx context.Context, offerID string, hours int) (Quote, error)
+	// Create rents an offer. It is never retried blindly. On an ambiguous
+	// result it returns an *Error of KindAmbiguous, with ProviderID set when
+	// the provider revealed one.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+	// Get returns one instance; KindGone when it no longer exists.
+	Get(ctx context.Context, providerID string) (Instance, error)
+	// List returns every instance of the account, through all pages.
+	List(ctx context.Context) ([]Instance, error)
+	// Destroy removes an instance; destroying one already gone succeeds.
+	Destroy(ctx context.Context, providerID string) error
+	// BreakerState reports the circuit breaker: "closed", "half-open", "open".
+	BreakerState() string
+}
+
+// Kind classifies a provider error.
+type Kind string
+
+// Provider error kinds.
+const (
+	KindNotFound    Kind = "not_found"    // offer or instance id unknown
+	KindGone        Kind = "gone"         // offer no longer available / instance destroyed
+	KindRateLimited Kind = "rate_limited" // 429
+	KindUnavailable Kind = "unavailable"  // transport failure, timeout, 5xx, open breaker
+	KindInvalid     Kind = "invalid"      // the provider refused our request (4xx)
+	KindAmbiguous   Kind = "ambiguous"    // create may or may not have happened
+	KindAuth        Kind = "auth"         // credentials refused
+)
+
+// Error is a classified provider error.
+type Error struct {
+	Provider   string
+	Kind       Kind
+	Status     int    // HTTP status, 0 for transport errors
+	Message    string // provider's message, never containing credentials
+	ProviderID string // for ambiguous creates that revealed an instance id
+	Err        error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Provider, e.Kind, e.Message)
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the Kind of err, or "" when err is not an *Error.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return ""
+}
+
+// AsAppError translates a provider error to the application error shown to
+// callers: unavailable/rate limited → EPROVIDER, gone/not found → EGONE,
+// invalid → EINVALID. Other errors pass through unchanged.
+func AsAppError(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	det := map[string]any{"provider": e.Provider, "kind": string(e.Kind)}
+	switch e.Kind {
+	case KindGone, KindNotFound:
+		return &gpuproxy.Error{Code: gpuproxy.EGONE, Message: e.Provider + ": " + e.Message +
+			" (search offers again and pick another)", Details: det}
+	case KindInvalid:
+		return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: e.Provider + " refused the request: " + e.Message, Details: det}
+	default:
+		return &gpuproxy.Error{Code: gpuproxy.EPROVIDER, Message: e.Provider + " is unavailable: " + e.Message +
+			" (try again later)", Details: det}
+	}
+}
