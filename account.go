@@ -110,3 +110,16 @@ func (p Principal) Require(s Scope) error {
 	return &Error{Code: EFORBIDDEN, Message: fmt.Sprintf("this key lacks the %s scope", s),
 		Details: map[string]any{"required_scope": string(s)}}
 }
+
+// APIKey is a stored API key. The secret itself is never stored: only Hash,
+// a SHA-256 of the full key, compared in constant time.
+type APIKey struct {
+	ID          string    `json:"id"`
+	AccountID   int64     `json:"-"`
+	AccountName string    `json:"account"`
+	Name        string    `json:"name"`
+	Hash        string    `json:"-"`
+	Scopes      []Scope   `json:"scopes"`
+	CreatedAt   time.Time `json:"created_at"`
+	RevokedAt   time.Time `json:"revoked_at,omitzero"`
+}

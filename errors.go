@@ -28,10 +28,20 @@ type Error struct {
 	Code    string
 	Message string
 	Details map[string]any
+	// Cause is the underlying error, for logs only; never shown to callers.
+	Cause error
 }
 
 // Error implements the error interface.
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return e.Code + ": " + e.Message + ": " + e.Cause.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Errorf returns an *Error with the given code and formatted message.
 func Errorf(code, format string, args ...any) *Error {

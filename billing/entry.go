@@ -1,0 +1,128 @@
+package billing
+
+import (
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Type is a ledger entry type.
+type Type string
+
+// Ledger entry types.
+const (
+	Charge     Type = "charge"
+	Credit     Type = "credit"
+	Refund     Type = "refund"
+	Adjustment Type = "adjustment"
+)
+
+// Basis says where an entry's amount came from.
+type Basis string
+
+// Ledger bases.
+const (
+	Metered  Basis = "metered"
+	Prepaid  Basis = "prepaid"
+	Provider Basis = "provider"
+	Manual   Basis = "manual"
+)
+
+// ValidType reports whether t is a known entry type.
+func ValidType(t Type) bool {
+	return t == Charge || t == Credit || t == Refund || t == Adjustment
+}
+
+// ValidBasis reports whether b is a known basis.
+func ValidBasis(b Basis) bool {
+	return b == Metered || b == Prepaid || b == Provider || b == Manual
+}
+
+// Entry is one append-only ledger row. Amount is positive for charges,
+// credits and refunds; adjustments are signed (positive adds spend).
+type Entry struct {
+	ID             int64
+	AccountID      int64
+	Type           Type
+	Amount         gpuproxy.Micros
+	At             time.Time
+	Provider       string
+	InstanceID     string
+	Description    string
+	IdempotencyKey string
+	Basis          Basis
+}
+
+// Spend returns the entry's effect on spend windows: charges and
+// adjustments add, refunds subtract, credits do not count.
+func (e Entry) Spend() gpuproxy.Micros {
+	switch e.Type {
+	case Charge, Adjustment:
+		return e.Amount
+	case Refund:
+		return -e.Amount
+	}
+	return 0
+}
+
+// Cursor marks a position in the newest-first ledger order.
+type Cursor struct {
+	At time.Time
+	ID int64
+}
+
+// Filter selects ledger entries of one account. Zero fields do not filter.
+type Filter struct {
+	AccountID  int64
+	From, To   time.Time // [From, To)
+	Type       Type
+	Provider   string
+	InstanceID string
+	Limit      int
+	After      *Cursor // continue after this entry
+}
+
+// Totals sums a set of entries by type. Net is the change in the account's
+// balance: credits + refunds − charges − adjustments.
+type Totals struct {
+	Charges     gpuproxy.Micros
+	Credits     gpuproxy.Micros
+	Refunds     gpuproxy.Micros
+	Adjustments gpuproxy.Micros
+	Count       int64
+}
+
+// Net is credits + refunds − charges − adjustments.
+func (t Totals) Net() gpuproxy.Micros {
+	return t.Credits + t.Refunds - t.Charges - t.Adjustments
+}
+
+// Group is a summary dimension.
+type Group string
+
+// Summary groupings.
+const (
+	ByDay      Group = "day"
+	ByProvider Group = "provider"
+	ByInstance Group = "instance"
+)
+
+// SummaryRow is the totals of one group.
+type SummaryRow struct {
+	Key string
+	Totals
+}
+
+// Meter is a time-billed instance whose cost the metering engine appends to
+// the ledger: PricePerHour from Start until Stop (zero while running).
+type Meter struct {
+	ID           string
+	AccountID    int64
+	Provider     string
+	InstanceID   string
+	PricePerHour gpuproxy.Micros
+	Start        time.Time
+	Stop         time.Time
+	ChargedUntil time.Time
+	Charged      gpuproxy.Micros
+}

@@ -1,0 +1,147 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// conn is the small query surface both stores share, so every method is
+// written once with $N placeholders that Postgres and SQLite both accept.
+type conn interface {
+	exec(ctx context.Context, q string, args ...any) (int64, error)
+	query(ctx context.Context, q string, args ...any) (rows, error)
+	queryRow(ctx context.Context, q string, args ...any) row
+}
+
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+type row interface {
+	Scan(dest ...any) error
+}
+
+// --- Postgres (pgx) ---
+
+type pgxQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+type pgConn struct{ q pgxQuerier }
+
+func (c pgConn) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := c.q.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (c pgConn) query(ctx context.Context, q string, args ...any) (rows, error) {
+	r, err := c.q.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgRows{r}, nil
+}
+
+func (c pgConn) queryRow(ctx context.Context, q string, args ...any) row {
+	return c.q.QueryRow(ctx, q, args...)
+}
+
+type pgRows struct{ pgx.Rows }
+
+func (r pgRows) Close() { r.Rows.Close() }
+
+// --- SQLite (database/sql) ---
+
+type sqlQuerier interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+type sqlConn struct{ q sqlQuerier }
+
+func (c sqlConn) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := c.q.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (c sqlConn) query(ctx context.Context, q string, args ...any) (rows, error) {
+	r, err := c.q.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{r}, nil
+}
+
+func (c sqlConn) queryRow(ctx context.Context, q string, args ...any) row {
+	return c.q.QueryRowContext(ctx, q, args...)
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// pool returns the non-transactional conn of the store.
+func (s *Store) pool() conn {
+	if s.pg != nil {
+		return pgConn{s.pg}
+	}
+	return sqlConn{s.sq}
+}
+
+// inTx runs fn in one transaction: on Postgres READ COMMITTED (callers take
+// row locks where they serialize), on SQLite BEGIN IMMEDIATE (the DSN sets
+// _txlock=immediate), which serializes every writer of the file.
+func (s *Store) inTx(ctx context.Context, fn func(c conn) error) error {
+	if s.pg != nil {
+		tx, err := s.pg.Begin(ctx)
+		if err != nil {
+			return translate(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if err := fn(pgConn{tx}); err != nil {
+			return err
+		}
+		return translate(tx.Commit(ctx))
+	}
+	tx, err := s.sq.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(sqlConn{tx}); err != nil {
+		return err
+	}
+	return translate(tx.Commit())
+}
+
+// scanAll reads every row of r with scan, closing r.
+func scanAll[T any](r rows, err error, scan func(r rows) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer r.Close()
+	var out []T
+	for r.Next() {
+		v, err := scan(r)
+		if err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, v)
+	}
+	return out, translate(r.Err())
+}
+
+var errNoRows = errors.New("no rows")

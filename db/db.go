@@ -1,0 +1,244 @@
+// Package db holds gpuproxy's two stores — Postgres (pgx, the production
+// store shared by many replicas) and SQLite (modernc, the embedded default
+// for one process) — behind one Store type, with all SQL and the embedded,
+// numbered migrations of each dialect. Driver errors are translated to
+// gpuproxy errors here and nowhere else.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// DefaultSQLitePath is the database file used when no URL is configured.
+const DefaultSQLitePath = "data/gpuproxy.db"
+
+// Options configure Open.
+type Options struct {
+	// URL is "postgres://…"/"postgresql://…", "sqlite:PATH", or "" for
+	// the SQLite file DefaultSQLitePath (its folder is created).
+	URL string
+	// Schema, for Postgres, sets search_path (tests give each its own).
+	Schema string
+	// MaxConns bounds the Postgres pool (default: pgxpool's).
+	MaxConns int32
+}
+
+// Store is a gpuproxy database: Postgres or SQLite.
+type Store struct {
+	pg      *pgxpool.Pool
+	sq      *sql.DB
+	dialect string // "postgres" | "sqlite"
+	path    string // SQLite file
+}
+
+// sqliteLeaders serializes leader-only jobs on SQLite, where one process
+// owns the file, across every Store opened on it; Postgres uses advisory
+// locks instead.
+var sqliteLeaders sync.Map // path + "|" + name → *sync.Mutex
+
+// Open connects to the database named by o.URL. It does not migrate; call
+// Migrate.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	u := o.URL
+	switch {
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		cfg, err := pgxpool.ParseConfig(u)
+		if err != nil {
+			return nil, fmt.Errorf("parsing DATABASE_URL: %w", redactErr(err))
+		}
+		if o.Schema != "" {
+			cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema
+		}
+		if o.MaxConns > 0 {
+			cfg.MaxConns = o.MaxConns
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to postgres: %w", redactErr(err))
+		}
+		return &Store{pg: pool, dialect: "postgres"}, nil
+	case u == "" || strings.HasPrefix(u, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
+		if path == "" {
+			path = DefaultSQLitePath
+		}
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, fmt.Errorf("creating database folder: %w", err)
+			}
+		}
+		dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)" +
+			"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+		sq, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("opening sqlite: %w", err)
+		}
+		sq.SetMaxOpenConns(8)
+		abs, _ := filepath.Abs(path)
+		return &Store{sq: sq, dialect: "sqlite", path: abs}, nil
+	default:
+		return nil, gpuproxy.Errorf(gpuproxy.EINVALID,
+			"DATABASE_URL must start with postgres://, postgresql:// or sqlite:")
+	}
+}
+
+// Dialect returns "postgres" or "sqlite".
+func (s *Store) Dialect() string { return s.dialect }
+
+// Close releases the pool.
+func (s *Store) Close() {
+	if s.pg != nil {
+		s.pg.Close()
+	}
+	if s.sq != nil {
+		_ = s.sq.Close()
+	}
+}
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.pg != nil {
+		return translate(s.pg.Ping(ctx))
+	}
+	return translate(s.sq.PingContext(ctx))
+}
+
+// Migrate applies the embedded migrations not yet applied, in order. On
+// Postgres an advisory lock keeps concurrent replicas from racing.
+func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
+	dir := "migrations/" + s.dialect
+	entries, err := fs.ReadDir(migrations, dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading migrations: %w", err)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	err = s.inTx(ctx, func(c conn) error {
+		if s.pg != nil {
+			if _, err := c.exec(ctx, "SELECT pg_advisory_xact_lock(7262011)"); err != nil {
+				return err
+			}
+		}
+		if _, err := c.exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version BIGINT PRIMARY KEY, applied_us BIGINT NOT NULL)`); err != nil {
+			return err
+		}
+		for _, e := range entries {
+			num, _, ok := strings.Cut(e.Name(), "_")
+			v, perr := strconv.Atoi(num)
+			if !ok || perr != nil {
+				return fmt.Errorf("migration %s: name must start with a number", e.Name())
+			}
+			var n int
+			if err := c.queryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE version = $1", v).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				continue
+			}
+			body, err := migrations.ReadFile(dir + "/" + e.Name())
+			if err != nil {
+				return err
+			}
+			if _, err := c.exec(ctx, string(body)); err != nil {
+				return fmt.Errorf("applying migration %s: %w", e.Name(), err)
+			}
+			if _, err := c.exec(ctx, "INSERT INTO schema_migrations (version, applied_us) VALUES ($1, $2)",
+				v, time.Now().UnixMicro()); err != nil {
+				return err
+			}
+			applied = append(applied, v)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrating: %w", err)
+	}
+	return applied, nil
+}
+
+// translate maps driver errors to gpuproxy errors: no rows → not found,
+// unique violations → conflict, check violations → invalid, and anything
+// else (connection refused, pool closed, timeouts) → unavailable, so callers
+// fail closed.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ge *gpuproxy.Error
+	if errors.As(err, &ge) {
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) || errors.Is(err, errNoRows) {
+		return &gpuproxy.Error{Code: gpuproxy.ENOTFOUND, Message: "not found", Cause: err}
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505":
+			return &gpuproxy.Error{Code: gpuproxy.ECONFLICT, Message: "already exists", Cause: err}
+		case "23514", "23503", "22003":
+			return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: "value out of range", Cause: err}
+		case "P0002":
+			return &gpuproxy.Error{Code: gpuproxy.ENOTFOUND, Message: "account not found", Cause: err}
+		}
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return &gpuproxy.Error{Code: gpuproxy.ECONFLICT, Message: "already exists", Cause: err}
+		case sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: "value out of range", Cause: err}
+		}
+	}
+	return &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE, Message: "database unavailable", Cause: redactErr(err)}
+}
+
+// redactErr drops connection strings (which may carry passwords) from
+// errors that echo them.
+func redactErr(err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if j := strings.Index(msg[i:], "@"); j >= 0 {
+			return errors.New(msg[:i+3] + "…" + msg[i+j:])
+		}
+	}
+	return err
+}
+
+func us(t time.Time) int64 { return t.UnixMicro() }
+
+func fromUS(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func fromNullUS(v *int64) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	return fromUS(*v)
+}

@@ -1,0 +1,141 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+)
+
+// AppendEntry appends a ledger entry. With an idempotency key already used
+// by the account it returns the existing entry and created=false.
+func (s *Store) AppendEntry(ctx context.Context, e billing.Entry) (billing.Entry, bool, error) {
+	var out billing.Entry
+	var created bool
+	err := s.inTx(ctx, func(c conn) error {
+		var err error
+		out, created, err = appendEntry(ctx, c, e)
+		return err
+	})
+	return out, created, err
+}
+
+const entryCols = "id, account_id, type, amount_micros, at_us, provider, instance_id, description, COALESCE(idempotency_key, ''), basis"
+
+func scanEntry(r row) (billing.Entry, error) {
+	var e billing.Entry
+	var at int64
+	err := r.Scan(&e.ID, &e.AccountID, &e.Type, &e.Amount, &at, &e.Provider, &e.InstanceID,
+		&e.Description, &e.IdempotencyKey, &e.Basis)
+	e.At = fromUS(at)
+	return e, err
+}
+
+func appendEntry(ctx context.Context, c conn, e billing.Entry) (billing.Entry, bool, error) {
+	var key any
+	if e.IdempotencyKey != "" {
+		key = e.IdempotencyKey
+	}
+	r, err := c.query(ctx, `INSERT INTO ledger (account_id, type, amount_micros, spend_micros, at_us, provider,
+		instance_id, description, idempotency_key, basis, created_us)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $5)
+		ON CONFLICT (account_id, idempotency_key) DO NOTHING RETURNING `+entryCols,
+		e.AccountID, string(e.Type), int64(e.Amount), int64(e.Spend()), us(e.At), e.Provider,
+		e.InstanceID, e.Description, key, string(e.Basis))
+	got, err := scanAll(r, err, func(r rows) (billing.Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return e, false, fmt.Errorf("inserting ledger entry: %w", err)
+	}
+	if len(got) == 1 {
+		return got[0], true, nil
+	}
+	old, err := scanEntry(c.queryRow(ctx, "SELECT "+entryCols+" FROM ledger WHERE account_id = $1 AND idempotency_key = $2",
+		e.AccountID, e.IdempotencyKey))
+	if err != nil {
+		return e, false, fmt.Errorf("reading ledger entry: %w", translate(err))
+	}
+	return old, false, nil
+}
+
+// where builds the WHERE clause of a filter (without cursor).
+func where(f billing.Filter) (string, []any) {
+	conds := []string{"account_id = $1"}
+	args := []any{f.AccountID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
+	}
+	if !f.From.IsZero() {
+		add("at_us >= $%d", us(f.From))
+	}
+	if !f.To.IsZero() {
+		add("at_us < $%d", us(f.To))
+	}
+	if f.Type != "" {
+		add("type = $%d", string(f.Type))
+	}
+	if f.Provider != "" {
+		add("provider = $%d", f.Provider)
+	}
+	if f.InstanceID != "" {
+		add("instance_id = $%d", f.InstanceID)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// ListEntries returns one page of entries, newest first, after f.After.
+func (s *Store) ListEntries(ctx context.Context, f billing.Filter) ([]billing.Entry, error) {
+	w, args := where(f)
+	if f.After != nil {
+		args = append(args, us(f.After.At), f.After.ID)
+		n := len(args)
+		w += fmt.Sprintf(" AND (at_us < $%d OR (at_us = $%d AND id < $%d))", n-1, n-1, n)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	r, err := s.pool().query(ctx, fmt.Sprintf("SELECT %s FROM ledger WHERE %s ORDER BY at_us DESC, id DESC LIMIT %d",
+		entryCols, w, limit), args...)
+	return scanAll(r, err, func(r rows) (billing.Entry, error) { return scanEntry(r) })
+}
+
+const totalsCols = `COALESCE(sum(CASE WHEN type = 'charge' THEN amount_micros ELSE 0 END), 0),
+	COALESCE(sum(CASE WHEN type = 'credit' THEN amount_micros ELSE 0 END), 0),
+	COALESCE(sum(CASE WHEN type = 'refund' THEN amount_micros ELSE 0 END), 0),
+	COALESCE(sum(CASE WHEN type = 'adjustment' THEN amount_micros ELSE 0 END), 0),
+	count(*)`
+
+// Totals sums every entry matching f (ignoring paging).
+func (s *Store) Totals(ctx context.Context, f billing.Filter) (billing.Totals, error) {
+	w, args := where(f)
+	var t billing.Totals
+	err := s.pool().queryRow(ctx, "SELECT "+totalsCols+" FROM ledger WHERE "+w, args...).
+		Scan(&t.Charges, &t.Credits, &t.Refunds, &t.Adjustments, &t.Count)
+	return t, translate(err)
+}
+
+// Summary groups the entries matching f by day (UTC), provider or instance.
+func (s *Store) Summary(ctx context.Context, f billing.Filter, g billing.Group) ([]billing.SummaryRow, error) {
+	var key string
+	switch g {
+	case billing.ByDay:
+		key = "(at_us / 86400000000)"
+	case billing.ByProvider:
+		key = "provider"
+	case billing.ByInstance:
+		key = "instance_id"
+	default:
+		return nil, gpuproxy.Invalid("group_by", "must be day, provider or instance")
+	}
+	w, args := where(f)
+	q := fmt.Sprintf("SELECT CAST(%s AS TEXT), %s FROM ledger WHERE %s GROUP BY %s ORDER BY %s", key, totalsCols, w, key, key)
+	r, err := s.pool().query(ctx, q, args...)
+	return scanAll(r, err, func(r rows) (billing.SummaryRow, error) {
+		var sr billing.SummaryRow
+		err := r.Scan(&sr.Key, &sr.Charges, &sr.Credits, &sr.Refunds, &sr.Adjustments, &sr.Count)
+		return sr, err
+	})
+}

@@ -1,0 +1,187 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+const usPerMinute = 60_000_000
+
+// Admit evaluates an account's windows and, when req.Hold is set, admits
+// req.Cost atomically with an open hold. On Postgres this is one call of
+// gp_admit (lock, evaluate, insert: one round trip, one transaction); on
+// SQLite the same steps run in Go inside one BEGIN IMMEDIATE transaction.
+func (s *Store) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
+	if s.pg != nil {
+		return s.admitPG(ctx, req)
+	}
+	var res guardrails.AdmitResult
+	var err error
+	if !req.Hold {
+		res, err = s.admitSQL(ctx, s.pool(), req)
+		return res, translate(err)
+	}
+	err = s.inTx(ctx, func(c conn) error {
+		res, err = s.admitSQL(ctx, c, req)
+		return err
+	})
+	return res, translate(err)
+}
+
+func (s *Store) admitPG(ctx context.Context, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
+	mins := make([]int32, len(req.Defaults))
+	lims := make([]int64, len(req.Defaults))
+	for i, w := range req.Defaults {
+		mins[i], lims[i] = int32(w.Minutes), int64(w.Limit)
+	}
+	mode := 0
+	if req.Hold {
+		mode = 1
+	}
+	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
+	r, err := s.pg.Query(ctx, "SELECT * FROM gp_admit($1, $2, $3, $4, $5, $6, $7, $8)",
+		req.AccountID, int64(req.Cost), us(req.Now), req.Horizon.Microseconds(), mins, lims, mode, req.Ref)
+	if err != nil {
+		return res, translate(err)
+	}
+	defer r.Close()
+	for r.Next() {
+		var u guardrails.Usage
+		var hold *int64
+		if err := r.Scan(&u.Minutes, &u.Limit, &u.Spent, &u.Held, &u.Committed, &res.Burn, &res.OnExceed, &hold); err != nil {
+			return res, translate(err)
+		}
+		res.Held = u.Held
+		res.Windows = append(res.Windows, u)
+		if hold != nil {
+			res.HoldID, res.Admitted = *hold, true
+		}
+	}
+	if err := r.Err(); err != nil {
+		return res, translate(err)
+	}
+	if !req.Hold {
+		res.Admitted = res.Fits(req.Cost)
+	}
+	return res, nil
+}
+
+// admitSQL is the SQLite path; c is a transaction when req.Hold is set.
+func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
+	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
+	if err := c.queryRow(ctx, "SELECT on_exceed FROM accounts WHERE id = $1", req.AccountID).Scan(&res.OnExceed); err != nil {
+		if gpuproxy.ErrorCode(translate(err)) == gpuproxy.ENOTFOUND {
+			return res, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "account not found")
+		}
+		return res, err
+	}
+	r, err := c.query(ctx,
+		"SELECT window_minutes, limit_micros FROM account_limits WHERE account_id = $1 ORDER BY window_minutes", req.AccountID)
+	windows, err := scanAll(r, err, func(r rows) (guardrails.Window, error) {
+		var w guardrails.Window
+		return w, r.Scan(&w.Minutes, &w.Limit)
+	})
+	if err != nil {
+		return res, err
+	}
+	if len(windows) == 0 {
+		windows = req.Defaults
+	}
+	if err := c.queryRow(ctx,
+		"SELECT COALESCE(sum(amount_micros), 0) FROM holds WHERE account_id = $1 AND status = 'open'",
+		req.AccountID).Scan(&res.Held); err != nil {
+		return res, err
+	}
+	if err := c.queryRow(ctx,
+		"SELECT COALESCE(sum(price_micros), 0) FROM meters WHERE account_id = $1 AND stop_us IS NULL",
+		req.AccountID).Scan(&res.Burn); err != nil {
+		return res, err
+	}
+	now := us(req.Now)
+	for _, w := range windows {
+		wUS := int64(w.Minutes) * usPerMinute
+		start, end := (now-wUS)/usPerMinute+1, now/usPerMinute
+		u := guardrails.Usage{Window: w, Held: res.Held,
+			Committed: res.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
+		if err := c.queryRow(ctx, windowSumSQL, req.AccountID, start, end,
+			now-wUS, start*usPerMinute, end*usPerMinute, now).Scan(&u.Spent); err != nil {
+			return res, err
+		}
+		res.Windows = append(res.Windows, u)
+	}
+	res.Admitted = res.Fits(req.Cost)
+	if req.Hold && res.Admitted {
+		if err := c.queryRow(ctx,
+			"INSERT INTO holds (account_id, amount_micros, ref, status, created_us) VALUES ($1, $2, $3, 'open', $4) RETURNING id",
+			req.AccountID, int64(req.Cost), req.Ref, now).Scan(&res.HoldID); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// windowSumSQL sums spend in (t−W, t]: whole minutes from spend_minutes,
+// the two partial edge minutes exactly from the ledger.
+const windowSumSQL = `SELECT
+  COALESCE((SELECT sum(spend_micros) FROM spend_minutes WHERE account_id = $1 AND minute >= $2 AND minute < $3), 0)
++ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us > $4 AND at_us < $5), 0)
++ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us >= $6 AND at_us <= $7), 0)`
+
+// ReleaseHold closes an open hold without charging. It reports whether the
+// hold was open; releasing a closed hold is a no-op.
+func (s *Store) ReleaseHold(ctx context.Context, accountID, holdID int64, now time.Time) (bool, error) {
+	n, err := s.pool().exec(ctx,
+		"UPDATE holds SET status = 'released', closed_us = $1 WHERE id = $2 AND account_id = $3 AND status = 'open'",
+		us(now), holdID, accountID)
+	return n > 0, translate(err)
+}
+
+// SettleHold closes an open hold and appends its ledger entry in one
+// transaction, so the cost is never counted twice nor dropped.
+func (s *Store) SettleHold(ctx context.Context, holdID int64, e billing.Entry) (billing.Entry, error) {
+	var out billing.Entry
+	err := s.inTx(ctx, func(c conn) error {
+		if err := s.lockAccount(ctx, c, e.AccountID); err != nil {
+			return err
+		}
+		n, err := c.exec(ctx,
+			"UPDATE holds SET status = 'settled', closed_us = $1 WHERE id = $2 AND account_id = $3 AND status = 'open'",
+			us(e.At), holdID, e.AccountID)
+		if err != nil {
+			return translate(err)
+		}
+		if n == 0 {
+			return gpuproxy.Errorf(gpuproxy.ECONFLICT, "hold %d is not open", holdID)
+		}
+		out, _, err = appendEntry(ctx, c, e)
+		return err
+	})
+	return out, err
+}
+
+// OpenHolds returns the account's open holds' ids and amounts.
+func (s *Store) OpenHolds(ctx context.Context, accountID int64) (map[int64]gpuproxy.Micros, error) {
+	r, err := s.pool().query(ctx,
+		"SELECT id, amount_micros FROM holds WHERE account_id = $1 AND status = 'open'", accountID)
+	type h struct {
+		id int64
+		a  gpuproxy.Micros
+	}
+	hs, err := scanAll(r, err, func(r rows) (h, error) {
+		var v h
+		return v, r.Scan(&v.id, &v.a)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing holds: %w", err)
+	}
+	out := make(map[int64]gpuproxy.Micros, len(hs))
+	for _, v := range hs {
+		out[v.id] = v.a
+	}
+	return out, nil
+}

@@ -1,0 +1,217 @@
+// Package guardrails enforces rolling-window spending limits. It is the only
+// place that decides whether a cost may be spent: it asks the store for an
+// account's windows (spent, held, committed) and admits a cost atomically
+// with a hold, so concurrent callers — in one process or many replicas on
+// one Postgres — can never together pass a limit. It fails closed: when
+// spend cannot be read, nothing is admitted.
+package guardrails
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Store is what the guard rails need from the database. Admit must evaluate
+// and insert the hold atomically, serialized per account.
+type Store interface {
+	Admit(ctx context.Context, req AdmitRequest) (AdmitResult, error)
+	ReleaseHold(ctx context.Context, accountID, holdID int64, now time.Time) (bool, error)
+	SetLimits(ctx context.Context, accountID int64, windows []Window, onExceed string) error
+}
+
+// DefaultWindows are the limits an account without its own gets:
+// $50 per 60 minutes and $1000 per 1440 minutes.
+var DefaultWindows = []Window{
+	{Minutes: 60, Limit: 50 * gpuproxy.MicrosPerUSD},
+	{Minutes: 1440, Limit: 1000 * gpuproxy.MicrosPerUSD},
+}
+
+// Options configure a Service.
+type Options struct {
+	// Defaults apply to accounts without limits of their own
+	// (default DefaultWindows).
+	Defaults []Window
+	// Horizon is how far ahead running instances are committed (default 1h).
+	Horizon time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives refusal alerts (default slog.Default()).
+	Logger *slog.Logger
+	// OnDecision, when set, observes every admission decision (metrics).
+	OnDecision func(kind string, allowed bool)
+	// OnStoreError, when set, observes store failures (metrics).
+	OnStoreError func()
+}
+
+// Service is the guard-rail API used by REST, MCP, instance creation and the
+// proxy.
+type Service struct {
+	store Store
+	opts  Options
+}
+
+// New returns a Service with defaults filled in.
+func New(store Store, o Options) *Service {
+	if len(o.Defaults) == 0 {
+		o.Defaults = DefaultWindows
+	}
+	if o.Horizon <= 0 {
+		o.Horizon = time.Hour
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{store: store, opts: o}
+}
+
+// Horizon returns the admission horizon H.
+func (s *Service) Horizon() time.Duration { return s.opts.Horizon }
+
+// Spending returns the account's current windows.
+func (s *Service) Spending(ctx context.Context, accountID int64) (Snapshot, error) {
+	res, err := s.admit(ctx, accountID, 0, false, "")
+	return res.Snapshot, err
+}
+
+// Decision is the answer to a check: would Cost be admitted now.
+type Decision struct {
+	Snapshot
+	Cost    gpuproxy.Micros
+	Allowed bool
+}
+
+// Check reports whether cost would be admitted now, per window, without
+// holding anything.
+func (s *Service) Check(ctx context.Context, accountID int64, cost gpuproxy.Micros) (Decision, error) {
+	if err := validCost(cost); err != nil {
+		return Decision{}, err
+	}
+	res, err := s.admit(ctx, accountID, cost, false, "")
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Snapshot: res.Snapshot, Cost: cost, Allowed: res.Admitted}
+	s.observe("check", d.Allowed)
+	return d, nil
+}
+
+// Admit admits cost for the account atomically, returning the new hold's id,
+// or a spending_limit_exceeded error naming the first window it would pass.
+// The hold counts against every window until it is released or settled.
+func (s *Service) Admit(ctx context.Context, accountID int64, cost gpuproxy.Micros, ref string) (int64, Snapshot, error) {
+	if err := validCost(cost); err != nil {
+		return 0, Snapshot{}, err
+	}
+	res, err := s.admit(ctx, accountID, cost, true, ref)
+	if err != nil {
+		return 0, res.Snapshot, err
+	}
+	s.observe("admit", res.Admitted)
+	if !res.Admitted {
+		err := Refusal(res.Snapshot, cost, false)
+		s.opts.Logger.Warn("spending limit refused admission", "account_id", accountID,
+			"cost", cost.String(), "ref", ref, "details", gpuproxy.ErrorDetails(err))
+		return 0, res.Snapshot, err
+	}
+	return res.HoldID, res.Snapshot, nil
+}
+
+// Release frees a hold that will not be charged (a failed create).
+func (s *Service) Release(ctx context.Context, accountID, holdID int64) error {
+	_, err := s.store.ReleaseHold(ctx, accountID, holdID, s.opts.Now())
+	return s.storeErr(err)
+}
+
+// SetLimits replaces an account's windows and, if given, its on_exceed policy.
+func (s *Service) SetLimits(ctx context.Context, accountID int64, windows []Window, onExceed string) error {
+	if windows != nil {
+		if err := ValidateWindows(windows); err != nil {
+			return err
+		}
+	}
+	if onExceed != "" && onExceed != gpuproxy.OnExceedBlock && onExceed != gpuproxy.OnExceedDestroy {
+		return gpuproxy.Invalid("on_exceed", "must be block or destroy")
+	}
+	return s.storeErr(s.store.SetLimits(ctx, accountID, windows, onExceed))
+}
+
+func (s *Service) admit(ctx context.Context, accountID int64, cost gpuproxy.Micros, hold bool, ref string) (AdmitResult, error) {
+	res, err := s.store.Admit(ctx, AdmitRequest{AccountID: accountID, Cost: cost, Now: s.opts.Now(),
+		Horizon: s.opts.Horizon, Defaults: s.opts.Defaults, Hold: hold, Ref: ref})
+	return res, s.storeErr(err)
+}
+
+// storeErr makes every unexpected store error an unavailable error: the
+// caller is refused (fail closed), never waved through.
+func (s *Service) storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch gpuproxy.ErrorCode(err) {
+	case gpuproxy.ENOTFOUND, gpuproxy.EINVALID, gpuproxy.ECONFLICT:
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	if s.opts.OnStoreError != nil {
+		s.opts.OnStoreError()
+	}
+	s.opts.Logger.Error("spend store unavailable; refusing (fail closed)", "err", err)
+	return &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE,
+		Message: "spending cannot be verified right now (database unavailable); nothing was admitted", Cause: err}
+}
+
+func (s *Service) observe(kind string, allowed bool) {
+	if s.opts.OnDecision != nil {
+		s.opts.OnDecision(kind, allowed)
+	}
+}
+
+func validCost(c gpuproxy.Micros) error {
+	if c < 0 {
+		return gpuproxy.Invalid("estimated_cost", "must not be negative")
+	}
+	if c > gpuproxy.MaxMicros {
+		return gpuproxy.Invalid("estimated_cost", "must be at most 1000000000")
+	}
+	return nil
+}
+
+// Refusal builds the spending_limit_exceeded error for cost against snap:
+// it names the first window that does not fit and lists every window.
+func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
+	var first *Usage
+	windows := make([]map[string]any, 0, len(snap.Windows))
+	for i, u := range snap.Windows {
+		fits := u.Fits(cost)
+		if proxy {
+			fits = u.FitsProxy(cost)
+		}
+		if !fits && first == nil {
+			first = &snap.Windows[i]
+		}
+		windows = append(windows, map[string]any{"window_minutes": u.Minutes, "limit": u.Limit,
+			"spent": u.Spent, "held": u.Held, "committed": u.Committed, "remaining": u.Remaining(),
+			"would_exceed": !fits})
+	}
+	if first == nil {
+		first = &Usage{}
+	}
+	msg := fmt.Sprintf("spending limit exceeded: the %d-minute window allows $%s; spent $%s, held $%s, committed $%s, "+
+		"so this request's $%s does not fit (remaining $%s). Destroy idle instances, wait for the window to roll, "+
+		"or ask an admin to raise the limit.", first.Minutes, first.Limit, first.Spent, first.Held, first.Committed,
+		cost, first.Remaining())
+	return &gpuproxy.Error{Code: gpuproxy.ELIMIT, Message: msg, Details: map[string]any{
+		"window_minutes": first.Minutes, "limit": first.Limit, "spent": first.Spent, "held": first.Held,
+		"committed": first.Committed, "cost": cost, "remaining": first.Remaining(), "windows": windows,
+	}}
+}

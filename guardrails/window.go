@@ -1,0 +1,114 @@
+package guardrails
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Window is one rolling spend limit: at most Limit in any Minutes-long span.
+type Window struct {
+	Minutes int
+	Limit   gpuproxy.Micros
+}
+
+// Duration returns the window length.
+func (w Window) Duration() time.Duration { return time.Duration(w.Minutes) * time.Minute }
+
+// ValidateWindows checks a limit list: 1 to 16 windows, each 1 minute to
+// 366 days, distinct, limits 0 to $1 billion.
+func ValidateWindows(ws []Window) error {
+	if len(ws) == 0 || len(ws) > 16 {
+		return gpuproxy.Invalid("windows", "must list 1 to 16 windows")
+	}
+	seen := map[int]bool{}
+	for i, w := range ws {
+		f := fmt.Sprintf("windows[%d]", i)
+		if w.Minutes < 1 || w.Minutes > 366*24*60 {
+			return gpuproxy.Invalid(f+".window_minutes", "must be between 1 and %d", 366*24*60)
+		}
+		if w.Limit < 0 || w.Limit > gpuproxy.MaxMicros {
+			return gpuproxy.Invalid(f+".limit", "must be between 0 and 1000000000")
+		}
+		if seen[w.Minutes] {
+			return gpuproxy.Invalid(f+".window_minutes", "duplicate window of %d minutes", w.Minutes)
+		}
+		seen[w.Minutes] = true
+	}
+	return nil
+}
+
+// Usage is one window's state at a moment.
+type Usage struct {
+	Window
+	Spent     gpuproxy.Micros // ledger spend in (t−W, t]
+	Held      gpuproxy.Micros // open holds
+	Committed gpuproxy.Micros // burn × min(horizon, W)
+}
+
+// Remaining is limit − spent − held − committed; negative once a running
+// fleet is projected past the limit.
+func (u Usage) Remaining() gpuproxy.Micros { return u.Limit - u.Spent - u.Held - u.Committed }
+
+// Fits reports whether cost is admissible in this window:
+// spent + committed + held + cost ≤ limit. The Postgres function gp_admit
+// implements the same rule in SQL.
+func (u Usage) Fits(cost gpuproxy.Micros) bool {
+	return u.Spent+u.Committed+u.Held+cost <= u.Limit
+}
+
+// FitsProxy is the proxy-call rule: spent + held + cost ≤ limit.
+func (u Usage) FitsProxy(cost gpuproxy.Micros) bool {
+	return u.Spent+u.Held+cost <= u.Limit
+}
+
+// Snapshot is an account's spend state at At.
+type Snapshot struct {
+	AccountID int64
+	OnExceed  string
+	Windows   []Usage
+	Burn      gpuproxy.Micros // USD/hour of running time-billed instances
+	Held      gpuproxy.Micros
+	At        time.Time
+}
+
+// Fits reports whether cost is admissible in every window.
+func (s Snapshot) Fits(cost gpuproxy.Micros) bool {
+	for _, u := range s.Windows {
+		if !u.Fits(cost) {
+			return false
+		}
+	}
+	return true
+}
+
+// Reached returns the first window whose actual spend has reached its limit.
+func (s Snapshot) Reached() (Usage, bool) {
+	for _, u := range s.Windows {
+		if u.Spent >= u.Limit {
+			return u, true
+		}
+	}
+	return Usage{}, false
+}
+
+// AdmitRequest asks the store for a snapshot and, when Hold is set, to admit
+// Cost atomically by inserting an open hold if every window fits.
+type AdmitRequest struct {
+	AccountID int64
+	Cost      gpuproxy.Micros
+	Now       time.Time
+	Horizon   time.Duration
+	Defaults  []Window // used when the account has no limits of its own
+	Hold      bool
+	Ref       string // what the hold is for (e.g. an instance id)
+}
+
+// AdmitResult is the store's answer: the snapshot the decision was made on
+// and, when admitted with Hold, the new hold's id.
+type AdmitResult struct {
+	Snapshot
+	Admitted bool
+	HoldID   int64
+}

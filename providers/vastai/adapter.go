@@ -1,0 +1,480 @@
+package vastai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// DefaultBaseURL is vast.ai's API host.
+const DefaultBaseURL = "https://console.vast.ai"
+
+const (
+	defaultDiskGB      = 10  // the CLI's default
+	minDiskGB          = 8   // the server's minimum
+	defaultSearchLimit = 100 // offers per search when the filter sets none
+	maxSearchLimit     = 1000
+	maxLabelLen        = 256 // on create
+	listPageSize       = 25  // v1 list maximum
+	maxListPages       = 10000
+	rateLimitedPageTry = 3 // extra attempts for a rate-limited list page
+)
+
+// Options configure an Adapter. Zero values take the documented defaults.
+type Options struct {
+	// BaseURL is the API host. Default DefaultBaseURL.
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer <key>", never in a URL, and
+	// scrubbed from every error message.
+	APIKey string
+	// Timeout bounds one HTTP attempt. Default 20s.
+	Timeout time.Duration
+	// Retries is how many times a safe call (search, get, list, destroy) is
+	// retried on 429/502/503/504 and transport errors. Default 3; negative
+	// disables retries. Create is never retried.
+	Retries int
+	// RetryWait is the first backoff, growing ×1.5 per retry. Default 150ms
+	// (the official CLI's policy).
+	RetryWait time.Duration
+	// BreakerFailures consecutive transport failures, timeouts or 5xx replies
+	// open the circuit breaker. Default 5.
+	BreakerFailures uint32
+	// BreakerOpenFor is how long the breaker stays open before a trial
+	// call. Default 30s.
+	BreakerOpenFor time.Duration
+	// DiskGB is the disk size in GB for creates that set none, and the
+	// allocated_storage priced into searched offers. Default 10, minimum 8.
+	DiskGB int
+	// RateLimitWait is how long List waits before asking again for a page
+	// that stayed rate limited after the client's retries (vast.ai enforces
+	// a minimum interval of about 1s between list calls). Default 1s.
+	RateLimitWait time.Duration
+	// OnBreakerChange, when set, is called on breaker state changes with
+	// the provider name and the old and new states.
+	OnBreakerChange func(provider, from, to string)
+}
+
+// Adapter is the vast.ai implementation of providers.Provider. It is safe
+// for concurrent use.
+type Adapter struct {
+	opts   Options
+	client *providers.Client
+}
+
+var _ providers.Provider = (*Adapter)(nil)
+
+// New returns an Adapter with defaults filled in.
+func New(o Options) *Adapter {
+	if o.BaseURL == "" {
+		o.BaseURL = DefaultBaseURL
+	}
+	o.BaseURL = strings.TrimRight(o.BaseURL, "/")
+	if o.DiskGB <= 0 {
+		o.DiskGB = defaultDiskGB
+	}
+	o.DiskGB = max(o.DiskGB, minDiskGB)
+	if o.RateLimitWait <= 0 {
+		o.RateLimitWait = time.Second
+	}
+	c := providers.NewClient(providers.ClientOptions{
+		Provider: providers.VastAI,
+		BaseURL:  o.BaseURL,
+		Headers: map[string]string{
+			"Authorization": "Bearer " + o.APIKey,
+			"Content-Type":  "application/json",
+			"Accept":        "application/json",
+		},
+		Timeout:         o.Timeout,
+		Retries:         o.Retries,
+		RetryWait:       o.RetryWait,
+		BreakerFailures: o.BreakerFailures,
+		BreakerOpenFor:  o.BreakerOpenFor,
+		OnStateChange:   o.OnBreakerChange,
+	})
+	return &Adapter{opts: o, client: c}
+}
+
+// Name returns providers.VastAI.
+func (a *Adapter) Name() string { return providers.VastAI }
+
+// Billing returns providers.BillingHourly: vast.ai meters by the second
+// while an instance exists.
+func (a *Adapter) Billing() providers.Billing { return providers.BillingHourly }
+
+// BreakerState reports the circuit breaker: "closed", "half-open", "open".
+func (a *Adapter) BreakerState() string { return a.client.BreakerState() }
+
+// do performs a safe (retryable) call and classifies the reply: it returns
+// the body of a successful reply, or a classified error.
+func (a *Adapter) do(ctx context.Context, op string, call providers.Call) (*providers.Response, reply, error) {
+	call.Safe = true
+	resp, err := a.client.Do(ctx, call)
+	if err != nil {
+		return nil, reply{}, a.wrapTransport(op, err)
+	}
+	r, isJSON := parseReply(resp.Body)
+	if resp.Status < 200 || resp.Status > 299 || (isJSON && r.failed()) {
+		return resp, r, a.apiError(classify(resp.Status, r), op, resp, r)
+	}
+	return resp, r, nil
+}
+
+// decode unmarshals a successful reply body; a body we cannot read is the
+// provider's fault.
+func (a *Adapter) decode(op string, resp *providers.Response, v any) error {
+	if err := json.Unmarshal(resp.Body, v); err != nil {
+		return a.errorf(providers.KindUnavailable, "%s: unreadable reply (HTTP %d): %v", op, resp.Status, err)
+	}
+	return nil
+}
+
+// searchQuery is the flat filter object with the official CLI's defaults.
+func (a *Adapter) searchQuery(limit int) map[string]any {
+	return map[string]any{
+		"verified":          map[string]any{"eq": true},
+		"external":          map[string]any{"eq": false},
+		"rentable":          map[string]any{"eq": true},
+		"rented":            map[string]any{"eq": false},
+		"type":              "on-demand",
+		"allocated_storage": a.opts.DiskGB,
+		"order":             [][]string{{"dph_total", "asc"}},
+		"limit":             limit,
+	}
+}
+
+// search posts a bundles query and normalizes the rows.
+func (a *Adapter) search(ctx context.Context, op string, q map[string]any) ([]providers.Offer, error) {
+	resp, _, err := a.do(ctx, op, providers.Call{Method: http.MethodPost, Path: "/api/v0/bundles/", Body: q})
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		Offers []json.RawMessage `json:"offers"`
+	}
+	if err := a.decode(op, resp, &body); err != nil {
+		return nil, err
+	}
+	out := make([]providers.Offer, 0, len(body.Offers))
+	for _, raw := range body.Offers {
+		var w wireOffer
+		if json.Unmarshal(raw, &w) != nil {
+			continue // one odd row must not sink the search
+		}
+		if o, ok := w.offer(); ok {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// Search returns on-demand offers matching f, cheapest first. Minimum VRAM
+// is sent as gpu_ram ≥ GB×1000 MB; the GPU name, a case-insensitive
+// substring, is sent as an `in` list of the known names containing it.
+func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]providers.Offer, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = defaultSearchLimit
+	}
+	limit = min(limit, maxSearchLimit)
+	q := a.searchQuery(limit)
+	if f.MinVRAMGB > 0 {
+		q["gpu_ram"] = map[string]any{"gte": gbToMB(f.MinVRAMGB)}
+	}
+	if f.MaxPricePerHour > 0 {
+		q["dph_total"] = map[string]any{"lte": f.MaxPricePerHour.USD()}
+	}
+	if f.MinGPUs > 0 {
+		q["num_gpus"] = map[string]any{"gte": f.MinGPUs}
+	}
+	name := normalizeGPUName(f.GPUName)
+	if name != "" {
+		q["gpu_name"] = map[string]any{"in": gpuNameCandidates(name)}
+	}
+	offers, err := a.search(ctx, "searching offers", q)
+	if err != nil {
+		return nil, err
+	}
+	// Re-check on our side: the filter is the provider's, the money is ours.
+	out := offers[:0]
+	for _, o := range offers {
+		switch {
+		case f.MaxPricePerHour > 0 && o.PricePerHour > f.MaxPricePerHour,
+			f.MinVRAMGB > 0 && o.VRAMGB*1000 < float64(gbToMB(f.MinVRAMGB)),
+			f.MinGPUs > 0 && o.NumGPUs < f.MinGPUs,
+			name != "" && !strings.Contains(strings.ToLower(o.GPUName), strings.ToLower(name)):
+			continue
+		}
+		out = append(out, o)
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Quote re-reads the live offer and returns its hourly price. An offer that
+// is rented, unlisted or unknown is KindGone. Hours is ignored: vast.ai
+// bills by time, so the quote's Hours and Total stay zero.
+func (a *Adapter) Quote(ctx context.Context, offerID string, hours int) (providers.Quote, error) {
+	id, err := a.parseID("offer", offerID)
+	if err != nil {
+		return providers.Quote{}, err
+	}
+	q := a.searchQuery(1)
+	q["id"] = map[string]any{"eq": id}
+	offers, err := a.search(ctx, "quoting offer "+offerID, q)
+	if err != nil {
+		return providers.Quote{}, err
+	}
+	for _, o := range offers {
+		if o.ID == strconv.FormatInt(id, 10) {
+			return providers.Quote{
+				OfferID:      o.ID,
+				PricePerHour: o.PricePerHour,
+				Billing:      providers.BillingHourly,
+				GPUName:      o.GPUName,
+				NumGPUs:      o.NumGPUs,
+			}, nil
+		}
+	}
+	return providers.Quote{}, a.errorf(providers.KindGone, "offer %s is no longer available", offerID)
+}
+
+// parseID checks that a vast.ai id is a positive decimal integer.
+func (a *Adapter) parseID(what, s string) (int64, error) {
+	id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, a.errorf(providers.KindInvalid, "%s id %q is not a vast.ai id", what, s)
+	}
+	return id, nil
+}
+
+// createBody builds the PUT /asks/{id}/ body. Ports become "-p P:P" env
+// keys; runtype "args" runs the image's own entrypoint (an inference server)
+// instead of vast.ai's ssh/jupyter wrapper.
+func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error) {
+	if strings.TrimSpace(req.Image) == "" {
+		return nil, a.errorf(providers.KindInvalid, "image is required")
+	}
+	if len(req.Tag) > maxLabelLen {
+		return nil, a.errorf(providers.KindInvalid, "tag is longer than %d characters", maxLabelLen)
+	}
+	env := make(map[string]string, len(req.Env)+len(req.Ports))
+	for k, v := range req.Env {
+		// Keys starting with "-" are docker flags (-p, -v, -h) on vast.ai;
+		// only ports are ours to set.
+		if k == "" || strings.HasPrefix(k, "-") {
+			return nil, a.errorf(providers.KindInvalid, "env name %q is not allowed", k)
+		}
+		env[k] = v
+	}
+	for _, p := range req.Ports {
+		if p <= 0 || p > 65535 {
+			return nil, a.errorf(providers.KindInvalid, "port %d is out of range", p)
+		}
+		env[fmt.Sprintf("-p %d:%d", p, p)] = "1"
+	}
+	disk := req.DiskGB
+	if disk <= 0 {
+		disk = a.opts.DiskGB
+	}
+	return map[string]any{
+		"client_id": "me",
+		"image":     req.Image,
+		"disk":      max(disk, minDiskGB),
+		"label":     req.Tag,
+		"env":       env,
+		"runtype":   "args",
+	}, nil
+}
+
+// Create rents an offer with PUT /api/v0/asks/{id}/, exactly once. A reply
+// that still names new_contract after an error, a 5xx, a timeout or a
+// dropped connection is KindAmbiguous (with ProviderID when known); a
+// vanished offer is KindGone.
+func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
+	id, err := a.parseID("offer", req.OfferID)
+	if err != nil {
+		return providers.Instance{}, err
+	}
+	body, err := a.createBody(req)
+	if err != nil {
+		return providers.Instance{}, err
+	}
+	op := "creating instance from offer " + req.OfferID
+	resp, err := a.client.Do(ctx, providers.Call{
+		Method: http.MethodPut, Path: fmt.Sprintf("/api/v0/asks/%d/", id), Body: body, Safe: false,
+	})
+	if err != nil {
+		return providers.Instance{}, a.wrapTransport(op, err)
+	}
+	r, isJSON := parseReply(resp.Body)
+	ok2xx := resp.Status >= 200 && resp.Status < 300
+	if ok2xx && isJSON && !r.failed() && r.NewContract != "" {
+		return providers.Instance{
+			ProviderID: string(r.NewContract),
+			Tag:        req.Tag,
+			Status:     providers.StatusStarting,
+		}, nil
+	}
+	if r.NewContract != "" {
+		// The rent failed yet an instance exists (e.g. created stopped):
+		// the caller must adopt or destroy it.
+		e := a.apiError(providers.KindAmbiguous, op, resp, r)
+		e.ProviderID = string(r.NewContract)
+		return providers.Instance{}, e
+	}
+	return providers.Instance{}, a.apiError(classifyCreate(resp.Status, r, isJSON), op, resp, r)
+}
+
+// Get returns one instance; KindGone when vast.ai answers {"instances":null}
+// or 404.
+func (a *Adapter) Get(ctx context.Context, providerID string) (providers.Instance, error) {
+	id, err := a.parseID("instance", providerID)
+	if err != nil {
+		return providers.Instance{}, err
+	}
+	op := "getting instance " + providerID
+	resp, _, err := a.do(ctx, op, providers.Call{
+		Method: http.MethodGet, Path: fmt.Sprintf("/api/v0/instances/%d/", id),
+		Query: url.Values{"owner": {"me"}},
+	})
+	if err != nil {
+		return providers.Instance{}, goneIfNotFound(err)
+	}
+	var body struct {
+		Instances json.RawMessage `json:"instances"`
+	}
+	if err := a.decode(op, resp, &body); err != nil {
+		return providers.Instance{}, err
+	}
+	raw := strings.TrimSpace(string(body.Instances))
+	if strings.HasPrefix(raw, "[") { // tolerate a one-element list
+		var list []json.RawMessage
+		if json.Unmarshal(body.Instances, &list) == nil && len(list) > 0 {
+			raw = string(list[0])
+		} else {
+			raw = "null"
+		}
+	}
+	if raw == "" || raw == "null" || raw == "{}" {
+		return providers.Instance{}, a.errorf(providers.KindGone, "instance %s no longer exists", providerID)
+	}
+	var w wireInstance
+	if err := json.Unmarshal([]byte(raw), &w); err != nil {
+		return providers.Instance{}, a.errorf(providers.KindUnavailable, "%s: unreadable instance: %v", op, err)
+	}
+	in := w.instance()
+	if in.ProviderID == "" {
+		in.ProviderID = strconv.FormatInt(id, 10)
+	}
+	return in, nil
+}
+
+// goneIfNotFound turns a not-found instance into KindGone.
+func goneIfNotFound(err error) error {
+	var e *providers.Error
+	if errors.As(err, &e) && e.Kind == providers.KindNotFound {
+		e.Kind = providers.KindGone
+	}
+	return err
+}
+
+// listPage is one page of GET /api/v1/instances/.
+type listPage struct {
+	Instances []json.RawMessage `json:"instances"`
+	NextToken idValue           `json:"next_token"`
+}
+
+// List returns every instance of the account, following next_token through
+// all pages of 25. Only a complete listing is returned: any page failing
+// fails the call, since a partial list cannot prove an instance absent.
+func (a *Adapter) List(ctx context.Context) ([]providers.Instance, error) {
+	var out []providers.Instance
+	seen := map[string]bool{}
+	tokens := map[string]bool{}
+	token := ""
+	for page := 0; ; page++ {
+		if page >= maxListPages {
+			return nil, a.errorf(providers.KindUnavailable, "listing instances: more than %d pages", maxListPages)
+		}
+		p, err := a.listPage(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		for _, raw := range p.Instances {
+			var w wireInstance
+			if err := json.Unmarshal(raw, &w); err != nil {
+				return nil, a.errorf(providers.KindUnavailable, "listing instances: unreadable instance: %v", err)
+			}
+			in := w.instance()
+			if in.ProviderID == "" || seen[in.ProviderID] {
+				continue
+			}
+			seen[in.ProviderID] = true
+			out = append(out, in)
+		}
+		token = string(p.NextToken)
+		if token == "" {
+			return out, nil
+		}
+		if tokens[token] {
+			return nil, a.errorf(providers.KindUnavailable, "listing instances: next_token repeats")
+		}
+		tokens[token] = true
+	}
+}
+
+// listPage fetches one page, waiting out a rate limit that outlasted the
+// client's retries (the v1 list allows about one call per second).
+func (a *Adapter) listPage(ctx context.Context, token string) (listPage, error) {
+	q := url.Values{
+		// Non-string values are JSON-encoded, as the official CLI does.
+		"limit":    {strconv.Itoa(listPageSize)},
+		"order_by": {`[{"col":"id","dir":"asc"}]`},
+	}
+	if token != "" {
+		q.Set("after_token", token)
+	}
+	const op = "listing instances"
+	for attempt := 0; ; attempt++ {
+		resp, _, err := a.do(ctx, op, providers.Call{Method: http.MethodGet, Path: "/api/v1/instances/", Query: q})
+		if err == nil {
+			var p listPage
+			return p, a.decode(op, resp, &p)
+		}
+		if providers.KindOf(err) != providers.KindRateLimited || attempt >= rateLimitedPageTry {
+			return listPage{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return listPage{}, a.wrapTransport(op, ctx.Err())
+		case <-time.After(a.opts.RateLimitWait):
+		}
+	}
+}
+
+// Destroy removes an instance with DELETE /api/v0/instances/{id}/. An
+// instance already gone (404, not_found, no_such_instance) counts as
+// destroyed.
+func (a *Adapter) Destroy(ctx context.Context, providerID string) error {
+	id, err := a.parseID("instance", providerID)
+	if err != nil {
+		return err
+	}
+	_, _, err = a.do(ctx, "destroying instance "+providerID, providers.Call{
+		Method: http.MethodDelete, Path: fmt.Sprintf("/api/v0/instances/%d/", id), Body: map[string]any{},
+	})
+	if providers.KindOf(err) == providers.KindNotFound {
+		return nil
+	}
+	return err
+}
