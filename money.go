@@ -42,9 +42,13 @@ func (m Micros) String() string {
 // MarshalJSON renders m as a JSON number of dollars, exact to six places.
 func (m Micros) MarshalJSON() ([]byte, error) { return []byte(m.String()), nil }
 
-// UnmarshalJSON reads a JSON number (or numeric string) of dollars.
+// UnmarshalJSON reads a JSON number of dollars; strings, booleans and null
+// are refused.
 func (m *Micros) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
+	s := string(b)
+	if s == "" || !(s[0] == '-' || s[0] >= '0' && s[0] <= '9') {
+		return fmt.Errorf("must be a number of US dollars")
+	}
 	v, err := ParseUSD(s)
 	if err != nil {
 		return err

@@ -151,7 +151,7 @@ func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]provi
 			continue
 		}
 		for _, n := range countsFor(h.MaxGPUsPerContainer, f.MinGPUs) {
-			if h.Price != nil && *h.Price > 0 && f.MaxPricePerHour > 0 && *h.Price*gpuproxy.Micros(n) > f.MaxPricePerHour {
+			if h.Price.v > 0 && f.MaxPricePerHour > 0 && h.Price.v*gpuproxy.Micros(n) > f.MaxPricePerHour {
 				continue
 			}
 			jobs = append(jobs, job{h, n})
@@ -225,8 +225,8 @@ func (a *Adapter) offersFor(ctx context.Context, h wireHardware, gpus int) ([]pr
 		}
 		id := offerID{Hardware: h.HardwareID, Location: l.ID, GPUs: gpus}
 		var price gpuproxy.Micros
-		if h.Price != nil && *h.Price > 0 {
-			price = *h.Price * gpuproxy.Micros(gpus)
+		if h.Price.v > 0 {
+			price = h.Price.v * gpuproxy.Micros(gpus)
 		} else {
 			qt, err := a.quote(ctx, id, 1)
 			if err != nil {
@@ -280,14 +280,14 @@ func (a *Adapter) quote(ctx context.Context, id offerID, hours int) (providers.Q
 	if err := a.get(ctx, o, caas+"/price", q, &p); err != nil {
 		return providers.Quote{}, err
 	}
-	if p.TotalCostUSDC == nil {
+	if !p.TotalCostUSDC.set {
 		return providers.Quote{}, a.decodeErr(o, fmt.Errorf("no total_cost_usdc"))
 	}
 	if len(p.AvailableReplicaCount) > 0 && sumInts(p.AvailableReplicaCount) <= 0 {
 		return providers.Quote{}, &providers.Error{Provider: providers.IONet, Kind: providers.KindGone,
 			Status: http.StatusOK, Message: o.name + ": no replica available at that location any more"}
 	}
-	total := *p.TotalCostUSDC
+	total := p.TotalCostUSDC.v
 	return providers.Quote{
 		OfferID:      id.String(),
 		PricePerHour: (total + gpuproxy.Micros(hours)/2) / gpuproxy.Micros(hours),

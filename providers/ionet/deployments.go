@@ -111,9 +111,10 @@ func looksSecret(name string) bool {
 // deployment io.net reports as running is StatusStarting until a public_url
 // appears (io.net publishes it after the health check passes).
 // ActualCost is amount_paid: the gross prepaid amount, before any
-// early-destroy refund (see Refund). PricePerHour is derived from it over
-// the paid duration. An unknown or destroyed deployment is KindGone; for a
-// destroyed one the Instance is returned too, with its last known values.
+// early-destroy refund (see Refund). While the deployment is live,
+// PricePerHour is derived from it over the paid duration. An unknown or
+// destroyed deployment is KindGone; for a destroyed one the Instance is
+// returned too, with its last known values.
 // io.net's details carry no name, so Tag is "" unless the reply has one.
 func (a *Adapter) Get(ctx context.Context, providerID string) (providers.Instance, error) {
 	o := op{name: "getting deployment " + providerID, gone404: true}
@@ -181,10 +182,13 @@ func toInstance(d wireDeployment) providers.Instance {
 	default:
 		inst.NumGPUs = d.HardwareQuantity
 	}
-	if d.AmountPaid != nil {
-		inst.ActualCost, inst.HasActualCost = *d.AmountPaid, true
-		if mins := math.Round(d.ComputeMinutesServed + d.ComputeMinutesRemaining); mins > 0 {
-			inst.PricePerHour = gpuproxy.Micros(math.Round(float64(*d.AmountPaid) * 60 / mins))
+	if d.AmountPaid.set {
+		inst.ActualCost, inst.HasActualCost = d.AmountPaid.v, true
+		// Served + remaining minutes is the paid duration only while the
+		// deployment is live; afterwards remaining drops to zero.
+		live := inst.Status == providers.StatusStarting || inst.Status == providers.StatusRunning
+		if mins := math.Round(d.ComputeMinutesServed + d.ComputeMinutesRemaining); live && mins > 0 {
+			inst.PricePerHour = gpuproxy.Micros(math.Round(float64(d.AmountPaid.v) * 60 / mins))
 		}
 	}
 	return inst

@@ -51,14 +51,41 @@ func (h hardwareID) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(h))
 }
 
+// usd is a dollar amount io.net sends as a JSON number; a numeric string is
+// tolerated and null (or absence) leaves it unset.
+type usd struct {
+	v   gpuproxy.Micros
+	set bool
+}
+
+// UnmarshalJSON parses the amount exactly to the micro-dollar.
+func (u *usd) UnmarshalJSON(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if s == "null" {
+		*u = usd{}
+		return nil
+	}
+	if strings.HasPrefix(s, `"`) {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	}
+	v, err := gpuproxy.ParseUSD(s)
+	if err != nil {
+		return fmt.Errorf("amount %q: %w", s, err)
+	}
+	*u = usd{v: v, set: true}
+	return nil
+}
+
 // wireHardware is an item of caas/hardware/max-gpus-per-container.
 type wireHardware struct {
-	HardwareID          hardwareID       `json:"hardware_id"`
-	HardwareName        string           `json:"hardware_name"`
-	BrandName           string           `json:"brand_name"`
-	MaxGPUsPerContainer int              `json:"max_gpus_per_container"`
-	Available           int              `json:"available"`
-	Price               *gpuproxy.Micros `json:"price"` // USD per GPU-hour (unit unverified)
+	HardwareID          hardwareID `json:"hardware_id"`
+	HardwareName        string     `json:"hardware_name"`
+	BrandName           string     `json:"brand_name"`
+	MaxGPUsPerContainer int        `json:"max_gpus_per_container"`
+	Available           int        `json:"available"`
+	Price               usd        `json:"price"` // USD per GPU-hour (unit unverified)
 }
 
 // name returns the hardware name, with new-api's fallback for empty names.
@@ -97,10 +124,10 @@ func (l wireLocation) label() string {
 
 // wirePrice is the payload of caas/price.
 type wirePrice struct {
-	ReplicaCount          int              `json:"replica_count"`
-	GPUsPerContainer      int              `json:"gpus_per_container"`
-	AvailableReplicaCount []int            `json:"available_replica_count"`
-	TotalCostUSDC         *gpuproxy.Micros `json:"total_cost_usdc"`
+	ReplicaCount          int   `json:"replica_count"`
+	GPUsPerContainer      int   `json:"gpus_per_container"`
+	AvailableReplicaCount []int `json:"available_replica_count"`
+	TotalCostUSDC         usd   `json:"total_cost_usdc"`
 }
 
 // deployRequest is the CaaS deploy body. The server forbids unknown keys.
@@ -134,21 +161,21 @@ type actionReply struct {
 // wireDeployment is a deployment as details (caas/deployment/{id}) and list
 // items (caas/deployments) report it; each carries a subset of the fields.
 type wireDeployment struct {
-	ID                      string           `json:"id"`
-	Status                  string           `json:"status"`
-	Name                    string           `json:"name"`                  // list items
-	ResourcePrivateName     string           `json:"resource_private_name"` // tolerated if present
-	CreatedAt               wireTime         `json:"created_at"`
-	StartedAt               wireTime         `json:"started_at"`
-	FinishedAt              wireTime         `json:"finished_at"`
-	AmountPaid              *gpuproxy.Micros `json:"amount_paid"`
-	TotalGPUs               int              `json:"total_gpus"`
-	GPUsPerContainer        int              `json:"gpus_per_container"`
-	TotalContainers         int              `json:"total_containers"`
-	HardwareQuantity        int              `json:"hardware_quantity"`
-	HardwareName            string           `json:"hardware_name"`
-	ComputeMinutesServed    float64          `json:"compute_minutes_served"`
-	ComputeMinutesRemaining float64          `json:"compute_minutes_remaining"`
+	ID                      string   `json:"id"`
+	Status                  string   `json:"status"`
+	Name                    string   `json:"name"`                  // list items
+	ResourcePrivateName     string   `json:"resource_private_name"` // tolerated if present
+	CreatedAt               wireTime `json:"created_at"`
+	StartedAt               wireTime `json:"started_at"`
+	FinishedAt              wireTime `json:"finished_at"`
+	AmountPaid              usd      `json:"amount_paid"`
+	TotalGPUs               int      `json:"total_gpus"`
+	GPUsPerContainer        int      `json:"gpus_per_container"`
+	TotalContainers         int      `json:"total_containers"`
+	HardwareQuantity        int      `json:"hardware_quantity"`
+	HardwareName            string   `json:"hardware_name"`
+	ComputeMinutesServed    float64  `json:"compute_minutes_served"`
+	ComputeMinutesRemaining float64  `json:"compute_minutes_remaining"`
 }
 
 type wireDeploymentList struct {

@@ -126,8 +126,14 @@ func (d *deployment) secretKeys() []string {
 // runs out; termination requested → destroyed. The caller holds s.mu.
 func (s *Server) advance() {
 	now := s.opts.Now().UTC()
+	closed := false
+	select {
+	case <-s.closing: // no new listeners once closed
+		closed = true
+	default:
+	}
 	for _, d := range s.order {
-		if d.status == stRequested && !now.Before(d.created.Add(s.opts.StartDelay)) {
+		if d.status == stRequested && !closed && !now.Before(d.created.Add(s.opts.StartDelay)) {
 			d.started = d.created.Add(s.opts.StartDelay)
 			if err := d.startWorkers(s.opts.ChunkDelay); err != nil {
 				d.status, d.finished = stFailed, now

@@ -1,0 +1,245 @@
+// Package auth authenticates callers — API keys (random, shown once, stored
+// as a SHA-256 hash, compared in constant time) and HS256 JWTs — into a
+// gpuproxy.Principal with scopes, manages accounts and keys, and rate-limits
+// per key.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Store is what auth needs from the database.
+type Store interface {
+	CreateAccount(ctx context.Context, name string, now time.Time) (gpuproxy.Account, error)
+	AccountByName(ctx context.Context, name string) (gpuproxy.Account, error)
+	ListAccounts(ctx context.Context) ([]gpuproxy.Account, error)
+	CreateKey(ctx context.Context, k gpuproxy.APIKey) error
+	KeyByID(ctx context.Context, id string) (gpuproxy.APIKey, error)
+	ListKeys(ctx context.Context, accountID int64) ([]gpuproxy.APIKey, error)
+	RevokeKey(ctx context.Context, accountID int64, id string, now time.Time) error
+}
+
+// Options configure a Service.
+type Options struct {
+	// JWTSecret enables HS256 JWTs as bearer tokens when not empty.
+	JWTSecret []byte
+	// CacheTTL is how long a verified key or JWT account stays cached
+	// (default 5s; revocation takes effect within it). Negative disables.
+	CacheTTL time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Service manages accounts and keys and authenticates requests.
+type Service struct {
+	store Store
+	opts  Options
+	cache sync.Map // key id or "jwt:"+account → cached
+}
+
+type cached struct {
+	key     gpuproxy.APIKey
+	account gpuproxy.Account
+	until   time.Time
+}
+
+// New returns a Service.
+func New(store Store, o Options) *Service {
+	if o.CacheTTL == 0 {
+		o.CacheTTL = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Service{store: store, opts: o}
+}
+
+// KeyPrefix starts every API key, so keys are recognizable (and scannable
+// by secret scanners) and distinguishable from JWTs.
+const KeyPrefix = "gpx_"
+
+var errUnauthorized = gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "missing or invalid API key or token")
+
+// HashKey returns the stored form of a key: hex SHA-256. Keys carry 256
+// random bits, so a fast hash is enough; no key is ever stored in clear.
+func HashKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(h[:])
+}
+
+// splitKey returns the id part of "gpx_<id>_<secret>".
+func splitKey(key string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, KeyPrefix)
+	if !ok {
+		return "", false
+	}
+	id, secret, ok := strings.Cut(rest, "_")
+	return id, ok && len(id) == 16 && len(secret) >= 32
+}
+
+// Authenticate turns a credential (an API key, or a JWT when enabled) into a
+// Principal. Every failure is the same unauthorized error.
+func (s *Service) Authenticate(ctx context.Context, credential string) (gpuproxy.Principal, error) {
+	credential = strings.TrimSpace(credential)
+	if credential == "" {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	if id, ok := splitKey(credential); ok {
+		return s.authKey(ctx, id, credential)
+	}
+	if len(s.opts.JWTSecret) > 0 && strings.Count(credential, ".") == 2 {
+		return s.authJWT(ctx, credential)
+	}
+	return gpuproxy.Principal{}, errUnauthorized
+}
+
+func (s *Service) authKey(ctx context.Context, id, credential string) (gpuproxy.Principal, error) {
+	now := s.opts.Now()
+	var k gpuproxy.APIKey
+	if c, ok := s.cache.Load(id); ok && now.Before(c.(cached).until) {
+		k = c.(cached).key
+	} else {
+		var err error
+		k, err = s.store.KeyByID(ctx, id)
+		switch gpuproxy.ErrorCode(err) {
+		case "":
+		case gpuproxy.ENOTFOUND:
+			return gpuproxy.Principal{}, errUnauthorized
+		default:
+			return gpuproxy.Principal{}, err
+		}
+		if s.opts.CacheTTL > 0 {
+			s.cache.Store(id, cached{key: k, until: now.Add(s.opts.CacheTTL)})
+		}
+	}
+	if subtle.ConstantTimeCompare([]byte(HashKey(credential)), []byte(k.Hash)) != 1 || !k.RevokedAt.IsZero() {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	return gpuproxy.Principal{AccountID: k.AccountID, AccountName: k.AccountName, KeyID: k.ID, Scopes: k.Scopes}, nil
+}
+
+func (s *Service) authJWT(ctx context.Context, token string) (gpuproxy.Principal, error) {
+	claims := jwt.MapClaims{}
+	_, err := jwt.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) { return s.opts.JWTSecret, nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithTimeFunc(s.opts.Now))
+	if err != nil {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	sub, _ := claims.GetSubject()
+	scopeStr, _ := claims["scope"].(string)
+	scopes, err := gpuproxy.ParseScopes(scopeStr)
+	if sub == "" || err != nil {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	now := s.opts.Now()
+	var acct gpuproxy.Account
+	if c, ok := s.cache.Load("jwt:" + sub); ok && now.Before(c.(cached).until) {
+		acct = c.(cached).account
+	} else {
+		acct, err = s.store.AccountByName(ctx, sub)
+		switch gpuproxy.ErrorCode(err) {
+		case "":
+		case gpuproxy.ENOTFOUND:
+			return gpuproxy.Principal{}, errUnauthorized
+		default:
+			return gpuproxy.Principal{}, err
+		}
+		if s.opts.CacheTTL > 0 {
+			s.cache.Store("jwt:"+sub, cached{account: acct, until: now.Add(s.opts.CacheTTL)})
+		}
+	}
+	jti, _ := claims["jti"].(string)
+	return gpuproxy.Principal{AccountID: acct.ID, AccountName: acct.Name, KeyID: "jwt:" + sub + ":" + jti, Scopes: scopes}, nil
+}
+
+// IssueJWT signs an HS256 token for account with scopes, valid for ttl.
+func (s *Service) IssueJWT(account string, scopes []gpuproxy.Scope, ttl time.Duration) (string, error) {
+	if len(s.opts.JWTSecret) == 0 {
+		return "", gpuproxy.Errorf(gpuproxy.EINVALID, "JWT secret is not configured")
+	}
+	now := s.opts.Now()
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": account, "scope": gpuproxy.JoinScopes(scopes), "iat": now.Unix(), "exp": now.Add(ttl).Unix(),
+	}).SignedString(s.opts.JWTSecret)
+}
+
+// CreateAccount creates a named account.
+func (s *Service) CreateAccount(ctx context.Context, name string) (gpuproxy.Account, error) {
+	if err := gpuproxy.ValidateAccountName(name); err != nil {
+		return gpuproxy.Account{}, err
+	}
+	return s.store.CreateAccount(ctx, name, s.opts.Now())
+}
+
+// Account returns the named account.
+func (s *Service) Account(ctx context.Context, name string) (gpuproxy.Account, error) {
+	if err := gpuproxy.ValidateAccountName(name); err != nil {
+		return gpuproxy.Account{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "account %q not found", name)
+	}
+	return s.store.AccountByName(ctx, name)
+}
+
+// Accounts lists every account.
+func (s *Service) Accounts(ctx context.Context) ([]gpuproxy.Account, error) {
+	return s.store.ListAccounts(ctx)
+}
+
+// CreateKey makes a new key for the named account and returns it in clear —
+// the only time it is ever available — with its stored record.
+func (s *Service) CreateKey(ctx context.Context, account, name string, scopes []gpuproxy.Scope) (string, gpuproxy.APIKey, error) {
+	a, err := s.Account(ctx, account)
+	if err != nil {
+		return "", gpuproxy.APIKey{}, err
+	}
+	if len(scopes) == 0 {
+		return "", gpuproxy.APIKey{}, gpuproxy.Invalid("scopes", "at least one scope is required")
+	}
+	if len(name) > 100 {
+		return "", gpuproxy.APIKey{}, gpuproxy.Invalid("name", "must be at most 100 characters")
+	}
+	idb, secret := make([]byte, 8), make([]byte, 32)
+	_, _ = rand.Read(idb)
+	_, _ = rand.Read(secret)
+	id := hex.EncodeToString(idb)
+	plain := KeyPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret)
+	k := gpuproxy.APIKey{ID: id, AccountID: a.ID, AccountName: a.Name, Name: name, Hash: HashKey(plain),
+		Scopes: scopes, CreatedAt: s.opts.Now().UTC().Truncate(time.Microsecond)}
+	if err := s.store.CreateKey(ctx, k); err != nil {
+		return "", gpuproxy.APIKey{}, err
+	}
+	return plain, k, nil
+}
+
+// Keys lists the named account's keys (never their secrets).
+func (s *Service) Keys(ctx context.Context, account string) ([]gpuproxy.APIKey, error) {
+	a, err := s.Account(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.ListKeys(ctx, a.ID)
+}
+
+// RevokeKey revokes one of the named account's keys.
+func (s *Service) RevokeKey(ctx context.Context, account, id string) error {
+	a, err := s.Account(ctx, account)
+	if err != nil {
+		return err
+	}
+	if err := s.store.RevokeKey(ctx, a.ID, id, s.opts.Now()); err != nil {
+		return err
+	}
+	s.cache.Delete(id)
+	return nil
+}

@@ -1,0 +1,146 @@
+package billing_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+)
+
+var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+// clock is a shared, settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestDueIsCumulative(t *testing.T) {
+	m := billing.Meter{PricePerHour: 1_000_001, Start: t0, ChargedUntil: t0}
+	// Charging every 7 seconds for an hour sums to exactly the hourly price.
+	var total gpuproxy.Micros
+	for now := t0.Add(7 * time.Second); !now.After(t0.Add(time.Hour)); now = now.Add(7 * time.Second) {
+		until, charged := billing.Due(m, now)
+		total += charged - m.Charged
+		m.ChargedUntil, m.Charged = until, charged
+	}
+	until, charged := billing.Due(m, t0.Add(time.Hour))
+	total += charged - m.Charged
+	if total != 1_000_001 || !until.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("hour of 7s ticks charged %d, want 1000001", total)
+	}
+	// Stopped meters are never charged past their stop.
+	m = billing.Meter{PricePerHour: 3_600_000, Start: t0, ChargedUntil: t0, Stop: t0.Add(10 * time.Minute)}
+	until, charged = billing.Due(m, t0.Add(5*time.Hour))
+	if !until.Equal(m.Stop) || charged != 600_000 {
+		t.Fatalf("stopped meter: until %v charged %d", until, charged)
+	}
+}
+
+// TestTwoEnginesChargeExactlyOnce: two metering engines on separate pools
+// of one database, ticking concurrently over many periods, append exactly
+// the charges one engine would, to the micro-dollar.
+func TestTwoEnginesChargeExactlyOnce(t *testing.T) {
+	for _, tc := range []struct {
+		kind     dbtest.Kind
+		noLeader bool
+	}{{dbtest.Postgres, false}, {dbtest.Postgres, true}, {dbtest.SQLite, false}, {dbtest.SQLite, true}} {
+		k := tc.kind
+		name := string(k)
+		if tc.noLeader {
+			name += "/split-brain"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			stores := dbtest.Replicas(t, k, 2)
+			ctx := context.Background()
+			a, err := stores[0].CreateAccount(ctx, "meter", t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prices := []gpuproxy.Micros{3_000_000, 1_234_567, 999, 25_500_000}
+			for i, p := range prices {
+				if err := stores[0].CreateMeter(ctx, billing.Meter{ID: string(rune('a' + i)), AccountID: a.ID,
+					InstanceID: "inst-" + string(rune('a'+i)), PricePerHour: p, Start: t0}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clk := &clock{t: t0}
+			var ms [2]billing.MeterStore
+			for i := range ms {
+				ms[i] = stores[i]
+				if tc.noLeader {
+					ms[i] = noLeader{stores[i]}
+				}
+			}
+			engines := []*billing.Meterer{
+				billing.NewMeterer(ms[0], billing.MeterOptions{Now: clk.Now}),
+				billing.NewMeterer(ms[1], billing.MeterOptions{Now: clk.Now}),
+			}
+			stopAt := t0.Add(37*time.Minute + 13*time.Second)
+			for step := range 120 {
+				clk.Add(23 * time.Second)
+				if step == 80 {
+					if err := stores[1].StopMeter(ctx, "b", stopAt); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var wg sync.WaitGroup
+				for _, e := range engines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if _, err := e.Tick(ctx); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			end := clk.Now()
+			for i, p := range prices {
+				id := "inst-" + string(rune('a'+i))
+				stop := end
+				if i == 1 {
+					stop = stopAt
+				}
+				want := p.MulMillis(stop.Sub(t0).Milliseconds())
+				tot, err := stores[0].Totals(ctx, billing.Filter{AccountID: a.ID, InstanceID: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tot.Charges != want {
+					t.Errorf("%s: charged %d, want %d", id, tot.Charges, want)
+				}
+				es, _ := stores[0].ListEntries(ctx, billing.Filter{AccountID: a.ID, InstanceID: id, Limit: 1})
+				if len(es) > 0 && es[0].At.After(stop) {
+					t.Errorf("%s charged after its stop: %v", id, es[0].At)
+				}
+			}
+		})
+	}
+}
+
+// noLeader pretends every replica holds the leader lock (split brain), so
+// the store's compare-and-set and unique keys are all that stand between
+// two engines and a double charge.
+type noLeader struct{ *db.Store }
+
+func (n noLeader) WithLeader(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) {
+	return true, fn(ctx)
+}
+
+var _ billing.MeterStore = (*db.Store)(nil)
+var _ billing.Store = (*db.Store)(nil)

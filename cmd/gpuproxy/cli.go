@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// cliFlags is a flag set with -c, parsed with flags and arguments in any
+// order ("accounts create NAME -c FILE" works).
+type cliFlags struct {
+	*flag.FlagSet
+	config *string
+	args   []string
+}
+
+func newFlags(name string) *cliFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return &cliFlags{FlagSet: fs, config: fs.String("c", "", "config file (gpuproxy.yaml)")}
+}
+
+func (f *cliFlags) parse(args []string) error {
+	for {
+		if err := f.FlagSet.Parse(args); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		args = f.FlagSet.Args()
+		if len(args) == 0 {
+			return nil
+		}
+		f.args = append(f.args, args[0])
+		args = args[1:]
+	}
+}
+
+// multi is a repeatable string flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// env bundles the opened store and services for a CLI command.
+type env struct {
+	cfg    config
+	store  *db.Store
+	auth   *auth.Service
+	guard  *guardrails.Service
+	ledger *billing.Ledger
+}
+
+func openEnv(ctx context.Context, configPath string, getenv func(string) string) (*env, error) {
+	cfg, err := loadConfig(configPath, getenv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := db.Open(ctx, db.Options{URL: cfg.DatabaseURL})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	ws, err := cfg.windows()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &env{cfg: cfg, store: st,
+		auth:   auth.New(st, auth.Options{JWTSecret: []byte(cfg.JWTSecret)}),
+		guard:  guardrails.New(st, guardrails.Options{Defaults: ws, Horizon: cfg.Horizon}),
+		ledger: billing.NewLedger(st, nil)}, nil
+}
+
+func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	f := newFlags("migrate")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*f.config, getenv)
+	if err != nil {
+		return err
+	}
+	st, err := db.Open(ctx, db.Options{URL: cfg.DatabaseURL})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: applied %d migration(s) %v\n", st.Dialect(), len(applied), applied)
+	return nil
+}
+
+func cmdAccounts(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	f := newFlags("accounts")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.args) == 0 {
+		return fmt.Errorf("usage: accounts create NAME | accounts list")
+	}
+	e, err := openEnv(ctx, *f.config, getenv)
+	if err != nil {
+		return err
+	}
+	defer e.store.Close()
+	switch {
+	case f.args[0] == "create" && len(f.args) == 2:
+		a, err := e.auth.CreateAccount(ctx, f.args[1])
+		if err != nil {
+			return cliErr(err)
+		}
+		fmt.Fprintf(stdout, "created account %s (id %d)\n", a.Name, a.ID)
+		return nil
+	case f.args[0] == "list":
+		as, err := e.auth.Accounts(ctx)
+		if err != nil {
+			return cliErr(err)
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tON_EXCEED\tCREATED")
+		for _, a := range as {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", a.ID, a.Name, a.OnExceed, a.CreatedAt.Format("2006-01-02 15:04"))
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("usage: accounts create NAME | accounts list")
+}
+
+func cmdKeys(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	f := newFlags("keys")
+	account := f.String("account", "", "account name")
+	scopes := f.String("scopes", "", "comma-separated scopes")
+	preset := f.String("preset", "", "assistant, engineer, finance or admin")
+	name := f.String("name", "", "a label for the key")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.args) == 0 || *account == "" {
+		return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
+	}
+	e, err := openEnv(ctx, *f.config, getenv)
+	if err != nil {
+		return err
+	}
+	defer e.store.Close()
+	switch f.args[0] {
+	case "create":
+		var sc []gpuproxy.Scope
+		switch {
+		case *preset != "" && *scopes != "":
+			return fmt.Errorf("give --scopes or --preset, not both")
+		case *preset != "":
+			var ok bool
+			if sc, ok = gpuproxy.Presets[*preset]; !ok {
+				return fmt.Errorf("--preset must be assistant, engineer, finance or admin")
+			}
+		default:
+			if sc, err = gpuproxy.ParseScopes(*scopes); err != nil {
+				return cliErr(err)
+			}
+		}
+		plain, k, err := e.auth.CreateKey(ctx, *account, *name, sc)
+		if err != nil {
+			return cliErr(err)
+		}
+		fmt.Fprintf(stdout, "created key %s for %s with scopes %s (shown once; store it now):\n%s\n",
+			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), plain)
+		return nil
+	case "list":
+		ks, err := e.auth.Keys(ctx, *account)
+		if err != nil {
+			return cliErr(err)
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+		for _, k := range ks {
+			rev := "-"
+			if !k.RevokedAt.IsZero() {
+				rev = k.RevokedAt.Format("2006-01-02 15:04")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes),
+				k.CreatedAt.Format("2006-01-02 15:04"), rev)
+		}
+		return tw.Flush()
+	case "revoke":
+		if len(f.args) != 2 {
+			return fmt.Errorf("usage: keys revoke --account NAME KEY_ID")
+		}
+		if err := e.auth.RevokeKey(ctx, *account, f.args[1]); err != nil {
+			return cliErr(err)
+		}
+		fmt.Fprintf(stdout, "revoked key %s\n", f.args[1])
+		return nil
+	}
+	return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
+}
+
+func cmdLimits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	f := newFlags("limits")
+	account := f.String("account", "", "account name")
+	var windows multi
+	f.Var(&windows, "window", "DURATION=USD, repeatable (60m=50, 24h=1000)")
+	onExceed := f.String("on-exceed", "", "block or destroy")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.args) != 1 || f.args[0] != "set" || *account == "" || (len(windows) == 0 && *onExceed == "") {
+		return fmt.Errorf("usage: limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]")
+	}
+	var ws []guardrails.Window
+	if len(windows) > 0 {
+		var err error
+		if ws, err = parseWindowFlags(windows); err != nil {
+			return cliErr(err)
+		}
+	}
+	e, err := openEnv(ctx, *f.config, getenv)
+	if err != nil {
+		return err
+	}
+	defer e.store.Close()
+	a, err := e.auth.Account(ctx, *account)
+	if err != nil {
+		return cliErr(err)
+	}
+	if err := e.guard.SetLimits(ctx, a.ID, ws, *onExceed); err != nil {
+		return cliErr(err)
+	}
+	snap, err := e.guard.Spending(ctx, a.ID)
+	if err != nil {
+		return cliErr(err)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "limits for %s (on_exceed %s):\nWINDOW\tLIMIT\tSPENT\tHELD\tCOMMITTED\tREMAINING\n", a.Name, snap.OnExceed)
+	for _, u := range snap.Windows {
+		fmt.Fprintf(tw, "%dm\t$%s\t$%s\t$%s\t$%s\t$%s\n", u.Minutes, u.Limit, u.Spent, u.Held, u.Committed, u.Remaining())
+	}
+	return tw.Flush()
+}
+
+func cmdCredits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	f := newFlags("credits")
+	account := f.String("account", "", "account name")
+	amount := f.String("amount", "", "USD")
+	desc := f.String("description", "credit added from the CLI", "description")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.args) != 1 || f.args[0] != "add" || *account == "" || *amount == "" {
+		return fmt.Errorf("usage: credits add --account NAME --amount USD [--description TEXT]")
+	}
+	amt, err := gpuproxy.ParseUSD(*amount)
+	if err != nil || amt <= 0 {
+		return fmt.Errorf("--amount must be a positive number of US dollars")
+	}
+	e, err := openEnv(ctx, *f.config, getenv)
+	if err != nil {
+		return err
+	}
+	defer e.store.Close()
+	a, err := e.auth.Account(ctx, *account)
+	if err != nil {
+		return cliErr(err)
+	}
+	en, err := e.ledger.AddCredit(ctx, a.ID, amt, *desc, "")
+	if err != nil {
+		return cliErr(err)
+	}
+	fmt.Fprintf(stdout, "credited $%s to %s (ledger entry %d)\n", en.Amount, a.Name, en.ID)
+	return nil
+}
+
+// cliErr shows an application error's message, not its internals.
+func cliErr(err error) error {
+	if gpuproxy.ErrorCode(err) == gpuproxy.EINTERNAL {
+		return err
+	}
+	return fmt.Errorf("%s", gpuproxy.ErrorMessage(err))
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// config is gpuproxy.yaml, overridden by the environment. It is read once,
+// here, and passed down as values.
+type config struct {
+	Listen           string        `yaml:"listen"`
+	DatabaseURL      string        `yaml:"database_url"`
+	JWTSecret        string        `yaml:"jwt_secret"`
+	RateLimit        int           `yaml:"rate_limit_per_minute"`
+	Horizon          time.Duration `yaml:"horizon"`
+	Limits           []limitConfig `yaml:"limits"`
+	MeteringInterval time.Duration `yaml:"metering_interval"`
+	LogLevel         string        `yaml:"log_level"`
+}
+
+type limitConfig struct {
+	Window string  `yaml:"window"` // "60m", "24h", or minutes
+	Limit  float64 `yaml:"limit"`  // USD
+}
+
+func defaultConfig() config {
+	return config{Listen: "127.0.0.1:8080", RateLimit: 100, Horizon: time.Hour, MeteringInterval: time.Minute,
+		LogLevel: "info"}
+}
+
+// loadConfig reads path (if not empty) and applies environment overrides.
+func loadConfig(path string, getenv func(string) string) (config, error) {
+	c := defaultConfig()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("reading config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("parsing %s: %w", path, err)
+		}
+	}
+	env := func(name string, set func(string) error) error {
+		if v := getenv(name); v != "" {
+			if err := set(v); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
+	dur := func(dst *time.Duration) func(string) error {
+		return func(v string) error {
+			d, err := time.ParseDuration(v)
+			*dst = d
+			return err
+		}
+	}
+	for _, e := range []struct {
+		name string
+		set  func(string) error
+	}{
+		{"DATABASE_URL", str(&c.DatabaseURL)},
+		{"GPUPROXY_LISTEN", str(&c.Listen)},
+		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
+		{"GPUPROXY_LOG_LEVEL", str(&c.LogLevel)},
+		{"GPUPROXY_HORIZON", dur(&c.Horizon)},
+		{"GPUPROXY_METERING_INTERVAL", dur(&c.MeteringInterval)},
+		{"GPUPROXY_RATE_LIMIT", func(v string) error {
+			n, err := strconv.Atoi(v)
+			c.RateLimit = n
+			return err
+		}},
+		{"GPUPROXY_LIMITS", func(v string) error {
+			ls, err := parseWindowFlags(strings.Split(v, ","))
+			c.Limits = nil
+			for _, w := range ls {
+				c.Limits = append(c.Limits, limitConfig{Window: strconv.Itoa(w.Minutes), Limit: w.Limit.USD()})
+			}
+			return err
+		}},
+	} {
+		if err := env(e.name, e.set); err != nil {
+			return c, err
+		}
+	}
+	if c.Horizon <= 0 {
+		return c, fmt.Errorf("horizon must be positive")
+	}
+	if c.MeteringInterval <= 0 {
+		return c, fmt.Errorf("metering_interval must be positive")
+	}
+	return c, nil
+}
+
+// windows returns the default limit windows.
+func (c config) windows() ([]guardrails.Window, error) {
+	if len(c.Limits) == 0 {
+		return guardrails.DefaultWindows, nil
+	}
+	var specs []string
+	for _, l := range c.Limits {
+		specs = append(specs, l.Window+"="+strconv.FormatFloat(l.Limit, 'f', -1, 64))
+	}
+	return parseWindowFlags(specs)
+}
+
+// parseWindowFlags parses "60m=50", "24h=1000" or "1440=1000" (minutes).
+func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
+	var out []guardrails.Window
+	for _, s := range specs {
+		w, l, ok := strings.Cut(strings.TrimSpace(s), "=")
+		if !ok {
+			return nil, fmt.Errorf("window %q: want DURATION=USD, e.g. 60m=50", s)
+		}
+		var minutes int
+		if n, err := strconv.Atoi(w); err == nil {
+			minutes = n
+		} else {
+			d, err := time.ParseDuration(w)
+			if err != nil || d%time.Minute != 0 {
+				return nil, fmt.Errorf("window %q: duration must be whole minutes, e.g. 60m or 24h", s)
+			}
+			minutes = int(d / time.Minute)
+		}
+		lim, err := gpuproxy.ParseUSD(l)
+		if err != nil {
+			return nil, fmt.Errorf("window %q: limit: %w", s, err)
+		}
+		out = append(out, guardrails.Window{Minutes: minutes, Limit: lim})
+	}
+	if err := guardrails.ValidateWindows(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

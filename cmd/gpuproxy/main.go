@@ -1,0 +1,69 @@
+// Command gpuproxy is the AIServe GPU proxy: a service that searches, rents
+// and proxies GPU instances on vast.ai and io.net under rolling-window
+// spending limits, plus the CLI that administers it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuproxy:", err)
+		os.Exit(1)
+	}
+}
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// run is the whole program, callable from tests.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return cmdServe(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return cmdMigrate(ctx, rest, getenv, stdout)
+	case "accounts":
+		return cmdAccounts(ctx, rest, getenv, stdout)
+	case "keys":
+		return cmdKeys(ctx, rest, getenv, stdout)
+	case "limits":
+		return cmdLimits(ctx, rest, getenv, stdout)
+	case "credits":
+		return cmdCredits(ctx, rest, getenv, stdout)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "gpuproxy", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; DATABASE_URL overrides the file)
+
+  serve [--listen ADDR]                       run the HTTP API (default 127.0.0.1:8080)
+  migrate                                     apply database migrations
+  accounts create NAME | accounts list
+  keys create --account NAME (--scopes LIST | --preset assistant|engineer|finance|admin) [--name TEXT]
+  keys list --account NAME
+  keys revoke --account NAME KEY_ID
+  limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]
+  credits add --account NAME --amount USD [--description TEXT]
+  version
+`

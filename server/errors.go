@@ -1,0 +1,195 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// statusOf is the one mapping from application error codes to HTTP.
+var statusOf = map[string]int{
+	gpuproxy.EINVALID:      http.StatusBadRequest,
+	gpuproxy.ENOTFOUND:     http.StatusNotFound,
+	gpuproxy.ECONFLICT:     http.StatusConflict,
+	gpuproxy.EGONE:         http.StatusConflict,
+	gpuproxy.EUNAUTHORIZED: http.StatusUnauthorized,
+	gpuproxy.EFORBIDDEN:    http.StatusForbidden,
+	gpuproxy.ELIMIT:        http.StatusPaymentRequired,
+	gpuproxy.ERATELIMITED:  http.StatusTooManyRequests,
+	gpuproxy.EUNAVAILABLE:  http.StatusServiceUnavailable,
+	gpuproxy.EPROVIDER:     http.StatusServiceUnavailable,
+	gpuproxy.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	gpuproxy.EINTERNAL:     http.StatusInternalServerError,
+}
+
+// HTTPStatus returns the HTTP status for an application error.
+func HTTPStatus(err error) int {
+	if s, ok := statusOf[gpuproxy.ErrorCode(err)]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+type errorBody struct {
+	Error errorPayload `json:"error"`
+}
+
+type errorPayload struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// errorHandler renders every error in the one shape
+// {"error":{"code","message","details"}}; internal errors are logged and
+// shown as "internal error".
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		err = fromEchoError(he)
+	}
+	code := gpuproxy.ErrorCode(err)
+	status := HTTPStatus(err)
+	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE {
+		s.log.Error("request failed", "request_id", requestID(c), "code", code, "err", err)
+	}
+	body := errorBody{errorPayload{Code: code, Message: gpuproxy.ErrorMessage(err), Details: gpuproxy.ErrorDetails(err)}}
+	if code == gpuproxy.EINTERNAL {
+		body.Error.Message, body.Error.Details = "internal error", nil
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, body)
+}
+
+func fromEchoError(he *echo.HTTPError) error {
+	msg := fmt.Sprint(he.Message)
+	switch he.Code {
+	case http.StatusNotFound:
+		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "no such route")
+	case http.StatusMethodNotAllowed:
+		return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: "method not allowed on this route"}
+	case http.StatusRequestEntityTooLarge:
+		return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+	case http.StatusUnauthorized:
+		return gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "%s", msg)
+	}
+	if he.Code >= 400 && he.Code < 500 {
+		return gpuproxy.Errorf(gpuproxy.EINVALID, "%s", strings.ToLower(msg))
+	}
+	return &gpuproxy.Error{Code: gpuproxy.EINTERNAL, Message: msg, Cause: he}
+}
+
+// bind decodes a JSON body strictly: unknown fields, wrong types, trailing
+// data and oversize bodies are refused with a message naming the field.
+func bind(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return gpuproxy.Invalid("body", "must contain one JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+	case errors.As(err, &te):
+		f := te.Field
+		if f == "" {
+			f = "body"
+		}
+		return gpuproxy.Invalid(f, "must be %s, not %s", jsonKind(te.Type.Kind().String()), te.Value)
+	case errors.As(err, &se):
+		return gpuproxy.Invalid("body", "malformed JSON at offset %d", se.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return gpuproxy.Invalid(f, "unknown field")
+	case err.Error() == "EOF":
+		return gpuproxy.Invalid("body", "a JSON object is required")
+	case strings.Contains(err.Error(), "unexpected EOF"):
+		return gpuproxy.Invalid("body", "malformed JSON (truncated)")
+	}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return gpuproxy.Invalid(fe.field, "%s", fe.msg)
+	}
+	return gpuproxy.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int64", "int32", "float64", "uint":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return k
+}
+
+// fieldError is returned by custom field decoders to name their field.
+type fieldError struct{ field, msg string }
+
+func (e *fieldError) Error() string { return e.field + ": " + e.msg }
+
+// amount is a request field holding US dollars as a JSON number, decoded
+// exactly to micro-dollars.
+type amount struct {
+	set   bool
+	value gpuproxy.Micros
+	raw   json.RawMessage
+}
+
+func (a *amount) UnmarshalJSON(b []byte) error {
+	a.set, a.raw = true, append(json.RawMessage(nil), b...)
+	return nil
+}
+
+// parse validates the amount for field: a number, ≥ 0 (or > 0 when
+// positive), at most $1 billion.
+func (a *amount) parse(field string, required, positive bool) (gpuproxy.Micros, error) {
+	if !a.set {
+		if required {
+			return 0, gpuproxy.Invalid(field, "is required")
+		}
+		return 0, nil
+	}
+	var m gpuproxy.Micros
+	if err := json.Unmarshal(a.raw, &m); err != nil {
+		return 0, gpuproxy.Invalid(field, "must be a number of US dollars")
+	}
+	switch {
+	case m < 0:
+		return 0, gpuproxy.Invalid(field, "must not be negative")
+	case positive && m == 0:
+		return 0, gpuproxy.Invalid(field, "must be greater than 0")
+	case m > gpuproxy.MaxMicros:
+		return 0, gpuproxy.Invalid(field, "must be at most 1000000000")
+	}
+	a.value = m
+	return m, nil
+}

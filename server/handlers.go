@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+func echoHandler(h http.Handler) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
+
+func (s *Server) health(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{"status": "ok", "version": s.opts.Version})
+}
+
+func (s *Server) ready(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ok := true
+	if err := s.svc.Store.Ping(ctx); err != nil {
+		checks["database"], ok = "unavailable", false
+	} else {
+		checks["database"] = "ok"
+	}
+	for _, rc := range s.svc.ReadyChecks {
+		if err := rc.Check(ctx); err != nil {
+			checks[rc.Name], ok = err.Error(), false
+		} else {
+			checks[rc.Name] = "ok"
+		}
+	}
+	status, code := "ready", http.StatusOK
+	if !ok {
+		status, code = "not_ready", http.StatusServiceUnavailable
+	}
+	return c.JSON(code, map[string]any{"status": status, "checks": checks})
+}
+
+// windowJSON is one spend window as the API shows it.
+type windowJSON struct {
+	WindowMinutes int             `json:"window_minutes"`
+	Limit         gpuproxy.Micros `json:"limit"`
+	Spent         gpuproxy.Micros `json:"spent"`
+	Held          gpuproxy.Micros `json:"held"`
+	Committed     gpuproxy.Micros `json:"committed"`
+	Remaining     gpuproxy.Micros `json:"remaining"`
+	WouldExceed   *bool           `json:"would_exceed,omitempty"`
+}
+
+// SpendingJSON is the body of GET /api/v1/spending (also used by MCP).
+type SpendingJSON struct {
+	Account         string          `json:"account"`
+	Windows         []windowJSON    `json:"windows"`
+	BurnRatePerHour gpuproxy.Micros `json:"burn_rate_per_hour"`
+	Held            gpuproxy.Micros `json:"held"`
+	OnExceed        string          `json:"on_exceed"`
+	AsOf            time.Time       `json:"as_of"`
+}
+
+// NewSpendingJSON renders a snapshot.
+func NewSpendingJSON(account string, snap guardrails.Snapshot) SpendingJSON {
+	out := SpendingJSON{Account: account, BurnRatePerHour: snap.Burn, Held: snap.Held, OnExceed: snap.OnExceed,
+		AsOf: snap.At.UTC(), Windows: make([]windowJSON, 0, len(snap.Windows))}
+	for _, u := range snap.Windows {
+		out.Windows = append(out.Windows, windowJSON{WindowMinutes: u.Minutes, Limit: u.Limit, Spent: u.Spent,
+			Held: u.Held, Committed: u.Committed, Remaining: u.Remaining()})
+	}
+	return out
+}
+
+// targetAccount is the account a request acts on: the caller's own, or —
+// for admins only — the one named by ?account=. A non-admin naming another
+// account gets not found, so existence never leaks.
+func (s *Server) targetAccount(c echo.Context) (id int64, name string, err error) {
+	p := principal(c)
+	q := c.QueryParam("account")
+	if q == "" || q == p.AccountName {
+		return p.AccountID, p.AccountName, nil
+	}
+	if !p.Has(gpuproxy.ScopeAdmin) {
+		return 0, "", gpuproxy.Errorf(gpuproxy.ENOTFOUND, "account %q not found", q)
+	}
+	a, err := s.svc.Auth.Account(c.Request().Context(), q)
+	return a.ID, a.Name, err
+}
+
+func (s *Server) getSpending(c echo.Context) error {
+	id, name, err := s.targetAccount(c)
+	if err != nil {
+		return err
+	}
+	snap, err := s.svc.Guard.Spending(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSpendingJSON(name, snap))
+}
+
+func (s *Server) checkSpending(c echo.Context) error {
+	var req struct {
+		EstimatedCost amount `json:"estimated_cost"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	cost, err := req.EstimatedCost.parse("estimated_cost", true, false)
+	if err != nil {
+		return err
+	}
+	id, name, err := s.targetAccount(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.svc.Guard.Check(c.Request().Context(), id, cost)
+	if err != nil {
+		return err
+	}
+	sp := NewSpendingJSON(name, d.Snapshot)
+	for i, u := range d.Windows {
+		exceed := !u.Fits(cost)
+		sp.Windows[i].WouldExceed = &exceed
+	}
+	return c.JSON(http.StatusOK, map[string]any{"allowed": d.Allowed, "estimated_cost": cost,
+		"account": name, "windows": sp.Windows, "burn_rate_per_hour": sp.BurnRatePerHour, "on_exceed": sp.OnExceed})
+}

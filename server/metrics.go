@@ -1,0 +1,89 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is gpuproxy's Prometheus registry. Other packages report into it
+// through plain methods; no Prometheus type leaves this package.
+type Metrics struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	admissions *prometheus.CounterVec
+	storeErrs  prometheus.Counter
+	charges    prometheus.Counter
+	breaker    *prometheus.GaugeVec
+	rateLimits prometheus.Counter
+}
+
+// NewMetrics registers gpuproxy's metrics and the Go runtime's.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_http_requests_total",
+		Help: "HTTP requests by route, method and status."}, []string{"route", "method", "status"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpuproxy_http_request_duration_seconds",
+		Help: "HTTP request latency by route and status.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)},
+		[]string{"route", "status"})
+	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_admissions_total",
+		Help: "Guard-rail decisions by kind (admit, check, proxy) and result (allowed, refused)."}, []string{"kind", "result"})
+	m.storeErrs = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_store_errors_total",
+		Help: "Spend-store failures that made the guard rails fail closed."})
+	m.charges = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_metered_charge_micros_total",
+		Help: "Micro-dollars appended to the ledger by the metering engine."})
+	m.breaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuproxy_provider_breaker_open",
+		Help: "Provider circuit breaker state: 0 closed, 0.5 half-open, 1 open."}, []string{"provider"})
+	m.rateLimits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_rate_limited_total",
+		Help: "Requests refused by the per-key rate limit."})
+	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// ObserveRequest records one HTTP request.
+func (m *Metrics) ObserveRequest(route, method string, status int, d time.Duration) {
+	s := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, s).Inc()
+	m.latency.WithLabelValues(route, s).Observe(d.Seconds())
+}
+
+// ObserveAdmission records one guard-rail decision.
+func (m *Metrics) ObserveAdmission(kind string, allowed bool) {
+	r := "refused"
+	if allowed {
+		r = "allowed"
+	}
+	m.admissions.WithLabelValues(kind, r).Inc()
+}
+
+// StoreError records a spend-store failure.
+func (m *Metrics) StoreError() { m.storeErrs.Inc() }
+
+// MeteredCharge records an amount appended by the metering engine.
+func (m *Metrics) MeteredCharge(micros int64) { m.charges.Add(float64(micros)) }
+
+// BreakerState records a provider breaker's state ("closed", "half-open", "open").
+func (m *Metrics) BreakerState(provider, state string) {
+	v := 0.0
+	switch state {
+	case "open":
+		v = 1
+	case "half-open":
+		v = 0.5
+	}
+	m.breaker.WithLabelValues(provider).Set(v)
+}
+
+// RateLimited records a request refused by the rate limit.
+func (m *Metrics) RateLimited() { m.rateLimits.Inc() }

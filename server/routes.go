@@ -1,0 +1,40 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// routes lists every route of the API in one place.
+func (s *Server) routes() {
+	e := s.e
+	e.GET("/health", s.health)
+	e.GET("/ready", s.ready)
+	e.GET("/metrics", echoHandler(s.svc.Metrics.Handler()))
+
+	api := e.Group("/api/v1", s.limitBody, s.authn)
+
+	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
+	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))
+
+	api.GET("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
+	api.GET("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
+	api.POST("/billing/credits", s.addCredit, need(gpuproxy.ScopeAdmin))
+
+	api.GET("/accounts", s.listAccounts, need(gpuproxy.ScopeAdmin))
+	api.POST("/accounts", s.createAccount, need(gpuproxy.ScopeAdmin))
+	api.PUT("/accounts/:account/limits", s.setLimits, need(gpuproxy.ScopeAdmin))
+	api.GET("/accounts/:account/keys", s.listKeys, need(gpuproxy.ScopeAdmin))
+	api.POST("/accounts/:account/keys", s.createKey, need(gpuproxy.ScopeAdmin))
+	api.DELETE("/accounts/:account/keys/:id", s.revokeKey, need(gpuproxy.ScopeAdmin))
+
+	for _, mount := range s.svc.Mount {
+		mount(registrar{s})
+	}
+}
+
+// Handle mounts an extra handler (see Registrar); for use before serving.
+func (s *Server) Handle(method, path string, h http.Handler, authenticated bool) {
+	registrar{s}.Handle(method, path, h, authenticated)
+}

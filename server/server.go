@@ -1,0 +1,248 @@
+// Package server is gpuproxy's HTTP API: the echo application, every route
+// (routes.go), authentication, scopes, per-key rate limits, the one error
+// shape, structured request logs and Prometheus metrics. Handlers are small
+// functions over the shared services; no business rule lives here.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// Pinger checks a dependency for /ready.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// ReadyCheck is one named readiness check beyond the store (e.g. a provider
+// breaker); it returns an error when not ready.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Options configure the server.
+type Options struct {
+	// MaxBody bounds request bodies (default 1 MB).
+	MaxBody int64
+	// Logger for request logs (default slog.Default()).
+	Logger *slog.Logger
+	// Version is reported by /health.
+	Version string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Services are the shared services the handlers call.
+type Services struct {
+	Auth        *auth.Service
+	Guard       *guardrails.Service
+	Ledger      *billing.Ledger
+	Store       Pinger
+	RateLimiter *auth.RateLimiter
+	Metrics     *Metrics
+	ReadyChecks []ReadyCheck
+	// Mount, when set, lets other transports (MCP, proxy) add routes; it
+	// receives a registrar that applies auth and rate limits.
+	Mount []func(r Registrar)
+}
+
+// Server is the HTTP application.
+type Server struct {
+	e    *echo.Echo
+	svc  Services
+	opts Options
+	log  *slog.Logger
+}
+
+// New builds the echo application with every route.
+func New(svc Services, o Options) *Server {
+	if o.MaxBody <= 0 {
+		o.MaxBody = 1 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if svc.Metrics == nil {
+		svc.Metrics = NewMetrics()
+	}
+	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger}
+	s.e.HideBanner, s.e.HidePort = true, true
+	s.e.HTTPErrorHandler = s.errorHandler
+	s.e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
+		Generator: func() string { return gpuproxyID() },
+	}))
+	s.e.Use(s.observe)
+	s.e.Use(middleware.Recover())
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+const principalKey = "gpuproxy.principal"
+
+// observe logs every request as structured JSON and records metrics. It
+// never logs headers or bodies, so keys cannot leak into logs.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		status := c.Response().Status
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		d := time.Since(start)
+		s.svc.Metrics.ObserveRequest(route, c.Request().Method, status, d)
+		attrs := []any{"request_id", requestID(c), "method", c.Request().Method, "route", route,
+			"status", status, "duration_ms", float64(d.Microseconds()) / 1000, "bytes_out", c.Response().Size}
+		if p, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
+			attrs = append(attrs, "account", p.AccountName, "key_id", p.KeyID)
+		}
+		if sid := c.Request().Header.Get("Mcp-Session-Id"); sid != "" {
+			attrs = append(attrs, "mcp_session_id", sid)
+		}
+		lvl := slog.LevelInfo
+		if status >= 500 {
+			lvl = slog.LevelError
+		}
+		s.log.Log(c.Request().Context(), lvl, "request", attrs...)
+		return nil
+	}
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+// limitBody caps the request body; larger bodies get 413.
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.ContentLength > s.opts.MaxBody {
+			return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.opts.MaxBody)
+		return next(c)
+	}
+}
+
+// Credential extracts the API key or token from X-API-Key or
+// Authorization: Bearer.
+func Credential(h http.Header) string {
+	if k := h.Get("X-API-Key"); k != "" {
+		return k
+	}
+	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// Authenticate resolves the caller of r and applies the per-key rate limit.
+// It is shared by REST and the HTTP MCP transports.
+func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
+	p, err := s.svc.Auth.Authenticate(r.Context(), Credential(r.Header))
+	if err != nil {
+		return p, err
+	}
+	if ok, wait := s.svc.RateLimiter.Allow(p.KeyID, s.opts.Now()); !ok {
+		s.svc.Metrics.RateLimited()
+		secs := int(wait/time.Second) + 1
+		return p, &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
+			Message: "rate limit exceeded for this key; retry after " + strconv.Itoa(secs) + "s",
+			Details: map[string]any{"retry_after_seconds": secs}}
+	}
+	return p, nil
+}
+
+// authn authenticates REST requests and stores the principal.
+func (s *Server) authn(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p, err := s.Authenticate(c.Request())
+		if err != nil {
+			if d := gpuproxy.ErrorDetails(err); d != nil && d["retry_after_seconds"] != nil {
+				c.Response().Header().Set("Retry-After", strconv.Itoa(d["retry_after_seconds"].(int)))
+			}
+			return err
+		}
+		c.Set(principalKey, p)
+		return next(c)
+	}
+}
+
+// need refuses callers without scope sc.
+func need(sc gpuproxy.Scope) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := principal(c).Require(sc); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+func principal(c echo.Context) gpuproxy.Principal {
+	p, _ := c.Get(principalKey).(gpuproxy.Principal)
+	return p
+}
+
+// PrincipalFrom returns the principal the auth middleware stored in a
+// request handled through a Registrar.
+func PrincipalFrom(r *http.Request) (gpuproxy.Principal, bool) {
+	p, ok := r.Context().Value(principalCtxKey{}).(gpuproxy.Principal)
+	return p, ok
+}
+
+type principalCtxKey struct{}
+
+// Registrar lets other transports mount plain http.Handlers behind the
+// server's body limit, auth and rate limit.
+type Registrar interface {
+	// Handle mounts h for method (or "*" for any) on path; path may end in
+	// "/*". When authenticated is false, the handler runs without auth.
+	Handle(method, path string, h http.Handler, authenticated bool)
+}
+
+type registrar struct{ s *Server }
+
+func (r registrar) Handle(method, path string, h http.Handler, authenticated bool) {
+	mw := []echo.MiddlewareFunc{r.s.limitBody}
+	if authenticated {
+		mw = append(mw, r.s.authn)
+	}
+	eh := func(c echo.Context) error {
+		req := c.Request()
+		if p, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
+			req = req.WithContext(context.WithValue(req.Context(), principalCtxKey{}, p))
+		}
+		h.ServeHTTP(c.Response(), req)
+		return nil
+	}
+	if method == "*" {
+		r.s.e.Any(path, eh, mw...)
+		return
+	}
+	r.s.e.Add(method, path, eh, mw...)
+}
