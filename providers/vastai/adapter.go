@@ -207,7 +207,7 @@ func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]provi
 	for _, o := range offers {
 		switch {
 		case f.MaxPricePerHour > 0 && o.PricePerHour > f.MaxPricePerHour,
-			f.MinVRAMGB > 0 && o.VRAMGB*1000 < float64(gbToMB(f.MinVRAMGB)),
+			f.MinVRAMGB > 0 && gbToMB(o.VRAMGB) < gbToMB(f.MinVRAMGB),
 			f.MinGPUs > 0 && o.NumGPUs < f.MinGPUs,
 			name != "" && !strings.Contains(strings.ToLower(o.GPUName), strings.ToLower(name)):
 			continue

@@ -106,6 +106,7 @@ func (s *InferenceServer) wrap(next http.Handler) http.Handler {
 			select {
 			case <-r.Context().Done():
 			case <-s.done:
+				panic(http.ErrAbortHandler) // drop the connection, never an empty 200
 			}
 			return
 		}

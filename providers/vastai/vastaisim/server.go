@@ -149,6 +149,16 @@ func (s *Server) Close() {
 	})
 }
 
+// closed reports whether Close was called.
+func (s *Server) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // offerIDs lists offer ids in ascending order; s.mu must be held.
 func (s *Server) offerIDs() []int64 {
 	ids := make([]int64, 0, len(s.offers))
@@ -251,7 +261,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-s.done:
-			return
+			panic(http.ErrAbortHandler)
 		}
 	}
 	if f, ok := s.faults.take(r); ok {
@@ -313,6 +323,7 @@ func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f Fault) {
 		select {
 		case <-r.Context().Done():
 		case <-s.done:
+			panic(http.ErrAbortHandler) // drop the connection, never an empty 200
 		}
 	case FaultDrop:
 		dropConnection(w)

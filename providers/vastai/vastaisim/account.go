@@ -1,0 +1,250 @@
+package vastaisim
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// accrued is what an instance cost between from and to: dph_total for the
+// time it existed (vast.ai bills storage while an instance exists); s.mu
+// must be held. An amount set with SetCharge overrides it.
+func (s *Server) accrued(in *instance, from, to time.Time) (amount float64, start, end time.Time) {
+	end = s.now()
+	if in.destroyed {
+		end = in.destroyedAt
+	}
+	start = in.created
+	if start.Before(from) {
+		start = from
+	}
+	if !to.IsZero() && end.After(to) {
+		end = to
+	}
+	if v, ok := s.charges[in.id]; ok {
+		return v, start, end
+	}
+	if !end.After(start) {
+		return 0, start, start
+	}
+	return in.offer.DPHTotal * end.Sub(start).Hours(), start, end
+}
+
+// currentUser answers GET /api/v0/users/current/. Like vast.ai's, the reply
+// contains the caller's api_key.
+func (s *Server) currentUser(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
+	s.mu.Lock()
+	spent := 0.0
+	for _, in := range s.instances {
+		a, _, _ := s.accrued(in, time.Time{}, time.Time{})
+		spent += a
+	}
+	credit := s.credit - spent
+	s.mu.Unlock()
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": 1, "username": "sim", "email": "sim@example.invalid", "fullname": "Simulated User",
+		"api_key": key, "key_id": 1, "sid": "sim-session",
+		"credit": math.Round(credit*1e6) / 1e6, "balance": 0.0,
+		"balance_threshold": 0.0, "balance_threshold_enabled": false, "autobill_threshold": 0.0,
+		"billing_creditonly": false, "can_pay": true, "has_billing": true, "email_verified": true,
+		"got_signup_credit": true, "last4": "4242",
+	})
+}
+
+// showCharges answers GET /api/v0/charges/ with one result per instance
+// that existed in the requested day range; select_filters with both day
+// bounds is required.
+func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
+	v, _ := queryJSON(r, "select_filters")
+	sf, _ := v.(map[string]any)
+	day, _ := sf["day"].(map[string]any)
+	gte, ok1 := day["gte"].(float64)
+	lte, ok2 := day["lte"].(float64)
+	if !ok1 || !ok2 {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false,
+			"msg": "Must provide both 'day' gte and lte filters for instance charges"})
+		return
+	}
+	wantInstances := true
+	if t, ok := sf["type"].(map[string]any); ok {
+		if in, ok := t["in"].([]any); ok {
+			wantInstances = false
+			for _, x := range in {
+				wantInstances = wantInstances || x == "instance"
+			}
+		}
+	}
+	limit := 500
+	if v, ok := queryJSON(r, "limit"); ok {
+		if n, _ := v.(float64); n > 0 && n < 500 {
+			limit = int(n)
+		}
+	}
+	offset := 0
+	if v, ok := queryJSON(r, "after_token"); ok {
+		tok := fmt.Sprint(v)
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "off_"))
+		if !strings.HasPrefix(tok, "off_") || err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "invalid_token", "Invalid pagination token")
+			return
+		}
+		offset = n
+	}
+	from := time.Unix(int64(gte), 0)
+	to := time.Unix(int64(lte), 0)
+	var results []map[string]any
+	s.mu.Lock()
+	for _, in := range s.sortedInstances() {
+		if !wantInstances {
+			break
+		}
+		amount, start, end := s.accrued(in, from, to)
+		_, override := s.charges[in.id]
+		if !override && !end.After(start) {
+			continue
+		}
+		hours := end.Sub(start).Hours()
+		disk := in.offer.StorageTotalCost * hours
+		results = append(results, map[string]any{
+			"start": float64(start.Unix()), "end": float64(end.Unix()), "type": "instance",
+			"source":      fmt.Sprintf("instance-%d", in.id),
+			"description": fmt.Sprintf("Instance %d: %d× %s", in.id, in.offer.NumGPUs, in.offer.GPUName),
+			"amount":      round6(amount),
+			"metadata":    map[string]any{"label": in.label, "instance_id": in.id},
+			"items": []map[string]any{
+				{"type": "gpu", "description": fmt.Sprintf("%.3f hours at $%.3f/hour", hours, in.offer.DPHBase),
+					"amount": round6(amount - disk)},
+				{"type": "disk", "description": fmt.Sprintf("%.0f GB storage", in.disk), "amount": round6(disk)},
+			},
+		})
+	}
+	s.mu.Unlock()
+	total := len(results)
+	if offset > total {
+		offset = total
+	}
+	page := results[offset:]
+	var next any
+	if len(page) > limit {
+		page = page[:limit]
+		next = fmt.Sprintf("off_%d", offset+limit)
+	}
+	if page == nil {
+		page = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "count": len(page), "total": total,
+		"next_token": next, "results": page})
+}
+
+func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
+
+// Instances returns a snapshot of every instance, destroyed ones included,
+// in id order. Reading it advances the lifecycle like an API read.
+func (s *Server) Instances() []SimInstance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []SimInstance
+	for _, in := range s.sortedInstances() {
+		out = append(out, s.snapshot(in))
+	}
+	return out
+}
+
+// Instance returns a snapshot of one instance.
+func (s *Server) Instance(id int64) (SimInstance, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.instances[id]
+	if in == nil {
+		return SimInstance{}, false
+	}
+	return s.snapshot(in), true
+}
+
+// snapshot copies an instance; s.mu must be held.
+func (s *Server) snapshot(in *instance) SimInstance {
+	st := s.status(in)
+	env := map[string]string{}
+	for _, kv := range in.env {
+		env[kv[0]] = kv[1]
+	}
+	si := SimInstance{
+		ID: in.id, OfferID: in.offer.ID, Label: in.label, Image: in.image, Env: env, DiskGB: in.disk,
+		Status: st, Destroyed: in.destroyed, DPHTotal: in.offer.DPHTotal,
+		CreatedAt: in.created, DestroyedAt: in.destroyedAt,
+	}
+	if in.inf != nil {
+		si.Endpoint = in.inf.URL()
+	}
+	return si
+}
+
+// SetInstanceStatus forces an instance's actual_status (e.g. "exited",
+// "offline", "unknown"); "" returns it to its normal lifecycle.
+func (s *Server) SetInstanceStatus(id int64, status string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, err := s.lookup(id)
+	if err != nil {
+		return fmt.Errorf("instance %d: %w", id, err)
+	}
+	in.forced = status
+	s.status(in)
+	return nil
+}
+
+// InstanceInference returns the inference server of a running instance,
+// or nil, so tests can set its chunk delay or hang mode.
+func (s *Server) InstanceInference(id int64) *InferenceServer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.instances[id]
+	if in == nil {
+		return nil
+	}
+	s.status(in)
+	return in.inf
+}
+
+// Offers returns every offer in id order, rented ones included (marked
+// Rented), priced for 5 GB of storage.
+func (s *Server) Offers() []Offer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Offer, 0, len(s.offers))
+	for _, id := range s.offerIDs() {
+		out = append(out, s.offers[id].priced(5))
+	}
+	return out
+}
+
+// RemoveOffer takes an offer off the market, as when someone else rents it.
+func (s *Server) RemoveOffer(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.offers[id]
+	if o == nil || o.Rented {
+		return false
+	}
+	o.Rented = true
+	return true
+}
+
+// SetCharge makes the charges endpoint report usd for an instance instead
+// of its accrued cost.
+func (s *Server) SetCharge(id int64, usd float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.charges[id] = usd
+}
+
+// SetCredit sets the account's credit before charges.
+func (s *Server) SetCredit(usd float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.credit = usd
+}

@@ -1,0 +1,496 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+const usd = gpuproxy.MicrosPerUSD
+
+type env struct {
+	t      *testing.T
+	url    string
+	store  *db.Store
+	auth   *auth.Service
+	ledger *billing.Ledger
+	logs   *bytes.Buffer
+}
+
+type opts struct {
+	rateLimit int
+	jwt       string
+}
+
+func newEnv(t *testing.T, k dbtest.Kind, o opts) *env {
+	t.Helper()
+	st := dbtest.Open(t, k)
+	a := auth.New(st, auth.Options{JWTSecret: []byte(o.jwt), CacheTTL: -1})
+	logs := &bytes.Buffer{}
+	log := newTestLogger(logs)
+	if o.rateLimit == 0 {
+		o.rateLimit = 10000
+	}
+	srv := server.New(server.Services{
+		Auth:        a,
+		Guard:       guardrails.New(st, guardrails.Options{Logger: log}),
+		Ledger:      billing.NewLedger(st, nil),
+		Store:       st,
+		RateLimiter: auth.NewRateLimiter(o.rateLimit),
+	}, server.Options{Logger: log})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: billing.NewLedger(st, nil), logs: logs}
+}
+
+// key creates an account (if needed) and a key with the given preset.
+func (e *env) key(account, preset string) (string, gpuproxy.Account) {
+	e.t.Helper()
+	ctx := context.Background()
+	a, err := e.auth.Account(ctx, account)
+	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		a, err = e.auth.CreateAccount(ctx, account)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k, _, err := e.auth.CreateKey(ctx, account, "test", gpuproxy.Presets[preset])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k, a
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body is not JSON: %v: %s", err, r.body)
+	}
+	return m
+}
+
+func (r resp) errCode(t *testing.T) (string, string) {
+	t.Helper()
+	e, _ := r.json(t)["error"].(map[string]any)
+	if e == nil {
+		t.Fatalf("no error object in %s", r.body)
+	}
+	c, _ := e["code"].(string)
+	m, _ := e["message"].(string)
+	return c, m
+}
+
+func (e *env) do(method, path, key, body string, hdr ...string) resp {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return resp{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func eachKind(t *testing.T, fn func(t *testing.T, k dbtest.Kind)) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			fn(t, k)
+		})
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e := newEnv(t, k, opts{jwt: "s3cret-s3cret-s3cret-s3cret-s3cr"})
+		key, _ := e.key("acme", "engineer")
+		for _, tc := range []struct {
+			name string
+			hdr  []string
+			want int
+		}{
+			{"no credential", nil, 401},
+			{"garbage key", []string{"X-API-Key", "nope"}, 401},
+			{"well-formed unknown key", []string{"X-API-Key", "gpx_0123456789abcdef_" + strings.Repeat("A", 43)}, 401},
+			{"tampered secret", []string{"X-API-Key", key[:len(key)-2] + "xx"}, 401},
+			{"x-api-key", []string{"X-API-Key", key}, 200},
+			{"bearer key", []string{"Authorization", "Bearer " + key}, 200},
+			{"basic auth", []string{"Authorization", "Basic " + key}, 401},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				r := e.do("GET", "/api/v1/spending", "", "", tc.hdr...)
+				if r.status != tc.want {
+					t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
+				}
+			})
+		}
+		// JWT: valid, expired, unknown account, wrong secret, no exp.
+		tok, err := e.auth.IssueJWT("acme", []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tok); r.status != 200 {
+			t.Fatalf("jwt: %d %s", r.status, r.body)
+		}
+		if r := e.do("GET", "/api/v1/billing/transactions", "", "", "Authorization", "Bearer "+tok); r.status != 403 {
+			t.Fatalf("jwt without billing scope: %d", r.status)
+		}
+		expired, _ := e.auth.IssueJWT("acme", []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, -time.Minute)
+		ghost, _ := e.auth.IssueJWT("ghost", []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, time.Minute)
+		other := auth.New(e.store, auth.Options{JWTSecret: []byte("another-secret-another-secret-12")})
+		forged, _ := other.IssueJWT("acme", []gpuproxy.Scope{gpuproxy.ScopeAdmin}, time.Minute)
+		for name, tk := range map[string]string{"expired": expired, "unknown account": ghost, "wrong secret": forged} {
+			if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tk); r.status != 401 {
+				t.Errorf("%s jwt: status %d", name, r.status)
+			}
+		}
+		// Revoked keys stop working.
+		ks, _ := e.auth.Keys(context.Background(), "acme")
+		if err := e.auth.RevokeKey(context.Background(), "acme", ks[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if r := e.do("GET", "/api/v1/spending", key, ""); r.status != 401 {
+			t.Fatalf("revoked key: %d", r.status)
+		}
+		// Keys never reach the logs.
+		if strings.Contains(e.logs.String(), key) || strings.Contains(e.logs.String(), tok) {
+			t.Fatal("a credential was logged")
+		}
+	})
+}
+
+func TestScopes(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite, opts{})
+	fin, _ := e.key("acme", "finance")
+	asst, _ := e.key("acme", "assistant")
+	for _, tc := range []struct {
+		key, method, path, body string
+		want                    int
+	}{
+		{fin, "GET", "/api/v1/billing/transactions", "", 200},
+		{fin, "GET", "/api/v1/spending", "", 200},
+		{fin, "POST", "/api/v1/accounts", `{"name":"x"}`, 403},
+		{fin, "POST", "/api/v1/billing/credits", `{"account":"acme","amount":5}`, 403},
+		{asst, "GET", "/api/v1/billing/transactions", "", 403},
+		{asst, "GET", "/api/v1/billing/summary", "", 403},
+		{asst, "POST", "/api/v1/spending/check", `{"estimated_cost":1}`, 200},
+		{asst, "PUT", "/api/v1/accounts/acme/limits", `{"on_exceed":"destroy"}`, 403},
+	} {
+		if r := e.do(tc.method, tc.path, tc.key, tc.body); r.status != tc.want {
+			t.Errorf("%s %s: status %d, want %d: %s", tc.method, tc.path, r.status, tc.want, r.body)
+		}
+	}
+	r := e.do("POST", "/api/v1/accounts", fin, `{"name":"x"}`)
+	if c, m := r.errCode(t); c != "forbidden" || !strings.Contains(m, "admin") {
+		t.Fatalf("forbidden error = %s %q", c, m)
+	}
+}
+
+func TestTenantIsolation(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e := newEnv(t, k, opts{})
+		aKey, a := e.key("alpha", "engineer")
+		bKey, _ := e.key("beta", "engineer")
+		ctx := context.Background()
+		for i := range 5 {
+			if _, err := e.ledger.Append(ctx, billing.Entry{AccountID: a.ID, Type: billing.Charge, Amount: gpuproxy.Micros(i+1) * usd,
+				Basis: billing.Metered, InstanceID: "alpha-inst", Provider: "vast.ai"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ra := e.do("GET", "/api/v1/billing/transactions", aKey, "").json(t)
+		if n := len(ra["transactions"].([]any)); n != 5 {
+			t.Fatalf("alpha sees %d transactions", n)
+		}
+		rb := e.do("GET", "/api/v1/billing/transactions?instance_id=alpha-inst", bKey, "").json(t)
+		if n := len(rb["transactions"].([]any)); n != 0 {
+			t.Fatalf("beta sees %d of alpha's transactions", n)
+		}
+		if tot := rb["totals"].(map[string]any); tot["charges"].(float64) != 0 {
+			t.Fatalf("beta's totals include alpha: %v", tot)
+		}
+		sb := e.do("GET", "/api/v1/spending", bKey, "").json(t)
+		if sb["account"] != "beta" || sb["windows"].([]any)[0].(map[string]any)["spent"].(float64) != 0 {
+			t.Fatalf("beta spending = %v", sb)
+		}
+		sa := e.do("GET", "/api/v1/spending", aKey, "").json(t)
+		if sa["windows"].([]any)[0].(map[string]any)["spent"].(float64) != 15 {
+			t.Fatalf("alpha spending = %v", sa)
+		}
+		// Naming another account is not found, for existing and missing ones alike.
+		for _, path := range []string{"/api/v1/spending?account=alpha", "/api/v1/spending?account=nobody",
+			"/api/v1/billing/transactions?account=alpha", "/api/v1/billing/summary?account=alpha"} {
+			if r := e.do("GET", path, bKey, ""); r.status != 404 {
+				t.Errorf("%s as beta: %d %s", path, r.status, r.body)
+			}
+		}
+		rs := e.do("GET", "/api/v1/billing/summary?group_by=instance", bKey, "").json(t)
+		if n := len(rs["rows"].([]any)); n != 0 {
+			t.Fatalf("beta summary has %d rows", n)
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite, opts{})
+	admin, _ := e.key("root", "admin")
+	big := `{"estimated_cost": 1, "pad": "` + strings.Repeat("x", 1<<20) + `"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		want                     int
+		field                    string
+	}{
+		{"malformed json", "POST", "/api/v1/spending/check", `{"estimated_cost": `, 400, "body"},
+		{"not json", "POST", "/api/v1/spending/check", `hello`, 400, "body"},
+		{"empty body", "POST", "/api/v1/spending/check", ``, 400, "body"},
+		{"string cost", "POST", "/api/v1/spending/check", `{"estimated_cost": "25"}`, 400, "estimated_cost"},
+		{"bool cost", "POST", "/api/v1/spending/check", `{"estimated_cost": true}`, 400, "estimated_cost"},
+		{"null cost", "POST", "/api/v1/spending/check", `{"estimated_cost": null}`, 400, "estimated_cost"},
+		{"missing cost", "POST", "/api/v1/spending/check", `{}`, 400, "estimated_cost"},
+		{"negative cost", "POST", "/api/v1/spending/check", `{"estimated_cost": -1}`, 400, "estimated_cost"},
+		{"absurd cost", "POST", "/api/v1/spending/check", `{"estimated_cost": 1e300}`, 400, "estimated_cost"},
+		{"unknown field", "POST", "/api/v1/spending/check", `{"estimated_cost": 1, "costt": 2}`, 400, "costt"},
+		{"two objects", "POST", "/api/v1/spending/check", `{"estimated_cost": 1}{}`, 400, "body"},
+		{"too large", "POST", "/api/v1/spending/check", big, 413, ""},
+		{"bad cursor", "GET", "/api/v1/billing/transactions?cursor=zzz", "", 400, "cursor"},
+		{"forged cursor", "GET", "/api/v1/billing/transactions?cursor=MTIzLi0x", "", 400, "cursor"},
+		{"bad from", "GET", "/api/v1/billing/transactions?from=yesterday", "", 400, "from"},
+		{"bad to", "GET", "/api/v1/billing/transactions?to=2026-13-01", "", 400, "to"},
+		{"to before from", "GET", "/api/v1/billing/transactions?from=2026-11-02&to=2026-11-01", "", 400, "to"},
+		{"bad type", "GET", "/api/v1/billing/transactions?type=gift", "", 400, "type"},
+		{"bad limit", "GET", "/api/v1/billing/transactions?limit=0", "", 400, "limit"},
+		{"huge limit", "GET", "/api/v1/billing/transactions?limit=100000", "", 400, "limit"},
+		{"bad format", "GET", "/api/v1/billing/transactions?format=xml", "", 400, "format"},
+		{"bad group", "GET", "/api/v1/billing/summary?group_by=week", "", 400, "group_by"},
+		{"bad account name", "POST", "/api/v1/accounts", `{"name":"a b"}`, 400, "name"},
+		{"credit negative", "POST", "/api/v1/billing/credits", `{"account":"root","amount":-5}`, 400, "amount"},
+		{"credit zero", "POST", "/api/v1/billing/credits", `{"account":"root","amount":0}`, 400, "amount"},
+		{"credit no account", "POST", "/api/v1/billing/credits", `{"amount":5}`, 400, "account"},
+		{"credit unknown account", "POST", "/api/v1/billing/credits", `{"account":"ghost","amount":5}`, 404, ""},
+		{"limits zero window", "PUT", "/api/v1/accounts/root/limits", `{"windows":[{"window_minutes":0,"limit":5}]}`, 400, "windows[0].window_minutes"},
+		{"limits negative", "PUT", "/api/v1/accounts/root/limits", `{"windows":[{"window_minutes":60,"limit":-5}]}`, 400, "windows[0].limit"},
+		{"limits duplicate", "PUT", "/api/v1/accounts/root/limits", `{"windows":[{"window_minutes":60,"limit":5},{"window_minutes":60,"limit":6}]}`, 400, "windows[1].window_minutes"},
+		{"limits wrong type", "PUT", "/api/v1/accounts/root/limits", `{"windows":[{"window_minutes":"60","limit":5}]}`, 400, "windows.window_minutes"},
+		{"limits bad policy", "PUT", "/api/v1/accounts/root/limits", `{"on_exceed":"panic"}`, 400, "on_exceed"},
+		{"key bad scope", "POST", "/api/v1/accounts/root/keys", `{"scopes":["root"]}`, 400, "scopes"},
+		{"key bad preset", "POST", "/api/v1/accounts/root/keys", `{"preset":"god"}`, 400, "preset"},
+		{"unknown route", "GET", "/api/v1/nothing", "", 404, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, admin, tc.body, "Content-Type", "application/json")
+			if r.status != tc.want {
+				t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
+			}
+			if tc.field != "" {
+				var body struct {
+					Error struct {
+						Message string         `json:"message"`
+						Details map[string]any `json:"details"`
+					} `json:"error"`
+				}
+				_ = json.Unmarshal(r.body, &body)
+				if body.Error.Details["field"] != tc.field || !strings.Contains(body.Error.Message, tc.field) {
+					t.Fatalf("error does not name %q: %s", tc.field, r.body)
+				}
+			}
+		})
+	}
+	// Nothing half-written: no account "a b", no credits, limits unchanged.
+	if r := e.do("GET", "/api/v1/billing/transactions", admin, "").json(t); len(r["transactions"].([]any)) != 0 {
+		t.Fatal("a refused request wrote to the ledger")
+	}
+	sp := e.do("GET", "/api/v1/spending", admin, "").json(t)
+	if n := len(sp["windows"].([]any)); n != 2 {
+		t.Fatalf("limits changed by refused requests: %v", sp)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite, opts{rateLimit: 3})
+	k1, _ := e.key("acme", "engineer")
+	k2, _ := e.key("acme", "engineer")
+	for i := range 3 {
+		if r := e.do("GET", "/api/v1/spending", k1, ""); r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+	}
+	r := e.do("GET", "/api/v1/spending", k1, "")
+	if r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("4th request: %d Retry-After=%q", r.status, r.header.Get("Retry-After"))
+	}
+	if c, _ := r.errCode(t); c != "rate_limited" {
+		t.Fatalf("code %s", c)
+	}
+	// Limits are per key.
+	if r := e.do("GET", "/api/v1/spending", k2, ""); r.status != 200 {
+		t.Fatalf("other key limited: %d", r.status)
+	}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e := newEnv(t, k, opts{})
+		key, _ := e.key("acme", "admin")
+		// Warm nothing: the key cache is disabled, so close the store under a
+		// server that still holds it and use a principal-free route first.
+		e.store.Close()
+		if r := e.do("GET", "/ready", "", ""); r.status != 503 {
+			t.Fatalf("/ready with store down: %d", r.status)
+		}
+		for _, p := range []struct{ m, path, body string }{
+			{"GET", "/api/v1/spending", ""}, {"POST", "/api/v1/spending/check", `{"estimated_cost":1}`},
+		} {
+			r := e.do(p.m, p.path, key, p.body)
+			if r.status != 503 {
+				t.Fatalf("%s with store down: %d %s", p.path, r.status, r.body)
+			}
+			if c, m := r.errCode(t); c != "unavailable" || strings.Contains(m, "postgres://") {
+				t.Fatalf("error = %s %q", c, m)
+			}
+		}
+	})
+}
+
+func TestAdminFlowAndLedgerViews(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e := newEnv(t, k, opts{})
+		admin, _ := e.key("root", "admin")
+		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.status != 201 {
+			t.Fatalf("create account: %d %s", r.status, r.body)
+		}
+		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.status != 409 {
+			t.Fatalf("duplicate account: %d", r.status)
+		}
+		r := e.do("POST", "/api/v1/accounts/team-a/keys", admin, `{"preset":"finance","name":"books"}`)
+		if r.status != 201 {
+			t.Fatalf("create key: %d %s", r.status, r.body)
+		}
+		finKey := r.json(t)["key"].(string)
+		r = e.do("PUT", "/api/v1/accounts/team-a/limits", admin,
+			`{"windows":[{"window_minutes":60,"limit":10.5},{"window_minutes":1440,"limit":100}],"on_exceed":"destroy"}`)
+		if r.status != 200 {
+			t.Fatalf("set limits: %d %s", r.status, r.body)
+		}
+		if j := r.json(t); j["on_exceed"] != "destroy" || j["windows"].([]any)[0].(map[string]any)["limit"].(float64) != 10.5 {
+			t.Fatalf("limits = %s", r.body)
+		}
+		// Credits are idempotent on Idempotency-Key.
+		for range 2 {
+			r = e.do("POST", "/api/v1/billing/credits", admin, `{"account":"team-a","amount":250.25,"description":"PO 42"}`,
+				"Idempotency-Key", "po-42")
+			if r.status != 201 {
+				t.Fatalf("credit: %d %s", r.status, r.body)
+			}
+		}
+		// Metered charges over two days.
+		a, _ := e.auth.Account(context.Background(), "team-a")
+		day := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
+		for i := range 30 {
+			if _, err := e.ledger.Append(context.Background(), billing.Entry{AccountID: a.ID, Type: billing.Charge,
+				Amount: 100_001, At: day.Add(time.Duration(i) * time.Hour), Basis: billing.Metered,
+				Provider: []string{"vast.ai", "io.net"}[i%2], InstanceID: "i-1", Description: "=cmd()"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Page through with the cursor.
+		seen := 0
+		path := "/api/v1/billing/transactions?limit=7"
+		for {
+			j := e.do("GET", path, finKey, "").json(t)
+			seen += len(j["transactions"].([]any))
+			tot := j["totals"].(map[string]any)
+			if tot["count"].(float64) != 31 || tot["credits"].(float64) != 250.25 || tot["charges"].(float64) != 3.00003 {
+				t.Fatalf("totals = %v", tot)
+			}
+			if j["next_cursor"] == nil {
+				break
+			}
+			path = "/api/v1/billing/transactions?limit=7&cursor=" + j["next_cursor"].(string)
+		}
+		if seen != 31 {
+			t.Fatalf("paged %d, want 31", seen)
+		}
+		// Filters.
+		j := e.do("GET", "/api/v1/billing/transactions?type=charge&provider=io.net&from=2026-11-21&to=2026-11-22", finKey, "").json(t)
+		if n := len(j["transactions"].([]any)); n != 8 { // i = 14..29 fall on 2026-11-21; io.net is odd i
+			t.Fatalf("filtered rows = %d, want 8", n)
+		}
+		// CSV via Accept and via format=csv.
+		for _, hdr := range [][]string{{"Accept", "text/csv"}, nil} {
+			p := "/api/v1/billing/transactions?type=charge"
+			if hdr == nil {
+				p += "&format=csv"
+			}
+			r := e.do("GET", p, finKey, "", hdr...)
+			lines := strings.Split(strings.TrimSpace(string(r.body)), "\n")
+			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") || len(lines) != 31 ||
+				!strings.HasPrefix(lines[0], "id,created_at,type,amount") {
+				t.Fatalf("csv: %d %q, %d lines", r.status, r.header.Get("Content-Type"), len(lines))
+			}
+			if !strings.Contains(lines[1], ",'=cmd()") {
+				t.Fatalf("formula not defused: %s", lines[1])
+			}
+		}
+		s := e.do("GET", "/api/v1/billing/summary?group_by=day", finKey, "").json(t)
+		rows := s["rows"].([]any)
+		if len(rows) != 3 || rows[0].(map[string]any)["key"] != "2026-11-20" || rows[1].(map[string]any)["count"].(float64) != 16 {
+			t.Fatalf("summary by day = %v", rows)
+		}
+		if tot := s["totals"].(map[string]any); tot["net"].(float64) != 250.25-3.00003 {
+			t.Fatalf("summary net = %v", tot["net"])
+		}
+		// Admin can look at another account explicitly; keys list and revoke.
+		if r := e.do("GET", "/api/v1/spending?account=team-a", admin, ""); r.status != 200 || r.json(t)["account"] != "team-a" {
+			t.Fatalf("admin view: %d %s", r.status, r.body)
+		}
+		kl := e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").json(t)["keys"].([]any)
+		if len(kl) != 1 || strings.Contains(string(e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").body), finKey) {
+			t.Fatal("keys list wrong or leaks the secret")
+		}
+		id := kl[0].(map[string]any)["id"].(string)
+		if r := e.do("DELETE", "/api/v1/accounts/team-a/keys/"+id, admin, ""); r.status != 204 {
+			t.Fatalf("revoke: %d", r.status)
+		}
+		if r := e.do("GET", "/api/v1/spending", finKey, ""); r.status != 401 {
+			t.Fatalf("revoked key still works: %d", r.status)
+		}
+		// Metrics expose request counts and admissions.
+		m := string(e.do("GET", "/metrics", "", "").body)
+		for _, want := range []string{"gpuproxy_http_requests_total", `route="/api/v1/billing/transactions"`, "gpuproxy_http_request_duration_seconds"} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+}
