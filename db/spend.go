@@ -74,7 +74,8 @@ func (s *Store) admitPG(ctx context.Context, req guardrails.AdmitRequest) (guard
 // admitSQL is the SQLite path; c is a transaction when req.Hold is set.
 func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
 	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
-	if err := c.queryRow(ctx, "SELECT on_exceed FROM accounts WHERE id = $1", req.AccountID).Scan(&res.OnExceed); err != nil {
+	if err := c.queryRow(ctx, "SELECT on_exceed, held_micros FROM accounts WHERE id = $1", req.AccountID).
+		Scan(&res.OnExceed, &res.Held); err != nil {
 		if gpuproxy.ErrorCode(translate(err)) == gpuproxy.ENOTFOUND {
 			return res, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "account not found")
 		}
@@ -91,11 +92,6 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 	}
 	if len(windows) == 0 {
 		windows = req.Defaults
-	}
-	if err := c.queryRow(ctx,
-		"SELECT COALESCE(sum(amount_micros), 0) FROM holds WHERE account_id = $1 AND status = 'open'",
-		req.AccountID).Scan(&res.Held); err != nil {
-		return res, err
 	}
 	if err := c.queryRow(ctx,
 		"SELECT COALESCE(sum(price_micros), 0) FROM meters WHERE account_id = $1 AND stop_us IS NULL",
@@ -121,6 +117,10 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 			req.AccountID, int64(req.Cost), req.Ref, now).Scan(&res.HoldID); err != nil {
 			return res, err
 		}
+		if _, err := c.exec(ctx, "UPDATE accounts SET held_micros = held_micros + $1 WHERE id = $2",
+			int64(req.Cost), req.AccountID); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
@@ -135,10 +135,18 @@ const windowSumSQL = `SELECT
 // ReleaseHold closes an open hold without charging. It reports whether the
 // hold was open; releasing a closed hold is a no-op.
 func (s *Store) ReleaseHold(ctx context.Context, accountID, holdID int64, now time.Time) (bool, error) {
-	n, err := s.pool().exec(ctx,
-		"UPDATE holds SET status = 'released', closed_us = $1 WHERE id = $2 AND account_id = $3 AND status = 'open'",
-		us(now), holdID, accountID)
-	return n > 0, translate(err)
+	var released bool
+	err := s.inTx(ctx, func(c conn) error {
+		// Lock the account before the hold, in the same order as admission
+		// and settlement, so concurrent closers cannot deadlock.
+		if err := s.lockAccount(ctx, c, accountID); err != nil {
+			return err
+		}
+		var err error
+		released, err = closeHold(ctx, c, accountID, holdID, "released", now)
+		return err
+	})
+	return released, err
 }
 
 // SettleHold closes an open hold and appends its ledger entry in one
@@ -149,19 +157,36 @@ func (s *Store) SettleHold(ctx context.Context, holdID int64, e billing.Entry) (
 		if err := s.lockAccount(ctx, c, e.AccountID); err != nil {
 			return err
 		}
-		n, err := c.exec(ctx,
-			"UPDATE holds SET status = 'settled', closed_us = $1 WHERE id = $2 AND account_id = $3 AND status = 'open'",
-			us(e.At), holdID, e.AccountID)
+		closed, err := closeHold(ctx, c, e.AccountID, holdID, "settled", e.At)
 		if err != nil {
-			return translate(err)
+			return err
 		}
-		if n == 0 {
+		if !closed {
 			return gpuproxy.Errorf(gpuproxy.ECONFLICT, "hold %d is not open", holdID)
 		}
 		out, _, err = appendEntry(ctx, c, e)
 		return err
 	})
 	return out, err
+}
+
+// closeHold moves an open hold to status and takes its amount off the
+// account's held total; the caller holds the account lock. It reports
+// whether the hold was open.
+func closeHold(ctx context.Context, c conn, accountID, holdID int64, status string, at time.Time) (bool, error) {
+	var amount int64
+	err := c.queryRow(ctx, `UPDATE holds SET status = $1, closed_us = $2
+		WHERE id = $3 AND account_id = $4 AND status = 'open' RETURNING amount_micros`,
+		status, us(at), holdID, accountID).Scan(&amount)
+	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if _, err := c.exec(ctx, "UPDATE accounts SET held_micros = held_micros - $1 WHERE id = $2", amount, accountID); err != nil {
+		return false, translate(err)
+	}
+	return true, nil
 }
 
 // OpenHolds returns the account's open holds' ids and amounts.

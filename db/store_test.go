@@ -180,6 +180,9 @@ func TestWindowArithmetic(t *testing.T) {
 		if got := admit(t, s, a.ID, 0, now, false).Held; got != 29*usd {
 			t.Fatalf("held after release = %s", got)
 		}
+		if held, sum, err := s.HeldForTest(ctx, a.ID); err != nil || held != sum || held != 29*usd {
+			t.Fatalf("held_micros %d, open holds sum %d, err %v", held, sum, err)
+		}
 		// A shorter window than the horizon commits only W of burn.
 		if err := s.SetLimits(ctx, a.ID, []guardrails.Window{{Minutes: 30, Limit: 100 * usd}}, "destroy"); err != nil {
 			t.Fatal(err)

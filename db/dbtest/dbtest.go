@@ -106,3 +106,30 @@ func PostgresSchema(t testing.TB) (url, schema string) {
 	})
 	return u, schema
 }
+
+// OpenPostgresConn returns a migrated Postgres store plus a raw connection
+// to the same schema, for benchmarks that seed bulk data.
+func OpenPostgresConn(t testing.TB) (*db.Store, *pgx.Conn) {
+	t.Helper()
+	u, schema := PostgresSchema(t)
+	ctx := context.Background()
+	st, err := db.Open(ctx, db.Options{URL: u, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return st, c
+}

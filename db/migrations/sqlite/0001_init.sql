@@ -5,6 +5,9 @@ CREATE TABLE accounts (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     name        TEXT NOT NULL UNIQUE,
     on_exceed   TEXT NOT NULL DEFAULT 'block' CHECK (on_exceed IN ('block', 'destroy')),
+    -- held_micros is the sum of the account's open holds, kept in step by
+    -- every statement that opens or closes a hold (in the same transaction).
+    held_micros INTEGER NOT NULL DEFAULT 0 CHECK (held_micros >= 0),
     created_us  INTEGER NOT NULL
 );
 
@@ -35,7 +38,7 @@ CREATE TABLE holds (
     created_us     INTEGER NOT NULL,
     closed_us      INTEGER
 );
-CREATE INDEX holds_open ON holds (account_id, amount_micros) WHERE status = 'open';
+
 
 CREATE TABLE ledger (
     id               INTEGER PRIMARY KEY AUTOINCREMENT,
