@@ -4,6 +4,8 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+
+	"github.com/aiserve/gpuproxy"
 )
 
 // lockedWriter makes a shared buffer safe for concurrent handlers.
@@ -20,4 +22,18 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func newTestLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(&lockedWriter{w: w}, nil))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+type string2scope []string
+
+func (s string2scope) scopes() []gpuproxy.Scope {
+	out := make([]gpuproxy.Scope, len(s))
+	for i, v := range s {
+		out[i] = gpuproxy.Scope(v)
+	}
+	return out
 }
