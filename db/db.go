@@ -72,6 +72,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if o.Schema != "" {
 			cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema
 		}
+		// Short OLTP queries: JIT compilation costs far more than it saves.
+		if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
+			cfg.ConnConfig.RuntimeParams["jit"] = "off"
+		}
 		if o.MaxConns > 0 {
 			cfg.MaxConns = o.MaxConns
 		}

@@ -215,3 +215,30 @@ func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
 		"committed": first.Committed, "cost": cost, "remaining": first.Remaining(), "windows": windows,
 	}}
 }
+
+// Request builds the admission request for cost with this service's
+// defaults, horizon and clock, for stores that admit inside a larger
+// transaction (instance creation).
+func (s *Service) Request(accountID int64, cost gpuproxy.Micros, ref string) AdmitRequest {
+	return AdmitRequest{AccountID: accountID, Cost: cost, Now: s.opts.Now(), Horizon: s.opts.Horizon,
+		Defaults: s.opts.Defaults, Hold: true, Ref: ref}
+}
+
+// Decide turns a store's admission result into nil or the refusal error,
+// recording the decision; err is the store's error, mapped fail-closed.
+func (s *Service) Decide(res AdmitResult, cost gpuproxy.Micros, err error) error {
+	if err = s.storeErr(err); err != nil {
+		return err
+	}
+	s.observe("admit", res.Admitted)
+	if !res.Admitted {
+		err := Refusal(res.Snapshot, cost, false)
+		s.opts.Logger.Warn("spending limit refused admission", "account_id", res.AccountID,
+			"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
+		return err
+	}
+	return nil
+}
+
+// Now returns the service clock's time.
+func (s *Service) Now() time.Time { return s.opts.Now() }

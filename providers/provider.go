@@ -193,3 +193,11 @@ func AsAppError(err error) error {
 			" (try again later)", Details: det}
 	}
 }
+
+// Refunder is implemented by prepaid providers that refund unused time when
+// an instance is destroyed early.
+type Refunder interface {
+	// Refund returns what the provider refunds of total, prepaid for hours,
+	// for an instance that ran from started until destroyed.
+	Refund(total gpuproxy.Micros, hours int, started, destroyed time.Time) gpuproxy.Micros
+}

@@ -153,7 +153,7 @@ CREATE FUNCTION gp_admit(
     p_def_minutes INT[], p_def_limits BIGINT[], p_mode INT, p_ref TEXT)
 RETURNS TABLE (o_minutes INT, o_limit BIGINT, o_spent BIGINT, o_held BIGINT,
                o_committed BIGINT, o_burn BIGINT, o_on_exceed TEXT, o_hold_id BIGINT)
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 DECLARE
     v_on_exceed TEXT;
     v_held      BIGINT;

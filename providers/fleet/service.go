@@ -1,0 +1,494 @@
+// Package fleet is the instance lifecycle over every provider: offer search
+// (concurrent fan-out, merged, cached briefly), creation behind guard-rail
+// admission (the admission and our row in one transaction before any
+// provider call), polling to running, confirmed destroys, metering and
+// prepaid charges, and the reconciler that matches provider instances to our
+// rows by tag. REST and MCP both call this one service.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// Options configure a Service.
+type Options struct {
+	// OfferCacheTTL is how long a provider's search answer is reused
+	// (default 15s; negative disables).
+	OfferCacheTTL time.Duration
+	// SearchTimeout bounds one provider's search (default 15s).
+	SearchTimeout time.Duration
+	// CreateTimeout bounds the provider create call (default 60s). It runs
+	// detached from the caller, so a client that hangs up cannot turn a
+	// create into an untracked rental.
+	CreateTimeout time.Duration
+	// PollInterval is how often starting/terminating instances are checked
+	// (default 2s).
+	PollInterval time.Duration
+	// StartTimeout fails (and destroys) an instance that is not running
+	// after this long (default 15m).
+	StartTimeout time.Duration
+	// PendingGrace is how long a pending row (an ambiguous create) waits
+	// before the reconciler resolves it (default 2m).
+	PendingGrace time.Duration
+	// ReconcileInterval is how often the reconciler runs (default 1m).
+	ReconcileInterval time.Duration
+	// OrphanPolicy for provider instances tagged as ours without a live
+	// row: "destroy" (default) or "adopt" (revive and bill it).
+	OrphanPolicy string
+	// Now is the clock (default the guard rails' clock).
+	Now func() time.Time
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Leader runs fn only on the replica holding the named lock
+	// (db.Store.WithLeader); nil runs it always.
+	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
+	// AfterProviderCreate is a fault hook for tests: called after the
+	// provider created an instance and before our row records it; an error
+	// aborts there, as a crash would.
+	AfterProviderCreate func(inst Instance, providerID string) error
+}
+
+// Service is the fleet.
+type Service struct {
+	providers []providers.Provider
+	byName    map[string]providers.Provider
+	store     Store
+	guard     *guardrails.Service
+	opts      Options
+	cache     *offerCache
+}
+
+// New returns a Service over the given providers.
+func New(store Store, guard *guardrails.Service, provs []providers.Provider, o Options) *Service {
+	if o.OfferCacheTTL == 0 {
+		o.OfferCacheTTL = 15 * time.Second
+	}
+	if o.SearchTimeout <= 0 {
+		o.SearchTimeout = 15 * time.Second
+	}
+	if o.CreateTimeout <= 0 {
+		o.CreateTimeout = 60 * time.Second
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 2 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 15 * time.Minute
+	}
+	if o.PendingGrace <= 0 {
+		o.PendingGrace = 2 * time.Minute
+	}
+	if o.ReconcileInterval <= 0 {
+		o.ReconcileInterval = time.Minute
+	}
+	if o.OrphanPolicy == "" {
+		o.OrphanPolicy = "destroy"
+	}
+	if o.Now == nil {
+		o.Now = guard.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Leader == nil {
+		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) { return true, fn(ctx) }
+	}
+	s := &Service{store: store, guard: guard, opts: o, byName: map[string]providers.Provider{},
+		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}}
+	for _, p := range provs {
+		s.providers = append(s.providers, p)
+		s.byName[p.Name()] = p
+	}
+	return s
+}
+
+// ProviderNames lists the configured providers.
+func (s *Service) ProviderNames() []string {
+	out := make([]string, len(s.providers))
+	for i, p := range s.providers {
+		out[i] = p.Name()
+	}
+	return out
+}
+
+// Breakers reports each provider's circuit breaker state.
+func (s *Service) Breakers() map[string]string {
+	out := map[string]string{}
+	for _, p := range s.providers {
+		out[p.Name()] = p.BreakerState()
+	}
+	return out
+}
+
+// CreateRequest asks for a new instance.
+type CreateRequest struct {
+	Provider       string
+	OfferID        string
+	Image          string
+	Label          string
+	Hours          int // prepaid duration (io.net); default 1
+	Env            map[string]string
+	Ports          []int
+	IdempotencyKey string
+}
+
+func (r *CreateRequest) validate(known []string) error {
+	switch {
+	case !contains(known, r.Provider):
+		return gpuproxy.Invalid("provider", "must be one of %s", strings.Join(known, ", "))
+	case r.OfferID == "" || len(r.OfferID) > 200:
+		return gpuproxy.Invalid("offer_id", "is required (an offer id from the offer search)")
+	case r.Image == "" || len(r.Image) > 500 || strings.ContainsAny(r.Image, " \n\t"):
+		return gpuproxy.Invalid("image", "is required: a container image such as vllm/vllm-openai:latest")
+	case len(r.Label) > 200:
+		return gpuproxy.Invalid("label", "must be at most 200 characters")
+	case r.Hours < 0 || r.Hours > 24*30:
+		return gpuproxy.Invalid("hours", "must be between 1 and 720")
+	case len(r.Env) > 50:
+		return gpuproxy.Invalid("env", "at most 50 variables")
+	case len(r.Ports) > 10:
+		return gpuproxy.Invalid("ports", "at most 10 ports")
+	case len(r.IdempotencyKey) > 200:
+		return gpuproxy.Invalid("idempotency_key", "must be at most 200 characters")
+	}
+	for k, v := range r.Env {
+		if k == "" || len(k) > 100 || strings.ContainsAny(k, "= \n") || len(v) > 4096 {
+			return gpuproxy.Invalid("env", "variable %q: names are 1-100 characters without '=', values at most 4096", k)
+		}
+	}
+	for _, p := range r.Ports {
+		if p < 1 || p > 65535 {
+			return gpuproxy.Invalid("ports", "port %d is out of range", p)
+		}
+	}
+	if r.Hours == 0 {
+		r.Hours = 1
+	}
+	return nil
+}
+
+// Progress receives human-readable progress while an instance starts.
+type Progress func(message string, done, total float64)
+
+// NewInstanceID returns a fresh instance id; it doubles as the provider tag.
+func NewInstanceID() string {
+	b := make([]byte, 10)
+	_, _ = rand.Read(b)
+	return "gpi_" + hex.EncodeToString(b)
+}
+
+// IsOurTag reports whether a provider label carries one of our ids.
+func IsOurTag(tag string) bool { return strings.HasPrefix(tag, "gpi_") && len(tag) == 24 }
+
+// Create admits and rents an instance. The guard-rail admission and our
+// pending row are committed before the provider is called; a retried
+// request with the same idempotency key returns the same instance.
+func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (Instance, error) {
+	if err := req.validate(s.ProviderNames()); err != nil {
+		return Instance{}, err
+	}
+	p := s.byName[req.Provider]
+	// Re-check the live price: offers are perishable and prices move.
+	q, err := p.Quote(ctx, req.OfferID, req.Hours)
+	if err != nil {
+		return Instance{}, providers.AsAppError(err)
+	}
+	if q.PricePerHour <= 0 && q.Total <= 0 {
+		return Instance{}, gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)
+	}
+	cost := q.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
+	if q.Billing == providers.BillingPrepaid {
+		cost = q.Total
+	}
+	inst := Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
+		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
+		Image: req.Image, Label: req.Label, Status: Pending, IdempotencyKey: req.IdempotencyKey,
+		CreatedAt: s.opts.Now().UTC()}
+	if q.Billing == providers.BillingPrepaid {
+		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
+	}
+	res, inst, existing, err := s.store.AdmitInstance(ctx, s.guard.Request(accountID, cost, inst.ID), inst)
+	if existing {
+		return inst, err
+	}
+	if err := s.guard.Decide(res, cost, err); err != nil {
+		return Instance{}, err
+	}
+	// The provider call is detached from the caller: a client hanging up
+	// must not leave a rental we do not know about.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CreateTimeout)
+	defer cancel()
+	pi, err := p.Create(cctx, providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
+		Hours: req.Hours, Env: req.Env, Ports: req.Ports})
+	if err != nil {
+		var pe *providers.Error
+		if errors.As(err, &pe) && pe.Kind == providers.KindAmbiguous {
+			// Unknown outcome: stay pending with the hold; the reconciler
+			// finds the instance by tag (or proves it absent) and resolves it.
+			s.opts.Logger.Warn("ambiguous create; left for the reconciler", "instance", inst.ID, "provider", p.Name(), "err", err)
+			inst.Error = "the provider did not confirm the create; reconciling"
+			return inst, nil
+		}
+		if _, ferr := s.store.MarkFailed(context.WithoutCancel(ctx), inst.ID, gpuproxy.ErrorMessage(providers.AsAppError(err)), s.opts.Now()); ferr != nil {
+			s.opts.Logger.Error("marking failed create", "instance", inst.ID, "err", ferr)
+		}
+		return Instance{}, providers.AsAppError(err)
+	}
+	if s.opts.AfterProviderCreate != nil {
+		if err := s.opts.AfterProviderCreate(inst, pi.ProviderID); err != nil {
+			return inst, err
+		}
+	}
+	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
+}
+
+// markStarting records the provider id; a prepaid instance is charged its
+// quoted total now, settling its hold.
+func (s *Service) markStarting(ctx context.Context, inst Instance, providerID string) (Instance, error) {
+	var charge *billing.Entry
+	if inst.Billing == string(providers.BillingPrepaid) {
+		charge = &billing.Entry{AccountID: inst.AccountID, Type: billing.Charge, Amount: inst.PrepaidTotal,
+			At: s.opts.Now(), Provider: inst.Provider, InstanceID: inst.ID, Basis: billing.Prepaid,
+			IdempotencyKey: "prepaid:" + inst.ID,
+			Description:    fmt.Sprintf("%s prepaid %dh of %s", inst.Provider, inst.Hours, inst.GPUName)}
+	}
+	return s.store.MarkStarting(ctx, inst.ID, providerID, charge, s.opts.Now())
+}
+
+// WaitRunning polls an instance until it is running, failed or ctx ends,
+// reporting progress.
+func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, progress Progress) (Instance, error) {
+	t := time.NewTicker(s.opts.PollInterval / 4)
+	defer t.Stop()
+	start := s.opts.Now()
+	for {
+		inst, err := s.store.Instance(ctx, accountID, id)
+		if err != nil {
+			return inst, err
+		}
+		if inst.Status == Starting {
+			inst, _ = s.advance(ctx, inst)
+		}
+		switch inst.Status {
+		case Running, Failed, Terminated, Terminating:
+			return inst, nil
+		}
+		if progress != nil {
+			el := s.opts.Now().Sub(start)
+			progress(fmt.Sprintf("%s is %s (%.0fs)", inst.ID, inst.Status, el.Seconds()),
+				min(el.Seconds(), 0.95*s.opts.StartTimeout.Seconds()), s.opts.StartTimeout.Seconds())
+		}
+		select {
+		case <-ctx.Done():
+			return inst, nil
+		case <-t.C:
+		}
+	}
+}
+
+// advance checks one starting instance at its provider and moves it on.
+func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) {
+	p, ok := s.byName[inst.Provider]
+	if !ok || inst.ProviderInstanceID == "" {
+		return inst, nil
+	}
+	pi, err := p.Get(ctx, inst.ProviderInstanceID)
+	now := s.opts.Now()
+	switch {
+	case providers.KindOf(err) == providers.KindGone:
+		return s.store.MarkTerminated(ctx, inst.ID, now, nil)
+	case err != nil:
+		return inst, err
+	}
+	switch {
+	case pi.Status == providers.StatusRunning && pi.Endpoint != "":
+		started := pi.StartedAt
+		if started.IsZero() || started.After(now) || started.Before(inst.CreatedAt) {
+			started = now
+		}
+		var meter *billing.Meter
+		if inst.Billing == string(providers.BillingHourly) {
+			meter = &billing.Meter{ID: inst.ID, AccountID: inst.AccountID, Provider: inst.Provider,
+				InstanceID: inst.ID, PricePerHour: inst.PricePerHour, Start: started}
+		}
+		return s.store.MarkRunning(ctx, inst.ID, pi.Endpoint, started, meter)
+	case pi.Status == providers.StatusFailed || pi.Status == providers.StatusTerminated ||
+		now.Sub(inst.CreatedAt) > s.opts.StartTimeout:
+		// Never leave a broken rental running: destroy it, then stop tracking.
+		if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
+			return inst, err
+		}
+		return s.store.MarkFailed(ctx, inst.ID, "the instance did not start (provider status "+string(pi.Status)+")", now)
+	}
+	return inst, nil
+}
+
+// Destroy terminates one of the account's instances, by our id or the
+// provider's. It is idempotent; the row becomes terminated only once the
+// provider confirms the instance is gone.
+func (s *Service) Destroy(ctx context.Context, accountID int64, id string) (Instance, error) {
+	inst, err := s.find(ctx, accountID, id)
+	if err != nil {
+		return inst, err
+	}
+	if inst.Status == Terminated || inst.Status == Failed {
+		return inst, nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	if inst, err = s.store.MarkTerminating(ctx, inst.ID, s.opts.Now()); err != nil {
+		return inst, err
+	}
+	return s.finishDestroy(ctx, inst)
+}
+
+// finishDestroy destroys at the provider, confirms, and closes the row.
+func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, error) {
+	p, ok := s.byName[inst.Provider]
+	if !ok {
+		return inst, gpuproxy.Errorf(gpuproxy.EPROVIDER, "provider %s is not configured", inst.Provider)
+	}
+	if inst.ProviderInstanceID == "" {
+		// Never reached the provider (or an ambiguous create): the reconciler
+		// destroys any instance carrying our tag; nothing to charge here.
+		return s.store.MarkTerminated(ctx, inst.ID, s.opts.Now(), nil)
+	}
+	if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
+		return inst, providers.AsAppError(err)
+	}
+	pi, err := p.Get(ctx, inst.ProviderInstanceID)
+	gone := providers.KindOf(err) == providers.KindGone || (err == nil && pi.Status == providers.StatusTerminated)
+	if !gone {
+		// Destroy accepted but not yet confirmed: stay terminating; the
+		// poller confirms it.
+		return inst, nil
+	}
+	at := s.opts.Now()
+	if !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(at) && pi.StoppedAt.After(inst.CreatedAt) {
+		at = pi.StoppedAt
+	}
+	return s.store.MarkTerminated(ctx, inst.ID, at, s.refundFor(inst, p, at))
+}
+
+// refundFor is the refund a prepaid provider gives for destroying early.
+func (s *Service) refundFor(inst Instance, p providers.Provider, at time.Time) *billing.Entry {
+	r, ok := p.(providers.Refunder)
+	if !ok || inst.Billing != string(providers.BillingPrepaid) || inst.PrepaidTotal == 0 {
+		return nil
+	}
+	started := inst.StartedAt
+	if started.IsZero() {
+		started = inst.CreatedAt
+	}
+	amt := r.Refund(inst.PrepaidTotal, inst.Hours, started, at)
+	if amt <= 0 {
+		return nil
+	}
+	return &billing.Entry{AccountID: inst.AccountID, Type: billing.Refund, Amount: amt, At: at,
+		Provider: inst.Provider, InstanceID: inst.ID, Basis: billing.Prepaid, IdempotencyKey: "refund:" + inst.ID,
+		Description: fmt.Sprintf("%s unused prepaid time refunded on destroy", inst.Provider)}
+}
+
+// find looks an instance up by our id or the provider's id.
+func (s *Service) find(ctx context.Context, accountID int64, id string) (Instance, error) {
+	if id == "" || len(id) > 200 {
+		return Instance{}, gpuproxy.Invalid("instance_id", "is required")
+	}
+	inst, err := s.store.Instance(ctx, accountID, id)
+	if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
+		return inst, err
+	}
+	for _, p := range s.providers {
+		if inst, err := s.store.InstanceByProviderID(ctx, accountID, p.Name(), id); err == nil {
+			return inst, nil
+		}
+	}
+	return Instance{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %q not found", id)
+}
+
+// View is an instance with its cost to date.
+type View struct {
+	Instance
+	CostToDate gpuproxy.Micros
+}
+
+// Get returns one of the account's instances.
+func (s *Service) Get(ctx context.Context, accountID int64, id string) (View, error) {
+	inst, err := s.find(ctx, accountID, id)
+	if err != nil {
+		return View{}, err
+	}
+	c, err := s.store.CostToDate(ctx, accountID, inst.ID)
+	return View{Instance: inst, CostToDate: c}, err
+}
+
+// List returns the account's instances, optionally in one status.
+func (s *Service) List(ctx context.Context, accountID int64, status string) ([]View, error) {
+	if status != "" && !validStatus(Status(status)) {
+		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, terminating, terminated or failed")
+	}
+	insts, err := s.store.Instances(ctx, accountID, Status(status))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]View, 0, len(insts))
+	for _, in := range insts {
+		c, err := s.store.CostToDate(ctx, accountID, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, View{Instance: in, CostToDate: c})
+	}
+	return out, nil
+}
+
+// RunningEndpoint returns the endpoint of one of the account's running
+// instances (for the proxy).
+func (s *Service) RunningEndpoint(ctx context.Context, accountID int64, id string) (string, error) {
+	inst, err := s.store.Instance(ctx, accountID, id)
+	if err != nil {
+		return "", err
+	}
+	if inst.Status != Running || inst.Endpoint == "" {
+		return "", gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %s is %s, not running", id, inst.Status)
+	}
+	return inst.Endpoint, nil
+}
+
+// RunningEndpoints lists the endpoints of the account's running instances.
+func (s *Service) RunningEndpoints(ctx context.Context, accountID int64) (map[string]string, error) {
+	insts, err := s.store.Instances(ctx, accountID, Running)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, in := range insts {
+		if in.Endpoint != "" {
+			out[in.ID] = in.Endpoint
+		}
+	}
+	return out, nil
+}
+
+func validStatus(s Status) bool {
+	switch s {
+	case Pending, Starting, Running, Terminating, Terminated, Failed:
+		return true
+	}
+	return false
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+func itoa(i int) string     { return strconv.Itoa(i) }

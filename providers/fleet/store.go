@@ -1,0 +1,88 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// Status is our instance lifecycle state.
+type Status string
+
+// Lifecycle: pending → starting → running → terminating → terminated, or failed.
+const (
+	Pending     Status = "pending"
+	Starting    Status = "starting"
+	Running     Status = "running"
+	Terminating Status = "terminating"
+	Terminated  Status = "terminated"
+	Failed      Status = "failed"
+)
+
+// Instance is our record of one rented instance.
+type Instance struct {
+	ID                 string // ours, e.g. "gpi_3f2a…"; the provider tag
+	AccountID          int64
+	Provider           string
+	ProviderInstanceID string
+	OfferID            string
+	GPUName            string
+	NumGPUs            int
+	PricePerHour       gpuproxy.Micros
+	Billing            string // "hourly" | "prepaid"
+	Hours              int    // prepaid duration
+	PrepaidTotal       gpuproxy.Micros
+	Image              string
+	Label              string
+	Status             Status
+	Endpoint           string
+	IdempotencyKey     string
+	HoldID             int64
+	Error              string
+	CreatedAt          time.Time
+	StartedAt          time.Time // provider reported running (metering starts)
+	TerminatedAt       time.Time
+	UpdatedAt          time.Time
+}
+
+// Store is what the fleet needs from the database. Every method that
+// changes money (holds, meters, ledger) does so in the same transaction as
+// the status change, so a crash never leaves one without the other.
+type Store interface {
+	// AdmitInstance, in one transaction serialized per account: if the
+	// account already has an instance with inst.IdempotencyKey, returns it
+	// (existing=true) without admitting; otherwise admits req (a hold) and,
+	// if admitted, inserts inst (status pending, HoldID set).
+	AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst Instance) (res guardrails.AdmitResult, out Instance, existing bool, err error)
+	// Instance returns one instance of the account (not found otherwise).
+	Instance(ctx context.Context, accountID int64, id string) (Instance, error)
+	// InstanceByID returns an instance by our id, any account (reconciler).
+	InstanceByID(ctx context.Context, id string) (Instance, error)
+	// InstanceByProviderID returns the account's instance with that provider id.
+	InstanceByProviderID(ctx context.Context, accountID int64, provider, providerID string) (Instance, error)
+	// Instances lists the account's instances, newest first, optionally by status.
+	Instances(ctx context.Context, accountID int64, status Status) ([]Instance, error)
+	// InstancesInStatus lists every account's instances in the given states.
+	InstancesInStatus(ctx context.Context, statuses ...Status) ([]Instance, error)
+	// MarkStarting records the provider id (pending → starting). For a
+	// prepaid instance, charge settles its hold into that ledger entry.
+	MarkStarting(ctx context.Context, id, providerID string, charge *billing.Entry, now time.Time) (Instance, error)
+	// MarkRunning records the endpoint (starting → running); for an hourly
+	// instance it releases the hold and starts its meter at startedAt, in
+	// one transaction.
+	MarkRunning(ctx context.Context, id, endpoint string, startedAt time.Time, meter *billing.Meter) (Instance, error)
+	// MarkFailed moves a pending/starting instance to failed and releases
+	// its hold.
+	MarkFailed(ctx context.Context, id, reason string, now time.Time) (Instance, error)
+	// MarkTerminating moves an instance to terminating (idempotent).
+	MarkTerminating(ctx context.Context, id string, now time.Time) (Instance, error)
+	// MarkTerminated moves an instance to terminated at `at`: stops its
+	// meter at `at` (never charged after), releases any open hold and
+	// appends refund if not nil — one transaction, idempotent.
+	MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (Instance, error)
+	// CostToDate sums the ledger for the instance (charges + adjustments − refunds).
+	CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error)
+}
