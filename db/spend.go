@@ -18,7 +18,7 @@ const usPerMinute = 60_000_000
 // SQLite the same steps run in Go inside one BEGIN IMMEDIATE transaction.
 func (s *Store) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
 	if s.pg != nil {
-		return s.admitPG(ctx, req)
+		return s.admitPG(ctx, s.pool(), req)
 	}
 	var res guardrails.AdmitResult
 	var err error
@@ -33,7 +33,9 @@ func (s *Store) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardra
 	return res, translate(err)
 }
 
-func (s *Store) admitPG(ctx context.Context, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
+// admitPG is the Postgres path: one call of gp_admit on c, which is the
+// pool or, for AdmitInstance, a transaction that goes on to insert more.
+func (s *Store) admitPG(ctx context.Context, c conn, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
 	mins := make([]int32, len(req.Defaults))
 	lims := make([]int64, len(req.Defaults))
 	for i, w := range req.Defaults {
@@ -44,7 +46,7 @@ func (s *Store) admitPG(ctx context.Context, req guardrails.AdmitRequest) (guard
 		mode = 1
 	}
 	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
-	r, err := s.pg.Query(ctx, "SELECT * FROM gp_admit($1, $2, $3, $4, $5, $6, $7, $8)",
+	r, err := c.query(ctx, "SELECT * FROM gp_admit($1, $2, $3, $4, $5, $6, $7, $8)",
 		req.AccountID, int64(req.Cost), us(req.Now), req.Horizon.Microseconds(), mins, lims, mode, req.Ref)
 	if err != nil {
 		return res, translate(err)

@@ -32,16 +32,23 @@ func (s *Server) ready(c echo.Context) error {
 	} else {
 		checks["database"] = "ok"
 	}
+	degraded := false
 	for _, rc := range s.svc.ReadyChecks {
-		if err := rc.Check(ctx); err != nil {
-			checks[rc.Name], ok = err.Error(), false
-		} else {
+		switch err := rc.Check(ctx); {
+		case err == nil:
 			checks[rc.Name] = "ok"
+		case rc.Critical:
+			checks[rc.Name], ok = err.Error(), false
+		default:
+			checks[rc.Name], degraded = err.Error(), true
 		}
 	}
 	status, code := "ready", http.StatusOK
-	if !ok {
+	switch {
+	case !ok:
 		status, code = "not_ready", http.StatusServiceUnavailable
+	case degraded:
+		status = "degraded"
 	}
 	return c.JSON(code, map[string]any{"status": status, "checks": checks})
 }

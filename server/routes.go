@@ -18,6 +18,14 @@ func (s *Server) routes() {
 	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
 	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))
 
+	if s.svc.Fleet != nil {
+		api.GET("/gpu/offers", s.listOffers, need(gpuproxy.ScopeOffersRead))
+		api.POST("/gpu/instances", s.createInstance, need(gpuproxy.ScopeInstancesWrite))
+		api.GET("/gpu/instances", s.listInstances, need(gpuproxy.ScopeInstancesRead))
+		api.GET("/gpu/instances/:id", s.getInstance, need(gpuproxy.ScopeInstancesRead))
+		api.DELETE("/gpu/instances/:id", s.deleteInstance, need(gpuproxy.ScopeInstancesWrite))
+	}
+
 	api.GET("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
 	api.GET("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
 	api.POST("/billing/credits", s.addCredit, need(gpuproxy.ScopeAdmin))

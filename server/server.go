@@ -19,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // Pinger checks a dependency for /ready.
@@ -31,6 +32,9 @@ type Pinger interface {
 type ReadyCheck struct {
 	Name  string
 	Check func(ctx context.Context) error
+	// Critical failures make /ready 503; others report "degraded" with 200
+	// (an open provider breaker must not pull every replica out of service).
+	Critical bool
 }
 
 // Options configure the server.
@@ -50,6 +54,7 @@ type Services struct {
 	Auth        *auth.Service
 	Guard       *guardrails.Service
 	Ledger      *billing.Ledger
+	Fleet       *fleet.Service // nil: no GPU routes
 	Store       Pinger
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics

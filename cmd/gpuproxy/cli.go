@@ -63,6 +63,11 @@ func openEnv(ctx context.Context, configPath string, getenv func(string) string)
 	if err != nil {
 		return nil, err
 	}
+	return openEnvConfig(ctx, cfg)
+}
+
+// openEnvConfig opens and migrates the store named by cfg.
+func openEnvConfig(ctx context.Context, cfg config) (*env, error) {
 	st, err := db.Open(ctx, db.Options{URL: cfg.DatabaseURL})
 	if err != nil {
 		return nil, err

@@ -24,6 +24,31 @@ type config struct {
 	Limits           []limitConfig `yaml:"limits"`
 	MeteringInterval time.Duration `yaml:"metering_interval"`
 	LogLevel         string        `yaml:"log_level"`
+	Providers        providersConf `yaml:"providers"`
+	Fleet            fleetConf     `yaml:"fleet"`
+}
+
+type providersConf struct {
+	VastAI providerConf `yaml:"vastai"`
+	IONet  providerConf `yaml:"ionet"`
+}
+
+// providerConf configures one provider; it is enabled when APIKey is set.
+type providerConf struct {
+	APIKey          string        `yaml:"api_key"`
+	BaseURL         string        `yaml:"base_url"`
+	Timeout         time.Duration `yaml:"timeout"`
+	BreakerFailures uint32        `yaml:"breaker_failures"`
+	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
+}
+
+type fleetConf struct {
+	OfferCacheTTL     time.Duration `yaml:"offer_cache_ttl"`
+	PollInterval      time.Duration `yaml:"poll_interval"`
+	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
+	PendingGrace      time.Duration `yaml:"pending_grace"`
+	StartTimeout      time.Duration `yaml:"start_timeout"`
+	OrphanPolicy      string        `yaml:"orphan_policy"` // destroy | adopt
 }
 
 type limitConfig struct {
@@ -74,6 +99,12 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"GPUPROXY_LISTEN", str(&c.Listen)},
 		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
 		{"GPUPROXY_LOG_LEVEL", str(&c.LogLevel)},
+		{"VASTAI_API_KEY", str(&c.Providers.VastAI.APIKey)},
+		{"VASTAI_BASE_URL", str(&c.Providers.VastAI.BaseURL)},
+		{"IONET_API_KEY", str(&c.Providers.IONet.APIKey)},
+		{"IONET_BASE_URL", str(&c.Providers.IONet.BaseURL)},
+		{"GPUPROXY_ORPHAN_POLICY", str(&c.Fleet.OrphanPolicy)},
+		{"GPUPROXY_OFFER_CACHE_TTL", dur(&c.Fleet.OfferCacheTTL)},
 		{"GPUPROXY_HORIZON", dur(&c.Horizon)},
 		{"GPUPROXY_METERING_INTERVAL", dur(&c.MeteringInterval)},
 		{"GPUPROXY_RATE_LIMIT", func(v string) error {
@@ -99,6 +130,9 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 	}
 	if c.MeteringInterval <= 0 {
 		return c, fmt.Errorf("metering_interval must be positive")
+	}
+	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
+		return c, fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
 	}
 	return c, nil
 }

@@ -11,10 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/auth"
-	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -29,45 +25,65 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("serve")
 	listen := f.String("listen", "", "address to listen on (default 127.0.0.1:8080)")
+	sandbox := f.Bool("sandbox", false, "run against simulated vast.ai and io.net on loopback, with a demo account")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	cfg, err := loadConfig(*f.config, getenv)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	var sb *sandboxEnv
+	if *sandbox {
+		if sb, err = startSandbox(&cfg); err != nil {
+			return err
+		}
+		defer sb.Close()
+	}
+	e, err := openEnvConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer e.store.Close()
-	if *listen != "" {
-		e.cfg.Listen = *listen
+	var a *app
+	if sb != nil {
+		a, err = newApp(e, log, sb.providers)
+	} else {
+		a, err = newApp(e, log, nil)
 	}
-	log := newLogger(stderr, e.cfg.LogLevel)
-	metrics := server.NewMetrics()
-	ws, _ := e.cfg.windows()
-	guard := guardrails.New(e.store, guardrails.Options{Defaults: ws, Horizon: e.cfg.Horizon, Logger: log,
-		OnDecision: metrics.ObserveAdmission, OnStoreError: metrics.StoreError})
-	meterer := billing.NewMeterer(e.store, billing.MeterOptions{Interval: e.cfg.MeteringInterval, Logger: log,
-		OnCharge: func(m gpuproxy.Micros) { metrics.MeteredCharge(int64(m)) }})
-	srv := server.New(server.Services{
-		Auth:        e.auth,
-		Guard:       guard,
-		Ledger:      e.ledger,
-		Store:       e.store,
-		RateLimiter: auth.NewRateLimiter(e.cfg.RateLimit),
-		Metrics:     metrics,
-	}, server.Options{Logger: log, Version: version})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
 
-	ln, err := net.Listen("tcp", e.cfg.Listen)
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
+	srv := server.New(a.services(), server.Options{Logger: log, Version: version})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { meterer.Run(bg) })
+	wg.Go(func() { a.meterer.Run(bg) })
+	wg.Go(func() { a.fleet.Run(bg) })
 
-	log.Info("gpuproxy listening", "addr", ln.Addr().String(), "store", e.store.Dialect(), "version", version)
-	fmt.Fprintf(stdout, "gpuproxy listening on http://%s (store: %s)\n", ln.Addr(), e.store.Dialect())
+	log.Info("gpuproxy listening", "addr", ln.Addr().String(), "store", e.store.Dialect(), "version", version,
+		"providers", a.fleet.ProviderNames())
+	fmt.Fprintf(stdout, "gpuproxy listening on http://%s (store: %s, providers: %v)\n", ln.Addr(), e.store.Dialect(),
+		a.fleet.ProviderNames())
+	if sb != nil {
+		if err := sb.seed(ctx, a, stdout, "http://"+ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			stopBG()
+			wg.Wait()
+			return err
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -55,6 +55,8 @@ type Options struct {
 	// Leader runs fn only on the replica holding the named lock
 	// (db.Store.WithLeader); nil runs it always.
 	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
+	// Ledger receives truth-up adjustments (none when nil).
+	Ledger *billing.Ledger
 	// AfterProviderCreate is a fault hook for tests: called after the
 	// provider created an instance and before our row records it; an error
 	// aborts there, as a crash would.
@@ -104,7 +106,9 @@ func New(store Store, guard *guardrails.Service, provs []providers.Provider, o O
 		o.Logger = slog.Default()
 	}
 	if o.Leader == nil {
-		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) { return true, fn(ctx) }
+		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) {
+			return true, fn(ctx)
+		}
 	}
 	s := &Service{store: store, guard: guard, opts: o, byName: map[string]providers.Provider{},
 		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}}
@@ -201,6 +205,16 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		return Instance{}, err
 	}
 	p := s.byName[req.Provider]
+	if req.IdempotencyKey != "" {
+		// A retry of a create that already happened returns it as it is,
+		// before anything else: its offer is rented and may be gone now.
+		inst, err := s.store.InstanceByKey(ctx, accountID, req.IdempotencyKey)
+		if err == nil {
+			return inst, nil
+		} else if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
+			return Instance{}, err
+		}
+	}
 	// Re-check the live price: offers are perishable and prices move.
 	q, err := p.Quote(ctx, req.OfferID, req.Hours)
 	if err != nil {

@@ -57,6 +57,9 @@ type Store interface {
 	// (existing=true) without admitting; otherwise admits req (a hold) and,
 	// if admitted, inserts inst (status pending, HoldID set).
 	AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst Instance) (res guardrails.AdmitResult, out Instance, existing bool, err error)
+	// InstanceByKey returns the account's instance created with an
+	// idempotency key (not found otherwise).
+	InstanceByKey(ctx context.Context, accountID int64, key string) (Instance, error)
 	// Instance returns one instance of the account (not found otherwise).
 	Instance(ctx context.Context, accountID int64, id string) (Instance, error)
 	// InstanceByID returns an instance by our id, any account (reconciler).

@@ -1,0 +1,243 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// Poll advances every starting instance (to running, with its meter) and
+// confirms every terminating one, once. It runs on one replica at a time.
+func (s *Service) Poll(ctx context.Context) error {
+	_, err := s.opts.Leader(ctx, "fleet-poll", func(ctx context.Context) error {
+		insts, err := s.store.InstancesInStatus(ctx, Starting, Terminating)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, inst := range insts {
+			var err error
+			if inst.Status == Starting {
+				_, err = s.advance(ctx, inst)
+			} else {
+				_, err = s.finishDestroy(ctx, inst)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", inst.ID, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	return err
+}
+
+// ReconcileReport says what one reconciliation did.
+type ReconcileReport struct {
+	Adopted     []string // pending rows whose provider instance was found
+	Destroyed   []string // untracked tagged provider instances destroyed
+	Terminated  []string // rows whose provider instance is gone
+	Failed      []string // pending rows proven never created
+	Adjustments int      // truth-up entries appended
+	KillSwitch  []string // instances destroyed by on_exceed=destroy
+	Errors      []error
+}
+
+// Reconcile matches every provider's complete instance list to our rows by
+// tag, once, on one replica at a time:
+//   - a pending row (ambiguous create or a crash after the provider call)
+//     whose tagged instance exists is adopted (it then runs and is metered);
+//     one past PendingGrace with no instance is failed and its hold released;
+//   - a provider instance tagged as ours with no live row is destroyed (or,
+//     with OrphanPolicy "adopt", logged and left for an operator);
+//   - a starting/running/terminating row whose instance is gone is
+//     terminated and its metering stopped;
+//   - where a provider reports actual cost, the difference from our ledger
+//     is appended as an adjustment (truth-up);
+//   - accounts with on_exceed=destroy whose spend reached a limit have their
+//     time-billed instances destroyed (the kill switch).
+func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	var rep ReconcileReport
+	_, err := s.opts.Leader(ctx, "fleet-reconcile", func(ctx context.Context) error {
+		for _, p := range s.providers {
+			s.reconcileProvider(ctx, p, &rep)
+		}
+		s.killSwitch(ctx, &rep)
+		return nil
+	})
+	if err == nil {
+		err = errors.Join(rep.Errors...)
+	}
+	return rep, err
+}
+
+func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, rep *ReconcileReport) {
+	list, err := p.List(ctx)
+	if err != nil {
+		// Only a complete listing proves absence: do nothing on failure.
+		rep.Errors = append(rep.Errors, fmt.Errorf("listing %s: %w", p.Name(), err))
+		return
+	}
+	byTag := map[string]providers.Instance{}
+	byID := map[string]providers.Instance{}
+	for _, pi := range list {
+		byID[pi.ProviderID] = pi
+		if IsOurTag(pi.Tag) {
+			byTag[pi.Tag] = pi
+		}
+	}
+	rows, err := s.store.InstancesInStatus(ctx, Pending, Starting, Running, Terminating)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err)
+		return
+	}
+	now := s.opts.Now()
+	live := map[string]bool{}
+	for _, row := range rows {
+		if row.Provider != p.Name() {
+			continue
+		}
+		live[row.ID] = true
+		pi, found := byTag[row.ID]
+		if !found && row.ProviderInstanceID != "" {
+			pi, found = byID[row.ProviderInstanceID]
+		}
+		switch {
+		case row.Status == Pending && found:
+			if _, err := s.markStarting(ctx, row, pi.ProviderID); err != nil {
+				rep.Errors = append(rep.Errors, fmt.Errorf("adopting %s: %w", row.ID, err))
+				continue
+			}
+			rep.Adopted = append(rep.Adopted, row.ID)
+			s.opts.Logger.Info("reconciler adopted instance", "instance", row.ID, "provider_id", pi.ProviderID)
+		case row.Status == Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
+			if _, err := s.store.MarkFailed(ctx, row.ID, "the provider has no such instance; the create did not happen", now); err != nil {
+				rep.Errors = append(rep.Errors, err)
+				continue
+			}
+			rep.Failed = append(rep.Failed, row.ID)
+		case row.Status != Pending && (!found || pi.Status == providers.StatusTerminated):
+			at := now
+			if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
+				at = pi.StoppedAt
+			}
+			if _, err := s.store.MarkTerminated(ctx, row.ID, at, s.refundFor(row, p, at)); err != nil {
+				rep.Errors = append(rep.Errors, err)
+				continue
+			}
+			rep.Terminated = append(rep.Terminated, row.ID)
+			s.opts.Logger.Warn("reconciler: provider instance gone; row terminated", "instance", row.ID)
+		case found && pi.HasActualCost:
+			if s.truthUp(ctx, row, pi, rep) {
+				rep.Adjustments++
+			}
+		}
+	}
+	for tag, pi := range byTag {
+		if live[tag] || pi.Status == providers.StatusTerminated {
+			continue
+		}
+		// Tagged as ours but with no live row: never leave it running unbilled.
+		if s.opts.OrphanPolicy == "adopt" {
+			s.opts.Logger.Error("untracked instance tagged as ours left running (orphan_policy adopt): an operator must act",
+				"provider", p.Name(), "provider_id", pi.ProviderID, "tag", tag)
+			continue
+		}
+		if err := p.Destroy(ctx, pi.ProviderID); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("destroying orphan %s: %w", pi.ProviderID, err))
+			continue
+		}
+		rep.Destroyed = append(rep.Destroyed, pi.ProviderID)
+		s.opts.Logger.Warn("reconciler destroyed untracked instance", "provider", p.Name(), "provider_id", pi.ProviderID, "tag", tag)
+	}
+}
+
+// truthUp appends an adjustment when the provider's reported cost differs
+// from our ledger for the instance. The key includes the provider's figure,
+// so each distinct report is applied once.
+func (s *Service) truthUp(ctx context.Context, row Instance, pi providers.Instance, rep *ReconcileReport) bool {
+	if s.opts.Ledger == nil {
+		return false
+	}
+	ours, err := s.store.CostToDate(ctx, row.AccountID, row.ID)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err)
+		return false
+	}
+	diff := pi.ActualCost - ours
+	if diff == 0 {
+		return false
+	}
+	e := billing.Entry{AccountID: row.AccountID, Type: billing.Adjustment, Amount: diff, At: s.opts.Now(),
+		Provider: row.Provider, InstanceID: row.ID, Basis: billing.Provider,
+		IdempotencyKey: fmt.Sprintf("truthup:%s:%d", row.ID, int64(pi.ActualCost)),
+		Description:    fmt.Sprintf("%s reports $%s charged; ledger had $%s", row.Provider, pi.ActualCost, ours)}
+	if _, err := s.opts.Ledger.Append(ctx, e); err != nil {
+		rep.Errors = append(rep.Errors, err)
+		return false
+	}
+	return true
+}
+
+// killSwitch destroys the time-billed instances of accounts whose policy is
+// destroy once a window's actual spend reaches its limit.
+func (s *Service) killSwitch(ctx context.Context, rep *ReconcileReport) {
+	rows, err := s.store.InstancesInStatus(ctx, Starting, Running)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err)
+		return
+	}
+	checked := map[int64]bool{}
+	for _, row := range rows {
+		if row.Billing != string(providers.BillingHourly) {
+			continue
+		}
+		if _, done := checked[row.AccountID]; !done {
+			snap, err := s.guard.Spending(ctx, row.AccountID)
+			if err != nil {
+				rep.Errors = append(rep.Errors, err)
+				continue
+			}
+			u, reached := snap.Reached()
+			checked[row.AccountID] = snap.OnExceed == gpuproxy.OnExceedDestroy && reached
+			if checked[row.AccountID] {
+				s.opts.Logger.Error("spending limit reached with on_exceed=destroy: destroying time-billed instances",
+					"account_id", row.AccountID, "window_minutes", u.Minutes, "limit", u.Limit.String(), "spent", u.Spent.String())
+			}
+		}
+		if !checked[row.AccountID] {
+			continue
+		}
+		if _, err := s.Destroy(ctx, row.AccountID, row.ID); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			continue
+		}
+		rep.KillSwitch = append(rep.KillSwitch, row.ID)
+	}
+}
+
+// Run polls and reconciles until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	poll := time.NewTicker(s.opts.PollInterval)
+	rec := time.NewTicker(s.opts.ReconcileInterval)
+	defer poll.Stop()
+	defer rec.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
+				s.opts.Logger.Warn("fleet poll", "err", err)
+			}
+		case <-rec.C:
+			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.opts.Logger.Warn("fleet reconcile", "err", err)
+			}
+		}
+	}
+}

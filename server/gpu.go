@@ -1,0 +1,182 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/providers/fleet"
+)
+
+// OfferJSON is one offer as the API shows it.
+type OfferJSON struct {
+	Provider     string          `json:"provider"`
+	OfferID      string          `json:"offer_id"`
+	GPUName      string          `json:"gpu_name"`
+	NumGPUs      int             `json:"num_gpus"`
+	VRAMGB       float64         `json:"vram_gb"`
+	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
+	Location     string          `json:"location"`
+	Reliability  float64         `json:"reliability"`
+	Billing      string          `json:"billing"`
+	CPUCores     float64         `json:"cpu_cores,omitempty"`
+	RAMGB        float64         `json:"ram_gb,omitempty"`
+	DiskGB       float64         `json:"disk_gb,omitempty"`
+}
+
+// NewOfferJSON renders an offer.
+func NewOfferJSON(o providers.Offer) OfferJSON {
+	return OfferJSON{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, VRAMGB: o.VRAMGB,
+		PricePerHour: o.PricePerHour, Location: o.Location, Reliability: o.Reliability, Billing: string(o.Billing),
+		CPUCores: o.CPUCores, RAMGB: o.RAMGB, DiskGB: o.DiskGB}
+}
+
+// InstanceJSON is one instance as the API shows it.
+type InstanceJSON struct {
+	ID                 string          `json:"id"`
+	Provider           string          `json:"provider"`
+	ProviderInstanceID string          `json:"provider_instance_id"`
+	OfferID            string          `json:"offer_id"`
+	GPUName            string          `json:"gpu_name"`
+	NumGPUs            int             `json:"num_gpus"`
+	PricePerHour       gpuproxy.Micros `json:"price_per_hour"`
+	Billing            string          `json:"billing"`
+	Hours              int             `json:"hours,omitempty"`
+	Image              string          `json:"image"`
+	Label              string          `json:"label"`
+	Status             string          `json:"status"`
+	Endpoint           string          `json:"endpoint"`
+	CreatedAt          time.Time       `json:"created_at"`
+	StartedAt          *time.Time      `json:"started_at"`
+	TerminatedAt       *time.Time      `json:"terminated_at"`
+	CostToDate         gpuproxy.Micros `json:"cost_to_date"`
+	Note               string          `json:"note,omitempty"`
+}
+
+// NewInstanceJSON renders an instance with its cost to date.
+func NewInstanceJSON(v fleet.View) InstanceJSON {
+	j := InstanceJSON{ID: v.ID, Provider: v.Provider, ProviderInstanceID: v.ProviderInstanceID, OfferID: v.OfferID,
+		GPUName: v.GPUName, NumGPUs: v.NumGPUs, PricePerHour: v.PricePerHour, Billing: v.Billing, Hours: v.Hours,
+		Image: v.Image, Label: v.Label, Status: string(v.Status), Endpoint: v.Endpoint, CreatedAt: v.CreatedAt,
+		CostToDate: v.CostToDate, Note: v.Error}
+	if !v.StartedAt.IsZero() {
+		j.StartedAt = &v.StartedAt
+	}
+	if !v.TerminatedAt.IsZero() {
+		j.TerminatedAt = &v.TerminatedAt
+	}
+	return j
+}
+
+// OfferQueryFrom parses offer filters from query-style values.
+func OfferQueryFrom(get func(string) string) (fleet.OfferQuery, error) {
+	q := fleet.OfferQuery{Provider: get("provider"), GPUName: get("gpu_name")}
+	var err error
+	if v := get("min_vram"); v != "" {
+		if q.MinVRAM, err = strconv.ParseFloat(v, 64); err != nil {
+			return q, gpuproxy.Invalid("min_vram", "must be a number of GB")
+		}
+	}
+	if v := get("max_price"); v != "" {
+		if q.MaxPrice, err = gpuproxy.ParseUSD(v); err != nil {
+			return q, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"min_gpus", &q.MinGPUs}, {"limit", &q.Limit}} {
+		if v := get(f.name); v != "" {
+			if *f.dst, err = strconv.Atoi(v); err != nil {
+				return q, gpuproxy.Invalid(f.name, "must be an integer")
+			}
+		}
+	}
+	return q, nil
+}
+
+func (s *Server) listOffers(c echo.Context) error {
+	q, err := OfferQueryFrom(c.QueryParam)
+	if err != nil {
+		return err
+	}
+	res, err := s.svc.Fleet.Offers(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	offers := make([]OfferJSON, 0, len(res.Offers))
+	for _, o := range res.Offers {
+		offers = append(offers, NewOfferJSON(o))
+	}
+	errs := make([]map[string]string, 0, len(res.Errors))
+	for _, e := range res.Errors {
+		errs = append(errs, map[string]string{"provider": e.Provider, "message": e.Message})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"offers": offers, "errors": errs})
+}
+
+func (s *Server) createInstance(c echo.Context) error {
+	var req struct {
+		Provider string            `json:"provider"`
+		OfferID  string            `json:"offer_id"`
+		Image    string            `json:"image"`
+		Label    string            `json:"label"`
+		Hours    int               `json:"hours"`
+		Env      map[string]string `json:"env"`
+		Ports    []int             `json:"ports"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	p := principal(c)
+	inst, err := s.svc.Fleet.Create(c.Request().Context(), p.AccountID, fleet.CreateRequest{Provider: req.Provider,
+		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
+		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key"))})
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if inst.Status == fleet.Pending {
+		status = http.StatusAccepted
+	}
+	return c.JSON(status, NewInstanceJSON(fleet.View{Instance: inst}))
+}
+
+func (s *Server) listInstances(c echo.Context) error {
+	vs, err := s.svc.Fleet.List(c.Request().Context(), principal(c).AccountID, c.QueryParam("status"))
+	if err != nil {
+		return err
+	}
+	out := make([]InstanceJSON, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, NewInstanceJSON(v))
+	}
+	return c.JSON(http.StatusOK, map[string]any{"instances": out})
+}
+
+func (s *Server) getInstance(c echo.Context) error {
+	v, err := s.svc.Fleet.Get(c.Request().Context(), principal(c).AccountID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewInstanceJSON(v))
+}
+
+func (s *Server) deleteInstance(c echo.Context) error {
+	ctx := c.Request().Context()
+	acct := principal(c).AccountID
+	inst, err := s.svc.Fleet.Destroy(ctx, acct, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	v, err := s.svc.Fleet.Get(ctx, acct, inst.ID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewInstanceJSON(v))
+}
