@@ -32,8 +32,8 @@ type app struct {
 
 // newApp wires services over an opened env. sandboxProviders, when set,
 // replaces configured providers (the --sandbox simulators).
-func newApp(e *env, log *slog.Logger, sandboxProviders []providers.Provider) (*app, error) {
-	a := &app{env: e, log: log, metrics: server.NewMetrics()}
+func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders []providers.Provider) (*app, error) {
+	a := &app{env: e, log: log, metrics: metrics}
 	ws, err := e.cfg.windows()
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ type sandboxEnv struct {
 
 // startSandbox starts both simulators on loopback and points the config at
 // a fresh SQLite file unless DATABASE_URL is set.
-func startSandbox(cfg *config) (*sandboxEnv, error) {
+func startSandbox(cfg *config, onBreaker func(provider, from, to string)) (*sandboxEnv, error) {
 	if cfg.DatabaseURL == "" {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			if err := os.Remove(sandboxDB + suffix); err != nil && !os.IsNotExist(err) {
@@ -66,8 +66,8 @@ func startSandbox(cfg *config) (*sandboxEnv, error) {
 		return nil, fmt.Errorf("starting io.net simulator: %w", err)
 	}
 	sb.providers = []providers.Provider{
-		vastai.New(vastai.Options{BaseURL: vurl, APIKey: vkey, Timeout: 10 * time.Second}),
-		ionet.New(ionet.Options{BaseURL: iurl, APIKey: ikey, Timeout: 10 * time.Second}),
+		vastai.New(vastai.Options{BaseURL: vurl, APIKey: vkey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
+		ionet.New(ionet.Options{BaseURL: iurl, APIKey: ikey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
 	}
 	return sb, nil
 }

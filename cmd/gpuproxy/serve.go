@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -38,8 +39,10 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	var sb *sandboxEnv
+	metrics := server.NewMetrics()
 	if *sandbox {
-		if sb, err = startSandbox(&cfg); err != nil {
+		onBreaker := func(p, _, to string) { metrics.BreakerState(p, to) }
+		if sb, err = startSandbox(&cfg, onBreaker); err != nil {
 			return err
 		}
 		defer sb.Close()
@@ -49,12 +52,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer e.store.Close()
-	var a *app
+	var sbProviders []providers.Provider
 	if sb != nil {
-		a, err = newApp(e, log, sb.providers)
-	} else {
-		a, err = newApp(e, log, nil)
+		sbProviders = sb.providers
 	}
+	a, err := newApp(e, log, metrics, sbProviders)
 	if err != nil {
 		return err
 	}
