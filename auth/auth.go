@@ -106,24 +106,14 @@ func (s *Service) Authenticate(ctx context.Context, credential string) (gpuproxy
 }
 
 func (s *Service) authKey(ctx context.Context, id, credential string) (gpuproxy.Principal, error) {
-	now := s.opts.Now()
-	var k gpuproxy.APIKey
-	if c, ok := s.cache.Load(id); ok && now.Before(c.(cached).until) {
-		k = c.(cached).key
-	} else {
-		var err error
-		k, err = s.store.KeyByID(ctx, id)
-		switch gpuproxy.ErrorCode(err) {
-		case "":
-		case gpuproxy.ENOTFOUND:
-			return gpuproxy.Principal{}, errUnauthorized
-		default:
-			return gpuproxy.Principal{}, err
-		}
-		if s.opts.CacheTTL > 0 {
-			s.cache.Store(id, cached{key: k, until: now.Add(s.opts.CacheTTL)})
-		}
+	c, err := s.lookup(ctx, id, func(ctx context.Context) (cached, error) {
+		k, err := s.store.KeyByID(ctx, id)
+		return cached{key: k}, err
+	})
+	if err != nil {
+		return gpuproxy.Principal{}, err
 	}
+	k := c.key
 	if subtle.ConstantTimeCompare([]byte(HashKey(credential)), []byte(k.Hash)) != 1 || !k.RevokedAt.IsZero() {
 		return gpuproxy.Principal{}, errUnauthorized
 	}
@@ -143,25 +133,39 @@ func (s *Service) authJWT(ctx context.Context, token string) (gpuproxy.Principal
 	if sub == "" || err != nil {
 		return gpuproxy.Principal{}, errUnauthorized
 	}
-	now := s.opts.Now()
-	var acct gpuproxy.Account
-	if c, ok := s.cache.Load("jwt:" + sub); ok && now.Before(c.(cached).until) {
-		acct = c.(cached).account
-	} else {
-		acct, err = s.store.AccountByName(ctx, sub)
-		switch gpuproxy.ErrorCode(err) {
-		case "":
-		case gpuproxy.ENOTFOUND:
-			return gpuproxy.Principal{}, errUnauthorized
-		default:
-			return gpuproxy.Principal{}, err
-		}
-		if s.opts.CacheTTL > 0 {
-			s.cache.Store("jwt:"+sub, cached{account: acct, until: now.Add(s.opts.CacheTTL)})
-		}
+	c, err := s.lookup(ctx, "jwt:"+sub, func(ctx context.Context) (cached, error) {
+		a, err := s.store.AccountByName(ctx, sub)
+		return cached{account: a}, err
+	})
+	if err != nil {
+		return gpuproxy.Principal{}, err
 	}
+	acct := c.account
 	jti, _ := claims["jti"].(string)
 	return gpuproxy.Principal{AccountID: acct.ID, AccountName: acct.Name, KeyID: "jwt:" + sub + ":" + jti, Scopes: scopes}, nil
+}
+
+// lookup returns a cached credential record or loads it; a missing record
+// is the generic unauthorized error, a store failure passes through (fail
+// closed as unavailable).
+func (s *Service) lookup(ctx context.Context, key string, load func(context.Context) (cached, error)) (cached, error) {
+	now := s.opts.Now()
+	if c, ok := s.cache.Load(key); ok && now.Before(c.(cached).until) {
+		return c.(cached), nil
+	}
+	c, err := load(ctx)
+	switch gpuproxy.ErrorCode(err) {
+	case "":
+	case gpuproxy.ENOTFOUND:
+		return c, errUnauthorized
+	default:
+		return c, err
+	}
+	if s.opts.CacheTTL > 0 {
+		c.until = now.Add(s.opts.CacheTTL)
+		s.cache.Store(key, c)
+	}
+	return c, nil
 }
 
 // IssueJWT signs an HS256 token for account with scopes, valid for ttl.
