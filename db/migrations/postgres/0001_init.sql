@@ -13,6 +13,17 @@ CREATE TABLE accounts (
     -- account's spent or burn, so admission can read windows before taking
     -- the account lock and re-read them only if the version moved.
     spend_version BIGINT NOT NULL DEFAULT 0,
+    -- Admission cache, written by gp_admit under the account lock: for
+    -- spend_version = cache_version and any time t >= cache_at_us, each
+    -- window's spend at t is at most cache_spent (the spend in
+    -- (cache_at - W, +inf) when it was computed), and burn is cache_burn.
+    cache_version BIGINT NOT NULL DEFAULT -1,
+    cache_at_us   BIGINT NOT NULL DEFAULT 0,
+    cache_own     BOOLEAN NOT NULL DEFAULT FALSE,
+    cache_minutes INT[],
+    cache_limits  BIGINT[],
+    cache_spent   BIGINT[],
+    cache_burn    BIGINT NOT NULL DEFAULT 0,
     created_us  BIGINT NOT NULL
 );
 
@@ -132,22 +143,28 @@ CREATE TRIGGER account_limits_version AFTER INSERT OR UPDATE OR DELETE ON accoun
 
 
 -- gp_admit reads an account's spend windows and, in mode 1, admits p_cost
--- atomically: under the account's row lock it evaluates every window
+-- atomically: under the account's row lock it checks every window
 -- (spent + committed + held + cost <= limit) and inserts an open hold only
--- when all pass — one round trip, one transaction. Mode 0 only reads.
+-- when all pass — one round trip, one transaction. Mode 0 only reads, exactly.
 --
--- To keep the serialized part short, windows and burn are first read
--- without the lock, together with the account's spend_version; under the
--- lock the version is read again and, only if a spend-changing write
--- committed in between, everything is read once more (then under the lock,
--- where the version cannot move: every such write updates the locked row).
--- held is always taken from the locked row. Each statement of a VOLATILE
--- function in READ COMMITTED takes a fresh snapshot, so reads after the
--- lock see all that the previous holder committed.
--- Window spend is over (now - W, now]: whole minutes from spend_minutes,
--- the two partial edge minutes exactly from the ledger.
--- The Go twin of the rule is guardrails.Usage.Fits; the conformance suite
--- keeps the SQLite path (which runs it in Go) and this one identical.
+-- Mode 1 keeps the serialized part short:
+--  * The lock is taken by optimistically adding the cost to held_micros
+--    (undone if the cost does not fit); held is always the locked row's.
+--  * Fast path: if no spend-changing write happened since the cache on the
+--    account row was computed (spend_version = cache_version; every write
+--    that changes spent, burn or limits bumps spend_version by trigger, and
+--    must lock this row to do so) and now >= cache_at, the cached per-window
+--    spend is an upper bound of the spend now (window contents only leave as
+--    time passes, and the cache also counted entries dated after cache_at).
+--    If the cost fits under the upper bounds it fits exactly: admit without
+--    reading the ledger.
+--  * Otherwise the windows are computed exactly (whole minutes from
+--    spend_minutes, the partial edge minutes from the ledger) under the lock,
+--    the decision is made on the exact figures, and the cache is refreshed.
+-- Each statement of a VOLATILE function in READ COMMITTED takes a fresh
+-- snapshot, so every read after the lock sees all the previous holder
+-- committed. The Go twin of the rule is guardrails.Usage.Fits; the
+-- conformance suite keeps this and the SQLite path (rule in Go) identical.
 CREATE FUNCTION gp_admit(
     p_account BIGINT, p_cost BIGINT, p_now BIGINT, p_horizon_us BIGINT,
     p_def_minutes INT[], p_def_limits BIGINT[], p_mode INT, p_ref TEXT)
@@ -158,55 +175,89 @@ DECLARE
     v_on_exceed TEXT;
     v_held      BIGINT;
     v_burn      BIGINT;
-    v_ver0      BIGINT;
     v_ver       BIGINT;
+    v_own       BOOLEAN;
     v_minutes   INT[];
     v_limits    BIGINT[];
     v_spent     BIGINT[];
-    v_comm      BIGINT[] := '{}';
-    v_ok        BOOLEAN := TRUE;
+    v_future    BIGINT;
+    v_comm      BIGINT[];
+    v_ok        BOOLEAN;
     v_hold      BIGINT;
+    c_ver       BIGINT;
+    c_at        BIGINT;
+    c_own       BOOLEAN;
+    c_minutes   INT[];
+    c_limits    BIGINT[];
+    c_spent     BIGINT[];
+    c_burn      BIGINT;
     cm          BIGINT;
 BEGIN
-    LOOP
-        WITH lim AS (
-            SELECT l.window_minutes AS m, l.limit_micros AS l FROM account_limits l WHERE l.account_id = p_account
-            UNION ALL
-            SELECT d.m, d.l FROM unnest(p_def_minutes, p_def_limits) AS d (m, l)
-             WHERE NOT EXISTS (SELECT 1 FROM account_limits x WHERE x.account_id = p_account)
-        ), b AS (
-            SELECT lim.m, lim.l, p_now - lim.m::BIGINT * 60000000 AS lo,
-                   (p_now - lim.m::BIGINT * 60000000) / 60000000 + 1 AS s, p_now / 60000000 AS e
-              FROM lim
-        ), w AS (
-            SELECT b.m, b.l,
-                   COALESCE((SELECT sum(sm.spend_micros) FROM spend_minutes sm
-                              WHERE sm.account_id = p_account AND sm.minute >= b.s AND sm.minute < b.e), 0)
-                 + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
-                              WHERE g.account_id = p_account AND g.at_us > b.lo AND g.at_us < b.s * 60000000), 0)
-                 + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
-                              WHERE g.account_id = p_account AND g.at_us >= b.e * 60000000 AND g.at_us <= p_now), 0) AS sp
-              FROM b
-        )
-        SELECT a.on_exceed, a.held_micros, a.spend_version,
-               (SELECT COALESCE(sum(mt.price_micros), 0) FROM meters mt WHERE mt.account_id = p_account AND mt.stop_us IS NULL),
-               (SELECT array_agg(w.m ORDER BY w.m) FROM w), (SELECT array_agg(w.l ORDER BY w.m) FROM w),
-               (SELECT array_agg(w.sp::BIGINT ORDER BY w.m) FROM w)
-          INTO v_on_exceed, v_held, v_ver0, v_burn, v_minutes, v_limits, v_spent
-          FROM accounts a WHERE a.id = p_account;
+    IF p_mode = 1 THEN
+        UPDATE accounts a SET held_micros = a.held_micros + p_cost WHERE a.id = p_account
+        RETURNING a.on_exceed, a.held_micros - p_cost, a.spend_version, a.cache_version, a.cache_at_us,
+                  a.cache_own, a.cache_minutes, a.cache_limits, a.cache_spent, a.cache_burn
+             INTO v_on_exceed, v_held, v_ver, c_ver, c_at, c_own, c_minutes, c_limits, c_spent, c_burn;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'account % not found', p_account USING ERRCODE = 'P0002';
         END IF;
-        EXIT WHEN p_mode <> 1;
-        -- Take the lock by optimistically adding the cost to held_micros;
-        -- undone below if the cost does not fit.
-        UPDATE accounts a SET held_micros = a.held_micros + p_cost WHERE a.id = p_account
-        RETURNING a.on_exceed, a.held_micros - p_cost, a.spend_version INTO v_on_exceed, v_held, v_ver;
-        EXIT WHEN v_ver = v_ver0;
-        -- A spend-changing write committed since the first read: read again,
-        -- now under the lock (the version cannot move while we hold it).
-        UPDATE accounts a SET held_micros = a.held_micros - p_cost WHERE a.id = p_account;
-    END LOOP;
+        IF c_ver = v_ver AND p_now >= c_at
+           AND (c_own OR (c_minutes = p_def_minutes AND c_limits = p_def_limits)) THEN
+            v_ok := TRUE;
+            v_comm := '{}';
+            FOR i IN 1 .. COALESCE(array_length(c_minutes, 1), 0) LOOP
+                cm := floor(c_burn::NUMERIC * LEAST(p_horizon_us, c_minutes[i]::BIGINT * 60000000) / 3600000000)::BIGINT;
+                v_comm := v_comm || cm;
+                IF c_spent[i] + cm + v_held + p_cost > c_limits[i] THEN
+                    v_ok := FALSE;
+                    EXIT;
+                END IF;
+            END LOOP;
+            IF v_ok THEN
+                INSERT INTO holds (account_id, amount_micros, ref, status, created_us)
+                VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
+                -- Upper bounds are reported as they were decided on.
+                RETURN QUERY SELECT c_minutes[i], c_limits[i], c_spent[i], v_held, v_comm[i], c_burn, v_on_exceed, v_hold
+                               FROM generate_subscripts(c_minutes, 1) AS i;
+                RETURN;
+            END IF;
+        END IF;
+    END IF;
+
+    WITH own AS (
+        SELECT l.window_minutes AS m, l.limit_micros AS l FROM account_limits l WHERE l.account_id = p_account
+    ), lim AS (
+        SELECT own.m, own.l FROM own
+        UNION ALL
+        SELECT d.m, d.l FROM unnest(p_def_minutes, p_def_limits) AS d (m, l) WHERE NOT EXISTS (SELECT 1 FROM own)
+    ), b AS (
+        SELECT lim.m, lim.l, p_now - lim.m::BIGINT * 60000000 AS lo,
+               (p_now - lim.m::BIGINT * 60000000) / 60000000 + 1 AS s, p_now / 60000000 AS e
+          FROM lim
+    ), w AS (
+        SELECT b.m, b.l,
+               COALESCE((SELECT sum(sm.spend_micros) FROM spend_minutes sm
+                          WHERE sm.account_id = p_account AND sm.minute >= b.s AND sm.minute < b.e), 0)
+             + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                          WHERE g.account_id = p_account AND g.at_us > b.lo AND g.at_us < b.s * 60000000), 0)
+             + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                          WHERE g.account_id = p_account AND g.at_us >= b.e * 60000000 AND g.at_us <= p_now), 0) AS sp
+          FROM b
+    )
+    SELECT a.on_exceed, CASE WHEN p_mode = 1 THEN v_held ELSE a.held_micros END, a.spend_version,
+           (SELECT COALESCE(sum(mt.price_micros), 0) FROM meters mt WHERE mt.account_id = p_account AND mt.stop_us IS NULL),
+           EXISTS (SELECT 1 FROM own),
+           (SELECT array_agg(w.m ORDER BY w.m) FROM w), (SELECT array_agg(w.l ORDER BY w.m) FROM w),
+           (SELECT array_agg(w.sp::BIGINT ORDER BY w.m) FROM w),
+           CASE WHEN p_mode = 1 THEN COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                                               WHERE g.account_id = p_account AND g.at_us > p_now), 0) ELSE 0 END
+      INTO v_on_exceed, v_held, v_ver, v_burn, v_own, v_minutes, v_limits, v_spent, v_future
+      FROM accounts a WHERE a.id = p_account;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'account % not found', p_account USING ERRCODE = 'P0002';
+    END IF;
+    v_ok := TRUE;
+    v_comm := '{}';
     FOR i IN 1 .. COALESCE(array_length(v_minutes, 1), 0) LOOP
         cm := floor(v_burn::NUMERIC * LEAST(p_horizon_us, v_minutes[i]::BIGINT * 60000000) / 3600000000)::BIGINT;
         v_comm := v_comm || cm;
@@ -214,11 +265,16 @@ BEGIN
             v_ok := FALSE;
         END IF;
     END LOOP;
-    IF p_mode = 1 AND v_ok THEN
-        INSERT INTO holds (account_id, amount_micros, ref, status, created_us)
-        VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
-    ELSIF p_mode = 1 THEN
-        UPDATE accounts SET held_micros = held_micros - p_cost WHERE id = p_account;
+    IF p_mode = 1 THEN
+        UPDATE accounts SET held_micros = held_micros - CASE WHEN v_ok THEN 0 ELSE p_cost END,
+               cache_version = v_ver, cache_at_us = p_now, cache_own = v_own, cache_minutes = v_minutes,
+               cache_limits = v_limits, cache_burn = v_burn,
+               cache_spent = ARRAY(SELECT x + v_future FROM unnest(v_spent) AS x)
+         WHERE id = p_account;
+        IF v_ok THEN
+            INSERT INTO holds (account_id, amount_micros, ref, status, created_us)
+            VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
+        END IF;
     END IF;
     RETURN QUERY SELECT v_minutes[i], v_limits[i], v_spent[i], v_held, v_comm[i], v_burn, v_on_exceed, v_hold
                    FROM generate_subscripts(v_minutes, 1) AS i;
