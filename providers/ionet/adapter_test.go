@@ -308,7 +308,7 @@ func checkInference(t *testing.T, endpoint string) {
 		chunks++
 		text.WriteString(c.Choices[0].Delta.Content)
 	}
-	if !done || chunks < 3 || !strings.HasSuffix(text.String(), "You said: ping") {
+	if !done || chunks < 3 || !strings.HasSuffix(text.String(), " to: ping") {
 		t.Fatalf("stream: done=%v chunks=%d text=%q", done, chunks, text.String())
 	}
 }
@@ -404,7 +404,7 @@ func TestCreateAmbiguousNeverRetried(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			sim, a := setup(t, ionetsim.Options{}, Options{Timeout: 150 * time.Millisecond, Retries: 3})
+			sim, a := setup(t, ionetsim.Options{}, Options{Timeout: 400 * time.Millisecond, Retries: 3})
 			c.inject(sim)
 			_, err := a.Create(ctx, providers.CreateRequest{OfferID: "12:1:1", Tag: "amb-" + c.name, Image: "img", Hours: 2})
 			wantKind(t, err, providers.KindAmbiguous)

@@ -419,7 +419,13 @@ func TestCreateFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim, url := newSim(t, vastaisim.Options{})
-			a := newAdapter(t, url, func(o *Options) { o.Timeout = 150 * time.Millisecond })
+			// Only the hang case needs a short timeout; a loaded CI machine
+			// must not turn the other cases' search into a timeout.
+			timeout := 5 * time.Second
+			if tc.name == "hang until timeout" {
+				timeout = 500 * time.Millisecond
+			}
+			a := newAdapter(t, url, func(o *Options) { o.Timeout = timeout })
 			offers, err := a.Search(context.Background(), providers.SearchFilter{Limit: 1})
 			if err != nil {
 				t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aiserve/gpuproxy/providers/simllm"
 )
 
 // Options configure a Server. Zero values take the documented defaults.
@@ -33,7 +35,7 @@ type Options struct {
 	// Default "sim-llm".
 	Model string
 	// ChunkDelay is the pause between streamed chunks of the inference
-	// servers. Default DefaultChunkDelay.
+	// servers. Default simllm.DefaultChunkDelay.
 	ChunkDelay time.Duration
 	// RateLimits are minimum intervals between calls per endpoint and
 	// identity; nil (the default) disables rate limiting. DefaultRateLimits
@@ -88,7 +90,7 @@ func New(o Options) *Server {
 		o.Model = "sim-llm"
 	}
 	if o.ChunkDelay <= 0 {
-		o.ChunkDelay = DefaultChunkDelay
+		o.ChunkDelay = simllm.DefaultChunkDelay
 	}
 	if o.Credit == 0 {
 		o.Credit = 100

@@ -1,17 +1,19 @@
-package vastaisim
+package simllm
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 )
 
-func startInference(t *testing.T) *InferenceServer {
+func startInference(t *testing.T) *Server {
 	t.Helper()
-	s, err := StartInference("test-model")
+	s, err := Start("test-model")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +142,37 @@ func TestInferenceHangAndClose(t *testing.T) {
 	if _, err := http.Get(s.URL() + "/v1/models"); err == nil {
 		t.Fatal("listener still up after Close")
 	}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body is not a JSON object: %q", r.body)
+	}
+	return m
+}
+
+func call(t *testing.T, method, u, _ string, body any) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, u, rd)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
 }
