@@ -101,6 +101,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			return nil, fmt.Errorf("opening sqlite: %w", err)
 		}
 		sq.SetMaxOpenConns(8)
+		sq.SetMaxIdleConns(8) // reopening SQLite connections is costly
 		abs, _ := filepath.Abs(path)
 		return &Store{sq: sq, dialect: "sqlite", path: abs}, nil
 	default:

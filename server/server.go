@@ -152,6 +152,15 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// capBody bounds the request body without refusing it up front.
+func (s *Server) capBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.opts.MaxBody)
+		return next(c)
+	}
+}
+
 // Credential extracts the API key or token from X-API-Key or
 // Authorization: Bearer.
 func Credential(h http.Header) string {
@@ -232,8 +241,17 @@ type Registrar interface {
 
 type registrar struct{ s *Server }
 
+// Authenticate lets mounted transports authenticate in their own error
+// format with the server's credentials and rate limit.
+func (r registrar) Authenticate(req *http.Request) (gpuproxy.Principal, error) {
+	return r.s.Authenticate(req)
+}
+
 func (r registrar) Handle(method, path string, h http.Handler, authenticated bool) {
-	mw := []echo.MiddlewareFunc{r.s.limitBody}
+	// Mounted handlers answer in their own format (JSON-RPC for MCP), so an
+	// oversize body reaches them as a read error rather than being refused
+	// here in the REST shape.
+	mw := []echo.MiddlewareFunc{r.s.capBody}
 	if authenticated {
 		mw = append(mw, r.s.authn)
 	}

@@ -27,12 +27,21 @@ type app struct {
 	meterer   *billing.Meterer
 	fleet     *fleet.Service
 	providers []providers.Provider
+	proxy     mcpProxy // nil until the inference proxy is wired
 	closers   []io.Closer
+}
+
+// mcpProxy is the inference proxy as the MCP tool calls it.
+type mcpProxy interface {
+	Call(ctx context.Context, p gpuproxy.Principal, targetURL, method string, headers map[string]string, body []byte) (int, map[string]string, []byte, error)
 }
 
 // newApp wires services over an opened env. sandboxProviders, when set,
 // replaces configured providers (the --sandbox simulators).
 func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders []providers.Provider) (*app, error) {
+	if metrics == nil {
+		metrics = server.NewMetrics()
+	}
 	a := &app{env: e, log: log, metrics: metrics}
 	ws, err := e.cfg.windows()
 	if err != nil {

@@ -34,6 +34,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch cmd {
 	case "serve":
 		return cmdServe(ctx, rest, getenv, stdout, stderr)
+	case "mcp":
+		return cmdMCP(ctx, rest, getenv, stdin, stdout, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stdout)
 	case "accounts":
@@ -57,7 +59,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; DATABASE_URL overrides the file)
 
-  serve [--listen ADDR]                       run the HTTP API (default 127.0.0.1:8080)
+  serve [--listen ADDR] [--sandbox]           run the HTTP API and MCP (default 127.0.0.1:8080);
+                                              --sandbox: simulated vast.ai and io.net, a demo account
+  mcp                                         MCP on stdio as the account of GPUPROXY_API_KEY
   migrate                                     apply database migrations
   accounts create NAME | accounts list
   keys create --account NAME (--scopes LIST | --preset assistant|engineer|finance|admin) [--name TEXT]

@@ -66,9 +66,15 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	srv := server.New(a.services(), server.Options{Logger: log, Version: version})
+	m := a.newMCP(nil) // authenticates through the server's registrar
+	svc := a.services()
+	svc.Mount = append(svc.Mount, m.Mount)
+	srv := server.New(svc, server.Options{Logger: log, Version: version})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Long-lived MCP streams (SSE, Streamable GET) end when shutdown starts,
+	// so in-flight requests can finish and Shutdown does not wait on them.
+	hs.RegisterOnShutdown(func() { _ = m.Close() })
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { a.meterer.Run(bg) })

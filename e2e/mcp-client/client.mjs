@@ -1,0 +1,154 @@
+// End-to-end check of gpuproxy's MCP surface with the official TypeScript
+// SDK client, against a sandbox server (simulated providers).
+//
+// Over each transport — stdio (spawning `gpuproxy mcp`), Streamable HTTP
+// (/mcp) and legacy HTTP+SSE (/api/v1/mcp/sse) — it lists the tools, rents
+// the cheapest offer (with progress notifications), reads
+// spending://current, is refused when renting past the spending limit, and
+// destroys the instance. Any failure exits non-zero.
+//
+// Environment:
+//   GPUPROXY_URL        base URL of the server (default http://127.0.0.1:8080)
+//   GPUPROXY_API_KEY    an assistant key of an account with a small limit
+//   MCP_STDIO_COMMAND   JSON array: the stdio server command
+//                       (default ["gpuproxy","mcp"]); it inherits this
+//                       environment, so GPUPROXY_API_KEY reaches it
+//   E2E_TRANSPORTS      comma-separated subset of stdio,streamable,sse
+//   E2E_TIMEOUT_MS      overall deadline (default 180000)
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+
+const base = (process.env.GPUPROXY_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
+const key = process.env.GPUPROXY_API_KEY;
+const stdioCommand = JSON.parse(process.env.MCP_STDIO_COMMAND || '["gpuproxy","mcp"]');
+const wanted = (process.env.E2E_TRANSPORTS || 'stdio,streamable,sse').split(',').map((s) => s.trim()).filter(Boolean);
+const deadline = Number(process.env.E2E_TIMEOUT_MS || 180000);
+
+const assistantTools = [
+  'check_spending_limit', 'create_gpu_instance', 'destroy_gpu_instance', 'get_spending_info',
+  'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
+];
+
+class CheckFailed extends Error {}
+
+function check(cond, msg) {
+  if (!cond) throw new CheckFailed(msg);
+}
+
+function textOf(result) {
+  return (result.content || []).filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+}
+
+function transportFor(name) {
+  const headers = { 'X-API-Key': key };
+  switch (name) {
+    case 'stdio':
+      return new StdioClientTransport({
+        command: stdioCommand[0],
+        args: stdioCommand.slice(1),
+        env: { ...process.env },
+        stderr: 'inherit',
+      });
+    case 'streamable':
+      return new StreamableHTTPClientTransport(new URL(base + '/mcp'), { requestInit: { headers } });
+    case 'sse':
+      return new SSEClientTransport(new URL(base + '/api/v1/mcp/sse'), { requestInit: { headers } });
+    default:
+      throw new CheckFailed(`unknown transport ${name}`);
+  }
+}
+
+// callOK calls a tool that must succeed and returns its structured content.
+async function callOK(client, name, args, options) {
+  const res = await client.callTool({ name, arguments: args }, undefined, options);
+  check(!res.isError, `${name} failed: ${textOf(res)}`);
+  check(res.structuredContent && typeof res.structuredContent === 'object', `${name}: no structuredContent`);
+  check(textOf(res).length > 0, `${name}: no text rendering`);
+  return res.structuredContent;
+}
+
+async function exercise(name) {
+  const client = new Client({ name: 'gpuproxy-e2e', version: '1.0.0' });
+  const log = (...a) => console.log(`[${name}]`, ...a);
+  await client.connect(transportFor(name));
+  try {
+    const info = client.getServerVersion();
+    check(info && info.name === 'gpuproxy', `server info: ${JSON.stringify(info)}`);
+
+    const { tools } = await client.listTools();
+    const names = tools.map((t) => t.name).sort();
+    check(JSON.stringify(names) === JSON.stringify(assistantTools), `tools: ${names}`);
+    for (const t of tools) {
+      check(t.description && t.inputSchema && t.outputSchema && t.annotations, `tool ${t.name} lacks metadata`);
+    }
+    log(`${tools.length} tools`);
+
+    const offers = await callOK(client, 'list_gpu_instances', { provider: 'vast.ai', max_price: 1, limit: 5 });
+    check(offers.offers.length > 0, 'no offers under $1/h');
+    const offer = offers.offers[0];
+    log(`cheapest offer ${offer.instance_id}: ${offer.gpu_name} at $${offer.price_per_hour}/h`);
+
+    let progress = 0;
+    const inst = await callOK(client, 'create_gpu_instance', {
+      provider: offer.provider,
+      instance_id: offer.instance_id,
+      image: 'vllm/vllm-openai:latest',
+      idempotency_key: `e2e-${name}-${Date.now()}`,
+    }, { onprogress: () => { progress++; }, timeout: 120000, resetTimeoutOnProgress: true });
+    check(inst.status === 'running' && inst.endpoint, `created instance: ${JSON.stringify(inst)}`);
+    check(progress > 0, 'no progress notifications while the instance started');
+    log(`created ${inst.id} (${progress} progress notifications), running at ${inst.endpoint}`);
+
+    const res = await client.readResource({ uri: 'spending://current' });
+    const spending = JSON.parse(res.contents[0].text);
+    check(Array.isArray(spending.windows) && spending.windows.length > 0, `spending: ${res.contents[0].text}`);
+    check(spending.burn_rate_per_hour > 0, `burn rate after create: ${spending.burn_rate_per_hour}`);
+    log(`spending: burn $${spending.burn_rate_per_hour}/h, ${spending.windows[0].window_minutes}-minute window ` +
+      `remaining $${spending.windows[0].remaining}`);
+
+    const all = await callOK(client, 'list_gpu_instances', { limit: 500 });
+    const big = all.offers[all.offers.length - 1];
+    const refused = await client.callTool({
+      name: 'create_gpu_instance',
+      arguments: { provider: big.provider, instance_id: big.instance_id, image: 'vllm/vllm-openai:latest' },
+    });
+    check(refused.isError === true, `renting $${big.price_per_hour}/h past the limit was not refused`);
+    check(/spending limit exceeded/.test(textOf(refused)), `refusal does not explain: ${textOf(refused)}`);
+    log(`refused past the limit: ${textOf(refused).split('\n')[0].slice(0, 120)}…`);
+
+    const gone = await callOK(client, 'destroy_gpu_instance', { provider: inst.provider, instance_id: inst.id });
+    check(gone.status === 'terminated', `destroyed instance: ${JSON.stringify(gone)}`);
+    log(`destroyed ${gone.id}, cost to date $${gone.cost_to_date}`);
+  } finally {
+    await client.close();
+  }
+}
+
+async function main() {
+  check(key, 'GPUPROXY_API_KEY is not set');
+  const timer = setTimeout(() => {
+    console.error(`e2e: timed out after ${deadline} ms`);
+    process.exit(1);
+  }, deadline);
+  timer.unref();
+  let failed = 0;
+  for (const name of wanted) {
+    try {
+      await exercise(name);
+      console.log(`ok   ${name}`);
+    } catch (err) {
+      failed++;
+      console.error(`FAIL ${name}: ${err instanceof CheckFailed ? err.message : err?.stack || err}`);
+    }
+  }
+  console.log(`e2e: ${wanted.length - failed} of ${wanted.length} transports passed`);
+  process.exitCode = failed ? 1 : 0;
+}
+
+main().catch((err) => {
+  console.error(err?.stack || err);
+  process.exitCode = 1;
+});

@@ -1,0 +1,253 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+// HTTP paths of the transports.
+const (
+	StreamablePath = "/mcp"
+	SSEPath        = "/api/v1/mcp/sse"
+	MessagesPath   = "/api/v1/mcp/messages"
+	PlainPath      = "/api/v1/mcp"
+)
+
+const (
+	requestIDHeader = "X-Request-Id" // set by the server's request-id middleware
+	newProtocol     = "2026-07-28"   // first stateless revision (SEP-2575)
+)
+
+// authenticator is implemented by registrars that can authenticate a
+// request themselves (*server.Server does).
+type authenticator interface {
+	Authenticate(r *http.Request) (gpuproxy.Principal, error)
+}
+
+// Mount registers the HTTP transports on r: /mcp (Streamable HTTP),
+// GET /api/v1/mcp/sse with POST /api/v1/mcp/messages (legacy SSE) and
+// POST /api/v1/mcp (plain JSON-RPC). They share REST's body limit, auth,
+// scopes and per-key rate limit.
+func (s *Server) Mount(r server.Registrar) {
+	authn := s.opts.Authenticate
+	if a, ok := r.(authenticator); ok && authn == nil {
+		authn = a.Authenticate
+	}
+	r.Handle("*", StreamablePath, s.guard(http.HandlerFunc(s.serveStreamable)), true)
+	r.Handle(http.MethodGet, SSEPath, s.guard(http.HandlerFunc(s.serveSSE)), true)
+	r.Handle(http.MethodPost, MessagesPath, s.guard(http.HandlerFunc(s.serveSSEMessage)), true)
+	if authn != nil {
+		r.Handle(http.MethodPost, PlainPath, s.plainHandler(authn), false)
+	} else {
+		r.Handle(http.MethodPost, PlainPath, s.plainHandler(nil), true)
+	}
+}
+
+// guard wraps the Streamable and SSE transports: it refuses cross-origin
+// and DNS-rebinding requests, carries the authenticated principal and
+// request id to the MCP layer, and turns the go-sdk's plain-text HTTP
+// errors into JSON-RPC error objects.
+func (s *Server) guard(next http.Handler) http.Handler {
+	withToken := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		p, ok := principalFromContext(ctx)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return tokenInfo(p), nil
+	}, nil)(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &rpcErrorWriter{ResponseWriter: w}
+		defer ew.finish()
+		p, ok := server.PrincipalFrom(r)
+		if !ok {
+			writeRPCError(ew, http.StatusUnauthorized, jsonrpc.ID{}, rpcErr(CodeUnauthorized, "missing or invalid API key or token"))
+			return
+		}
+		if err := s.checkOrigin(r); err != nil {
+			writeRPCError(ew, http.StatusForbidden, jsonrpc.ID{}, rpcErr(CodeForbidden, "%s", err.Error()))
+			return
+		}
+		rid := w.Header().Get(requestIDHeader)
+		r = r.WithContext(withPrincipal(r.Context(), p))
+		// The SDK copies request headers into each request's Extra (for
+		// logs) and reads identity from a bearer TokenInfo; the credential
+		// itself may have come as X-API-Key.
+		r.Header = r.Header.Clone()
+		if rid != "" {
+			r.Header.Set(requestIDHeader, rid)
+		}
+		if f := strings.Fields(r.Header.Get("Authorization")); len(f) != 2 || !strings.EqualFold(f[0], "bearer") {
+			r.Header.Set("Authorization", "Bearer principal")
+		}
+		withToken.ServeHTTP(ew, r)
+	})
+}
+
+// checkOrigin refuses browser requests from other origins (http's
+// CrossOriginProtection, applied to every method, since an SSE GET opens a
+// session too) and, unless disabled, DNS rebinding: a request reaching a
+// loopback address under a non-loopback host name.
+func (s *Server) checkOrigin(r *http.Request) error {
+	if !s.opts.DisableLocalhostProtection {
+		if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil &&
+			isLoopback(la.String()) && !isLoopback(r.Host) {
+			return errors.New("forbidden: host " + r.Host + " is not allowed on a loopback listener")
+		}
+	}
+	rr := *r
+	rr.Method = http.MethodPost // CrossOriginProtection exempts safe methods
+	if r.Header.Get("Origin") == "null" {
+		return errors.New("forbidden: cross-origin request")
+	}
+	if err := s.cop.Check(&rr); err != nil {
+		return errors.New("forbidden: cross-origin request (origin " + r.Header.Get("Origin") + ")")
+	}
+	return nil
+}
+
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serveStreamable routes /mcp: sessions and initialize requests go to the
+// stateful handler (clients of 2025-11-25 and earlier); calls of the
+// 2026-07-28 revision and sessionless calls of older ones go to the
+// stateless handler.
+//
+// A single-message POST is checked first (see decodeMessage), so that a
+// malformed one gets its specific JSON-RPC error rather than the SDK's
+// generic 400.
+func (s *Server) serveStreamable(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeBodyError(w, err)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if b := bytes.TrimSpace(body); len(b) == 0 || b[0] != '[' {
+			if _, id, rerr := decodeMessage(b, true); rerr != nil {
+				writeRPCError(w, http.StatusBadRequest, id, rerr)
+				return
+			}
+		}
+		if r.Header.Get("Mcp-Session-Id") == "" &&
+			(r.Header.Get("Mcp-Protocol-Version") >= newProtocol || !hasInitialize(body)) {
+			s.stateless.ServeHTTP(w, r)
+			return
+		}
+	}
+	s.stateful.ServeHTTP(w, r)
+}
+
+// hasInitialize reports whether a POST body is (or holds) an initialize
+// request.
+func hasInitialize(body []byte) bool {
+	var one struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(body, &one) == nil {
+		return one.Method == "initialize"
+	}
+	var batch []struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(body, &batch) == nil {
+		for _, m := range batch {
+			if m.Method == "initialize" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeBodyError answers a body that could not be read: over the limit
+// (413) or broken.
+func writeBodyError(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeRPCError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{},
+			rpcErr(CodeTooLarge, "request body is larger than the 1 MB limit"))
+		return
+	}
+	writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, rpcErr(jsonrpc.CodeInvalidRequest, "could not read the request body"))
+}
+
+// rpcErrorWriter turns plain-text error responses (the go-sdk writes its
+// transport errors with http.Error) into JSON-RPC error objects, passing
+// everything else — JSON, SSE streams, 202s — straight through.
+type rpcErrorWriter struct {
+	http.ResponseWriter
+	wrote   bool
+	capture bool
+	status  int
+	buf     bytes.Buffer
+}
+
+func (w *rpcErrorWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	ct := w.Header().Get("Content-Type")
+	if code >= 400 && (ct == "" || strings.HasPrefix(ct, "text/plain")) {
+		w.capture, w.status = true, code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *rpcErrorWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.capture {
+		if w.buf.Len() < 4096 {
+			w.buf.Write(b)
+		}
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher for SSE streams.
+func (w *rpcErrorWriter) Flush() {
+	if w.capture {
+		return
+	}
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *rpcErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *rpcErrorWriter) finish() {
+	if w.capture {
+		writeRPCError(w.ResponseWriter, w.status, jsonrpc.ID{}, statusError(w.status, strings.TrimSpace(w.buf.String())))
+	}
+}

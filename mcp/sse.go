@@ -1,0 +1,68 @@
+package mcp
+
+import (
+	"crypto/rand"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// sseSession is one legacy HTTP+SSE session: the go-sdk transport and the
+// principal whose GET opened it. Only that same credential may post to it.
+type sseSession struct {
+	t *sdk.SSEServerTransport
+	p gpuproxy.Principal
+}
+
+// serveSSE is GET /api/v1/mcp/sse (protocol 2024-11-05): it opens the event
+// stream, announces the message endpoint, and serves the session until the
+// client goes away.
+func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
+	p, _ := principalFromContext(r.Context())
+	id := rand.Text()
+	t := &sdk.SSEServerTransport{Endpoint: MessagesPath + "?sessionId=" + id, Response: w,
+		MaxRequestBodyBytes: s.opts.MaxMessage}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no") // reverse proxies must not buffer the stream
+	s.sse.Store(id, &sseSession{t: t, p: p})
+	defer s.sse.Delete(id)
+	ss, err := s.serverFor(p.AccountID).Connect(withSessionID(r.Context(), id), t, nil)
+	if err != nil {
+		s.log.Error("mcp sse connect failed", "err", err)
+		writeRPCError(w, http.StatusInternalServerError, jsonrpc.ID{}, rpcErr(jsonrpc.CodeInternalError, "could not open the session"))
+		return
+	}
+	s.log.Info("mcp sse session opened", "mcp_session_id", id, "account", p.AccountName, "key_id", p.KeyID)
+	done := make(chan struct{})
+	go func() {
+		_ = ss.Wait()
+		close(done)
+	}()
+	select {
+	case <-r.Context().Done():
+	case <-done:
+	}
+	_ = ss.Close()
+	<-done
+	s.log.Info("mcp sse session closed", "mcp_session_id", id)
+}
+
+// serveSSEMessage is POST /api/v1/mcp/messages?sessionId=…: one client
+// message for an open SSE session; the answer arrives on the stream.
+func (s *Server) serveSSEMessage(w http.ResponseWriter, r *http.Request) {
+	p, _ := principalFromContext(r.Context())
+	v, ok := s.sse.Load(r.URL.Query().Get("sessionId"))
+	if sess, _ := v.(*sseSession); !ok || sess.p.AccountID != p.AccountID || sess.p.KeyID != p.KeyID {
+		// Another credential's session looks exactly like a missing one.
+		writeRPCError(w, http.StatusNotFound, jsonrpc.ID{}, rpcErr(CodeNotFound,
+			"session not found: open a new one with GET %s", SSEPath))
+		return
+	}
+	v.(*sseSession).t.ServeHTTP(w, r)
+}

@@ -1,0 +1,337 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/mcp"
+	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/providers/fleet"
+	"github.com/aiserve/gpuproxy/providers/vastai"
+	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+const usd = gpuproxy.MicrosPerUSD
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// stack is the whole product in-process: SQLite, auth, guard rails,
+// ledger, the vast.ai simulator behind the real adapter and fleet, the REST
+// server with the MCP transports mounted, on a loopback port.
+type stack struct {
+	t       testing.TB
+	url     string
+	mcp     *mcp.Server
+	store   *db.Store
+	auth    *auth.Service
+	guard   *guardrails.Service
+	ledger  *billing.Ledger
+	fleet   *fleet.Service
+	vast    *vastaisim.Server
+	vastURL string
+	logs    *syncBuffer
+}
+
+type stackOpts struct {
+	limits    []guardrails.Window
+	proxy     mcp.InferenceProxy
+	rateLimit int
+	spendPoll time.Duration
+	// registrarAuth leaves mcp.Options.Authenticate unset, so the plain
+	// endpoint is authenticated by the registrar.
+	registrarAuth bool
+	quiet         bool
+	dbFile        string
+	authCache     time.Duration // auth cache TTL (default: none, so revocations apply at once)
+}
+
+func newStack(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	var st *db.Store
+	if o.dbFile != "" {
+		var err error
+		if st, err = db.Open(context.Background(), db.Options{URL: "sqlite:" + o.dbFile}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		if _, err := st.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		st = dbtest.Open(t, dbtest.SQLite)
+	}
+	logs := &syncBuffer{}
+	var log *slog.Logger
+	if o.quiet {
+		log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	} else {
+		log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if o.rateLimit == 0 {
+		o.rateLimit = 100000
+	}
+	if o.spendPoll == 0 {
+		o.spendPoll = 100 * time.Millisecond
+	}
+	s := &stack{t: t, store: st, logs: logs}
+	if o.authCache == 0 {
+		o.authCache = -1
+	}
+	s.auth = auth.New(st, auth.Options{CacheTTL: o.authCache})
+	s.guard = guardrails.New(st, guardrails.Options{Defaults: o.limits, Logger: log})
+	s.ledger = billing.NewLedger(st, nil)
+	s.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 300 * time.Millisecond})
+	vurl, err := s.vast.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.vast.Close)
+	s.vastURL = vurl
+	va := vastai.New(vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond})
+	s.fleet = fleet.New(st, s.guard, []providers.Provider{va}, fleet.Options{PollInterval: 50 * time.Millisecond,
+		OfferCacheTTL: -1, Logger: log, Leader: st.WithLeader, Ledger: s.ledger})
+	var srv *server.Server
+	mo := mcp.Options{Logger: log, SpendPoll: o.spendPoll, StartWait: 20 * time.Second, Version: "test"}
+	if !o.registrarAuth {
+		mo.Authenticate = func(r *http.Request) (gpuproxy.Principal, error) { return srv.Authenticate(r) }
+	}
+	s.mcp = mcp.New(mcp.Services{Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, Proxy: o.proxy}, mo)
+	t.Cleanup(func() { _ = s.mcp.Close() })
+	srv = server.New(server.Services{Auth: s.auth, Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, Store: st,
+		RateLimiter: auth.NewRateLimiter(o.rateLimit), Mount: []func(server.Registrar){s.mcp.Mount}},
+		server.Options{Logger: log})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	s.url = hs.URL
+	return s
+}
+
+// key creates the account if needed and a key with the preset's scopes.
+func (s *stack) key(account, preset string) (string, gpuproxy.Principal) {
+	s.t.Helper()
+	ctx := context.Background()
+	if _, err := s.auth.Account(ctx, account); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		if _, err := s.auth.CreateAccount(ctx, account); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	k, _, err := s.auth.CreateKey(ctx, account, "test", gpuproxy.Presets[preset])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	p, err := s.auth.Authenticate(ctx, k)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return k, p
+}
+
+// keyTransport adds the API key (and optional headers) to every request.
+type keyTransport struct {
+	key   string
+	extra map[string]string
+}
+
+func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-API-Key", k.key)
+	for h, v := range k.extra {
+		r.Header.Set(h, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func keyClient(key string) *http.Client { return &http.Client{Transport: keyTransport{key: key}} }
+
+// Transports under test, each through the go-sdk's own client.
+const (
+	viaStdio      = "stdio"
+	viaStreamable = "streamable"        // 2026-07-28: stateless
+	viaLegacyHTTP = "streamable-legacy" // 2025-06-18: initialize, stateful session
+	viaSSE        = "sse"               // 2024-11-05 HTTP+SSE
+)
+
+var transports = []string{viaStdio, viaStreamable, viaLegacyHTTP, viaSSE}
+
+// connect opens an SDK client session over the named transport.
+func (s *stack) connect(via, key string, opts *sdk.ClientOptions) *sdk.ClientSession {
+	s.t.Helper()
+	// The SSE client ties its event stream to the context given to Connect:
+	// it must live as long as the session.
+	ctx, cancel := context.WithCancel(context.Background())
+	s.t.Cleanup(cancel)
+	client := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts)
+	var (
+		tr    sdk.Transport
+		copts *sdk.ClientSessionOptions
+	)
+	switch via {
+	case viaStdio:
+		p, err := s.auth.Authenticate(ctx, key)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		sr, cw := io.Pipe()
+		cr, sw := io.Pipe()
+		sctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.mcp.ServeStdio(sctx, p, sr, sw); _ = sw.Close() }()
+		s.t.Cleanup(func() {
+			_ = cw.Close()
+			stop()
+			if err := <-done; err != nil {
+				s.t.Errorf("ServeStdio: %v", err)
+			}
+		})
+		tr = &sdk.IOTransport{Reader: cr, Writer: cw}
+	case viaStreamable:
+		tr = &sdk.StreamableClientTransport{Endpoint: s.url + mcp.StreamablePath, HTTPClient: keyClient(key), MaxRetries: -1}
+	case viaLegacyHTTP:
+		tr = &sdk.StreamableClientTransport{Endpoint: s.url + mcp.StreamablePath, HTTPClient: keyClient(key), MaxRetries: -1}
+		copts = &sdk.ClientSessionOptions{ProtocolVersion: "2025-06-18"}
+	case viaSSE:
+		tr = &sdk.SSEClientTransport{Endpoint: s.url + mcp.SSEPath, HTTPClient: keyClient(key)}
+	default:
+		s.t.Fatalf("unknown transport %q", via)
+	}
+	cs, err := client.Connect(ctx, tr, copts)
+	if err != nil {
+		s.t.Fatalf("connecting over %s: %v", via, err)
+	}
+	s.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// callTool calls a tool, failing the test on protocol errors.
+func callTool(t testing.TB, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+// structured decodes a successful tool result's structuredContent.
+func structured[T any](t testing.TB, res *sdk.CallToolResult) T {
+	t.Helper()
+	var v T
+	if res.IsError {
+		t.Fatalf("tool error: %s", text(res))
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return v
+}
+
+// text joins a result's text content.
+func text(res *sdk.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// rpc posts one raw body to the plain endpoint and decodes the answer.
+type rpcAnswer struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+func (s *stack) post(path, key, body string, hdr ...string) rpcAnswer {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	a := rpcAnswer{status: res.StatusCode, header: res.Header, raw: raw}
+	_ = json.Unmarshal(raw, &a.body)
+	return a
+}
+
+// errCode returns the JSON-RPC error code of an answer (0 if none).
+func (a rpcAnswer) errCode() int {
+	e, _ := a.body["error"].(map[string]any)
+	if e == nil {
+		return 0
+	}
+	c, _ := e["code"].(float64)
+	return int(c)
+}
+
+func (a rpcAnswer) result() map[string]any {
+	r, _ := a.body["result"].(map[string]any)
+	return r
+}
+
+// cheapestOffer returns the cheapest vast.ai offer id and its price.
+func (s *stack) cheapestOffer() (string, gpuproxy.Micros) {
+	s.t.Helper()
+	res, err := s.fleet.Offers(context.Background(), fleet.OfferQuery{Provider: providers.VastAI})
+	if err != nil || len(res.Offers) == 0 {
+		s.t.Fatalf("no offers: %v %+v", err, res.Errors)
+	}
+	return res.Offers[0].ID, res.Offers[0].PricePerHour
+}

@@ -1,0 +1,181 @@
+package mcp
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+// The text renderings of tool results: small tables, as a person would
+// want to read them in a chat. The structured result carries every field.
+
+func usd(m gpuproxy.Micros) string {
+	if m < 0 {
+		return "-$" + (-m).String()
+	}
+	return "$" + m.String()
+}
+
+// table renders rows (the first is the header) as aligned columns.
+func table(b *strings.Builder, rows [][]string) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+}
+
+func windowName(minutes int) string {
+	switch {
+	case minutes%1440 == 0:
+		return fmt.Sprintf("%dd", minutes/1440)
+	case minutes%60 == 0:
+		return fmt.Sprintf("%dh", minutes/60)
+	}
+	return fmt.Sprintf("%dm", minutes)
+}
+
+func spendingText(sp server.SpendingJSON) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Spending of account %s at %s — burn rate %s/hour, held %s, on_exceed=%s\n\n", sp.Account,
+		sp.AsOf.Format(time.RFC3339), usd(sp.BurnRatePerHour), usd(sp.Held), sp.OnExceed)
+	rows := [][]string{{"window", "limit", "spent", "held", "committed", "remaining"}}
+	for _, w := range sp.Windows {
+		rows = append(rows, []string{windowName(w.WindowMinutes), usd(w.Limit), usd(w.Spent), usd(w.Held),
+			usd(w.Committed), usd(w.Remaining)})
+	}
+	table(&b, rows)
+	return b.String()
+}
+
+func checkText(c checkOutput) string {
+	var b strings.Builder
+	verdict := "would be admitted now"
+	if !c.Allowed {
+		verdict = "would be REFUSED now (spending limit)"
+	}
+	fmt.Fprintf(&b, "A cost of %s %s for account %s.\n\n", usd(c.EstimatedCost), verdict, c.Account)
+	rows := [][]string{{"window", "limit", "spent", "held", "committed", "remaining", "fits"}}
+	for _, w := range c.Windows {
+		fits := "yes"
+		if w.WouldExceed != nil && *w.WouldExceed {
+			fits = "NO"
+		}
+		rows = append(rows, []string{windowName(w.WindowMinutes), usd(w.Limit), usd(w.Spent), usd(w.Held),
+			usd(w.Committed), usd(w.Remaining), fits})
+	}
+	table(&b, rows)
+	return b.String()
+}
+
+func transactionsText(t transactionsOutput) string {
+	var b strings.Builder
+	if len(t.Transactions) == 0 {
+		b.WriteString("No ledger entries match.\n")
+	} else {
+		rows := [][]string{{"time", "type", "amount", "provider", "instance", "description"}}
+		for _, e := range t.Transactions {
+			rows = append(rows, []string{e.CreatedAt.UTC().Format("2006-01-02 15:04:05"), string(e.Type), usd(e.Amount),
+				e.Provider, e.InstanceID, clip(e.Description, 60)})
+		}
+		table(&b, rows)
+	}
+	tt := t.Totals
+	fmt.Fprintf(&b, "\nTotals (%d entries): charges %s, credits %s, refunds %s, adjustments %s, net %s\n", tt.Count,
+		usd(tt.Charges), usd(tt.Credits), usd(tt.Refunds), usd(tt.Adjustments), usd(tt.Net))
+	if t.NextCursor != nil {
+		fmt.Fprintf(&b, "More entries: call again with cursor %q.\n", *t.NextCursor)
+	}
+	return b.String()
+}
+
+func offersText(o offersOutput) string {
+	var b strings.Builder
+	if len(o.Offers) == 0 {
+		b.WriteString("No offers match.\n")
+	} else {
+		rows := [][]string{{"provider", "instance_id", "gpu", "gpus", "vram/gpu", "$/hour", "location", "reliability"}}
+		for _, x := range o.Offers {
+			rel := "-"
+			if x.Reliability > 0 {
+				rel = fmt.Sprintf("%.1f%%", x.Reliability*100)
+			}
+			rows = append(rows, []string{x.Provider, x.InstanceID, x.GPUName, fmt.Sprint(x.NumGPUs),
+				fmt.Sprintf("%.0f GB", x.VRAMGB), usd(x.PricePerHour), clip(x.Location, 30), rel})
+		}
+		table(&b, rows)
+	}
+	for _, e := range o.Errors {
+		fmt.Fprintf(&b, "\n%s could not be searched: %s", e.Provider, e.Message)
+	}
+	if len(o.Errors) > 0 {
+		b.WriteString("\n")
+	}
+	if o.NextCursor != nil {
+		fmt.Fprintf(&b, "\nMore offers: call again with cursor %q.\n", *o.NextCursor)
+	}
+	return b.String()
+}
+
+func instanceRows(is []server.InstanceJSON) [][]string {
+	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint"}}
+	for _, i := range is {
+		gpu := i.GPUName
+		if i.NumGPUs > 1 {
+			gpu = fmt.Sprintf("%d× %s", i.NumGPUs, i.GPUName)
+		}
+		ep := i.Endpoint
+		if ep == "" {
+			ep = "-"
+		}
+		rows = append(rows, []string{i.ID, i.Provider, gpu, i.Status, usd(i.PricePerHour), usd(i.CostToDate), ep})
+	}
+	return rows
+}
+
+func instanceText(verb string, o instanceOutput) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
+	table(&b, instanceRows([]server.InstanceJSON{o.InstanceJSON}))
+	return b.String()
+}
+
+func instancesText(o instancesOutput) string {
+	if len(o.Instances) == 0 {
+		return "You have no instances.\n"
+	}
+	var b strings.Builder
+	table(&b, instanceRows(o.Instances))
+	return b.String()
+}
+
+func proxyText(p proxyOutput, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP %d in %dms", p.Status, took.Milliseconds())
+	if ct := p.Headers["Content-Type"]; ct != "" {
+		fmt.Fprintf(&b, " (%s)", ct)
+	}
+	b.WriteString("\n\n")
+	if p.BodyEncoding == "base64" {
+		fmt.Fprintf(&b, "[binary body, %d bytes base64 in the structured result]\n", len(p.Body))
+	} else {
+		b.WriteString(clip(p.Body, 8000))
+		b.WriteString("\n")
+	}
+	if p.Truncated {
+		b.WriteString("[body truncated at 512 KB]\n")
+	}
+	return b.String()
+}
+
+// clip shortens s to n runes for display.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,321 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers/fleet"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+// fleetTools are the tools over GPU providers and the caller's instances.
+func (s *Server) fleetTools() []toolSpec {
+	provs := s.svc.Fleet.ProviderNames()
+	provDesc := "GPU marketplace: " + strings.Join(provs, " or ")
+	statuses := []string{"pending", "starting", "running", "terminating", "terminated", "failed"}
+	return []toolSpec{
+		newTool(s, &sdk.Tool{
+			Name:  "list_gpu_instances",
+			Title: "Search GPU offers",
+			Description: "Search live GPU offers across providers, cheapest first. Each offer's instance_id is what " +
+				"create_gpu_instance rents. If a provider is down its error is listed and the others still answer. " +
+				"Prices are USD per hour for the whole offer (all its GPUs).",
+			InputSchema: object(
+				optional("provider", withDefault(enum("which marketplace to search", append(provs, "all")...), "all")),
+				optional("min_vram", number("minimum memory per GPU, in GB (e.g. 24)", 0, 10000)),
+				optional("max_price", number("maximum price, in USD per hour for the whole offer", 0, 10000)),
+				optional("gpu_name", str("GPU model to match, case-insensitive substring (e.g. 4090, H100)", 100)),
+				optional("min_gpus", integer("minimum number of GPUs in the offer", 0, 64)),
+				optional("limit", withDefault(integer("offers per page", 1, 500), 20)),
+				optional("cursor", str("next_cursor from the previous page", 200)),
+			),
+			OutputSchema: outputSchema[offersOutput](),
+			Annotations:  readOnly("Search GPU offers", true),
+		}, gpuproxy.ScopeOffersRead, s.listOffers),
+		newTool(s, &sdk.Tool{
+			Name:  "create_gpu_instance",
+			Title: "Rent a GPU instance",
+			Description: "Rent the offer instance_id (from list_gpu_instances) and start image on it. The spending " +
+				"guard rails admit the cost first (vast.ai: price/hour × 1 h; io.net: the quoted total for hours); a " +
+				"refusal names the window and its numbers. Waits for the instance to run, reporting progress when " +
+				"asked, and returns it with its endpoint. Pass idempotency_key to make retries safe.",
+			InputSchema: object(
+				required("provider", enum(provDesc, provs...)),
+				required("instance_id", str("the offer id from list_gpu_instances (its instance_id field)", 200)),
+				required("image", str("container image, e.g. vllm/vllm-openai:latest", 500)),
+				optional("label", str("your label for the instance", 200)),
+				optional("hours", withDefault(integer("rental duration in hours (io.net prepays it; ignored by vast.ai)", 1, 720), 1)),
+				optional("env", stringMap("environment variables for the container", 50, 4096)),
+				optional("ports", &jsonschema.Schema{Type: "array", Description: "container ports to expose, e.g. [8000]",
+					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
+				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance", 200)),
+			),
+			OutputSchema: outputSchema[instanceOutput](),
+			Annotations: &sdk.ToolAnnotations{Title: "Rent a GPU instance", DestructiveHint: boolPtr(false),
+				OpenWorldHint: boolPtr(true)},
+		}, gpuproxy.ScopeInstancesWrite, s.createInstance),
+		newTool(s, &sdk.Tool{
+			Name:  "destroy_gpu_instance",
+			Title: "Destroy a GPU instance",
+			Description: "Destroy one of your instances (by our id or the provider's) and stop its billing. " +
+				"Destroying an instance that is already gone succeeds.",
+			InputSchema: object(
+				optional("provider", enum(provDesc+" (checked against the instance when given)", provs...)),
+				required("instance_id", str("the instance's id (gpi_…) or the provider's instance id", 200)),
+			),
+			OutputSchema: outputSchema[instanceOutput](),
+			Annotations: &sdk.ToolAnnotations{Title: "Destroy a GPU instance", DestructiveHint: boolPtr(true),
+				IdempotentHint: true, OpenWorldHint: boolPtr(true)},
+		}, gpuproxy.ScopeInstancesWrite, s.destroyInstance),
+		newTool(s, &sdk.Tool{
+			Name:  "list_my_instances",
+			Title: "Your GPU instances",
+			Description: "List your instances, newest first, with status, endpoint (for proxy_inference_request) and " +
+				"cost to date in US dollars.",
+			InputSchema:  object(optional("status", enum("only instances in this status", statuses...))),
+			OutputSchema: outputSchema[instancesOutput](),
+			Annotations:  readOnly("Your GPU instances", false),
+		}, gpuproxy.ScopeInstancesRead, s.listMine),
+	}
+}
+
+// offersOutput is one page of offers, as REST's GET /api/v1/gpu/offers.
+type offersOutput struct {
+	Offers     []offerJSON     `json:"offers" jsonschema:"offers, cheapest first"`
+	Errors     []providerError `json:"errors" jsonschema:"providers that could not be searched; the others still answered"`
+	NextCursor *string         `json:"next_cursor" jsonschema:"pass as cursor for the next page; null on the last page"`
+}
+
+// offerJSON is REST's offer plus instance_id, the name create_gpu_instance
+// gives the offer id.
+type offerJSON struct {
+	InstanceID string `json:"instance_id" jsonschema:"pass to create_gpu_instance as instance_id"`
+	server.OfferJSON
+}
+
+type providerError struct {
+	Provider string `json:"provider"`
+	Message  string `json:"message"`
+}
+
+type offersInput struct {
+	Provider string      `json:"provider"`
+	MinVRAM  float64     `json:"min_vram"`
+	MaxPrice json.Number `json:"max_price"`
+	GPUName  string      `json:"gpu_name"`
+	MinGPUs  int         `json:"min_gpus"`
+	Limit    int         `json:"limit"`
+	Cursor   string      `json:"cursor"`
+}
+
+func (s *Server) listOffers(ctx context.Context, _ call, in offersInput) (result, error) {
+	out, err := s.offers(ctx, in)
+	if err != nil {
+		return result{}, err
+	}
+	return result{offersText(out), out}, nil
+}
+
+// offers pages through the fleet's merged, cheapest-first search; the
+// cursor is an offset into it (the fleet caches answers briefly, so pages
+// are consistent while the cache lasts).
+func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, error) {
+	if in.Limit == 0 {
+		in.Limit = 20
+	}
+	offset := 0
+	if in.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(in.Cursor)
+		n, cerr := strconv.Atoi(strings.TrimPrefix(string(b), "offers:"))
+		if err != nil || cerr != nil || !strings.HasPrefix(string(b), "offers:") || n < 0 || n > 500 {
+			return offersOutput{}, gpuproxy.Invalid("cursor", "is not a next_cursor returned by list_gpu_instances")
+		}
+		offset = n
+	}
+	q := fleet.OfferQuery{Provider: in.Provider, MinVRAM: in.MinVRAM, GPUName: in.GPUName, MinGPUs: in.MinGPUs,
+		Limit: min(offset+in.Limit+1, 500)}
+	if in.MaxPrice != "" {
+		p, err := gpuproxy.ParseUSD(in.MaxPrice.String())
+		if err != nil {
+			return offersOutput{}, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
+		}
+		q.MaxPrice = p
+	}
+	res, err := s.svc.Fleet.Offers(ctx, q)
+	if err != nil {
+		return offersOutput{}, err
+	}
+	out := offersOutput{Offers: []offerJSON{}, Errors: []providerError{}}
+	for i := offset; i < len(res.Offers) && i < offset+in.Limit; i++ {
+		o := server.NewOfferJSON(res.Offers[i])
+		out.Offers = append(out.Offers, offerJSON{InstanceID: o.OfferID, OfferJSON: o})
+	}
+	if len(res.Offers) > offset+in.Limit {
+		next := base64.RawURLEncoding.EncodeToString([]byte("offers:" + strconv.Itoa(offset+in.Limit)))
+		out.NextCursor = &next
+	}
+	for _, e := range res.Errors {
+		out.Errors = append(out.Errors, providerError{Provider: e.Provider, Message: e.Message})
+	}
+	return out, nil
+}
+
+// instanceOutput is one instance, as REST shows it, with a sentence on what
+// happened and what to do next.
+type instanceOutput struct {
+	server.InstanceJSON
+	Message string `json:"message" jsonschema:"what happened and what to do next"`
+}
+
+type instancesOutput struct {
+	Instances []server.InstanceJSON `json:"instances" jsonschema:"your instances, newest first"`
+}
+
+type createInput struct {
+	Provider       string            `json:"provider"`
+	InstanceID     string            `json:"instance_id"`
+	Image          string            `json:"image"`
+	Label          string            `json:"label"`
+	Hours          int               `json:"hours"`
+	Env            map[string]string `json:"env"`
+	Ports          []int             `json:"ports"`
+	IdempotencyKey string            `json:"idempotency_key"`
+}
+
+func (s *Server) createInstance(ctx context.Context, c call, in createInput) (result, error) {
+	acct := c.p.AccountID
+	inst, err := s.svc.Fleet.Create(ctx, acct, fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
+		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
+		IdempotencyKey: in.IdempotencyKey})
+	if err != nil {
+		return result{}, renameOfferField(err)
+	}
+	s.changed(ctx, acct)
+	if inst.Status == fleet.Starting {
+		progress := s.progressFunc(ctx, c.req)
+		progress(fmt.Sprintf("rented %s on %s as %s; waiting for it to start", inst.GPUName, inst.Provider, inst.ID), 0, 0)
+		wctx, cancel := context.WithTimeout(ctx, s.opts.StartWait)
+		if got, err := s.svc.Fleet.WaitRunning(wctx, acct, inst.ID, progress); err == nil {
+			inst = got
+		}
+		cancel()
+		s.changed(ctx, acct)
+	}
+	if inst.Status == fleet.Failed {
+		return result{}, &gpuproxy.Error{Code: gpuproxy.EPROVIDER, Message: fmt.Sprintf(
+			"instance %s did not start (%s); its hold was released and nothing more is charged. "+
+				"Pick another offer with list_gpu_instances and try again.", inst.ID, inst.Error)}
+	}
+	v, err := s.svc.Fleet.Get(ctx, acct, inst.ID)
+	if err != nil {
+		v = fleet.View{Instance: inst}
+	}
+	out := instanceOutput{InstanceJSON: server.NewInstanceJSON(v)}
+	switch v.Status {
+	case fleet.Running:
+		out.Message = fmt.Sprintf("Instance %s is running at %s. Call it with proxy_inference_request "+
+			"(target_url under that endpoint) and destroy it with destroy_gpu_instance when done.", v.ID, v.Endpoint)
+	case fleet.Pending:
+		out.Message = fmt.Sprintf("The provider did not confirm the rental of %s yet; it is being reconciled. "+
+			"Check list_my_instances in a minute.", v.ID)
+	default:
+		out.Message = fmt.Sprintf("Instance %s is %s. Check list_my_instances until it is running.", v.ID, v.Status)
+	}
+	return result{instanceText("Created", out), out}, nil
+}
+
+// renameOfferField speaks the tool's language: the fleet calls the offer id
+// offer_id, create_gpu_instance calls it instance_id.
+func renameOfferField(err error) error {
+	var e *gpuproxy.Error
+	if errors.As(err, &e) && e.Code == gpuproxy.EINVALID && e.Details["field"] == "offer_id" {
+		return gpuproxy.Invalid("instance_id", "is required: an offer's instance_id from list_gpu_instances")
+	}
+	return err
+}
+
+// progressFunc reports fleet progress as MCP progress notifications when
+// the client sent a progress token; otherwise it does nothing. Progress
+// always increases, as the spec requires.
+func (s *Server) progressFunc(ctx context.Context, req *sdk.CallToolRequest) fleet.Progress {
+	tok := req.Params.GetProgressToken()
+	if tok == nil || req.Session == nil {
+		return func(string, float64, float64) {}
+	}
+	last := -1.0
+	return func(msg string, done, total float64) {
+		if done <= last {
+			done = last + 0.001
+		}
+		last = done
+		if err := req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: tok,
+			Message: msg, Progress: done, Total: total}); err != nil {
+			s.log.Debug("progress notification not delivered", "err", err)
+		}
+	}
+}
+
+type destroyInput struct {
+	Provider   string `json:"provider"`
+	InstanceID string `json:"instance_id"`
+}
+
+func (s *Server) destroyInstance(ctx context.Context, c call, in destroyInput) (result, error) {
+	acct := c.p.AccountID
+	v, err := s.svc.Fleet.Get(ctx, acct, in.InstanceID)
+	if err != nil {
+		return result{}, err
+	}
+	if in.Provider != "" && in.Provider != v.Provider {
+		return result{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "you have no %s instance %q", in.Provider, in.InstanceID)
+	}
+	inst, err := s.svc.Fleet.Destroy(ctx, acct, v.ID)
+	if err != nil {
+		return result{}, err
+	}
+	s.changed(ctx, acct)
+	if v, err = s.svc.Fleet.Get(ctx, acct, inst.ID); err != nil {
+		v = fleet.View{Instance: inst}
+	}
+	out := instanceOutput{InstanceJSON: server.NewInstanceJSON(v)}
+	if v.Status == fleet.Terminated || v.Status == fleet.Failed {
+		out.Message = fmt.Sprintf("Instance %s is gone; billing stopped. Cost to date: $%s.", v.ID, v.CostToDate)
+	} else {
+		out.Message = fmt.Sprintf("The provider accepted the destroy of %s; it is %s until the provider confirms "+
+			"(billing stops at the termination time).", v.ID, v.Status)
+	}
+	return result{instanceText("Destroyed", out), out}, nil
+}
+
+type listMineInput struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) listMine(ctx context.Context, c call, in listMineInput) (result, error) {
+	out, err := s.mine(ctx, c.p, in.Status)
+	if err != nil {
+		return result{}, err
+	}
+	return result{instancesText(out), out}, nil
+}
+
+func (s *Server) mine(ctx context.Context, p gpuproxy.Principal, status string) (instancesOutput, error) {
+	vs, err := s.svc.Fleet.List(ctx, p.AccountID, status)
+	if err != nil {
+		return instancesOutput{}, err
+	}
+	out := instancesOutput{Instances: make([]server.InstanceJSON, 0, len(vs))}
+	for _, v := range vs {
+		out.Instances = append(out.Instances, server.NewInstanceJSON(v))
+	}
+	return out, nil
+}
