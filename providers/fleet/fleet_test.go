@@ -71,9 +71,9 @@ func newWorld(t *testing.T, k dbtest.Kind, o worldOpts) *world {
 		t.Fatal(err)
 	}
 	for _, s := range w.stores {
-		va := vastai.New(vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 3 * time.Second, RetryWait: time.Millisecond,
+		va := vastai.New(vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 30 * time.Second, RetryWait: time.Millisecond,
 			BreakerFailures: 3, BreakerOpenFor: 300 * time.Millisecond})
-		ia := ionet.New(ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 3 * time.Second, RetryWait: time.Millisecond})
+		ia := ionet.New(ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 30 * time.Second, RetryWait: time.Millisecond})
 		g := guardrails.New(s, guardrails.Options{Defaults: o.limits, Logger: quiet})
 		fo := o.fleetOpts
 		fo.Logger, fo.Leader, fo.Ledger = quiet, s.WithLeader, billing.NewLedger(s, nil)
