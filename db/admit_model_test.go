@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -18,10 +19,18 @@ import (
 // the rule computed from scratch. On Postgres this exercises the cached
 // upper-bound fast path and its fallbacks; on SQLite the exact path.
 func TestAdmissionMatchesModel(t *testing.T) {
+	for _, refunds := range []bool{false, true} {
+		for _, seed := range []uint64{7, 8, 9} {
+			t.Run(fmt.Sprintf("seed%d/refunds=%v", seed, refunds), func(t *testing.T) { admissionModel(t, seed, refunds) })
+		}
+	}
+}
+
+func admissionModel(t *testing.T, seed uint64, refunds bool) {
 	eachStore(t, func(t *testing.T, s *db.Store) {
 		ctx := context.Background()
 		a := mustAccount(t, s, "model")
-		rng := rand.New(rand.NewPCG(7, 11))
+		rng := rand.New(rand.NewPCG(seed, 11))
 		windows := []guardrails.Window{{Minutes: 60, Limit: 50 * usd}, {Minutes: 1440, Limit: 200 * usd}}
 		type entry struct {
 			at    time.Time
@@ -37,7 +46,7 @@ func TestAdmissionMatchesModel(t *testing.T) {
 				at := now.Add(time.Duration(rng.IntN(180)-120) * time.Minute)
 				amt := gpuproxy.Micros(rng.IntN(8_000_000) + 1)
 				typ := billing.Charge
-				if rng.IntN(5) == 0 {
+				if refunds && rng.IntN(5) == 0 {
 					typ = billing.Refund
 				}
 				charge(t, s, a.ID, typ, amt, at)
@@ -46,14 +55,17 @@ func TestAdmissionMatchesModel(t *testing.T) {
 					sp = -amt
 				}
 				entries = append(entries, entry{at, sp})
-			case r < 3 && len(holds) > 0: // release a hold
-				for id := range holds {
-					if ok, err := s.ReleaseHold(ctx, a.ID, id, now); err != nil || !ok {
-						t.Fatalf("release: %v %v", ok, err)
+			case r < 3 && len(holds) > 0: // release the oldest hold (deterministic)
+				id := int64(-1)
+				for h := range holds {
+					if id < 0 || h < id {
+						id = h
 					}
-					delete(holds, id)
-					break
 				}
+				if ok, err := s.ReleaseHold(ctx, a.ID, id, now); err != nil || !ok {
+					t.Fatalf("release: %v %v", ok, err)
+				}
+				delete(holds, id)
 			default: // admit
 				cost := gpuproxy.Micros(rng.IntN(6_000_000) + 1)
 				res, err := s.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Cost: cost, Now: now,
@@ -102,6 +114,40 @@ func TestAdmissionMatchesModel(t *testing.T) {
 		}
 		if admitted < 20 || refused < 20 {
 			t.Fatalf("model run too one-sided: %d admitted, %d refused", admitted, refused)
+		}
+	})
+}
+
+// TestAdmissionCacheEdges pins the two cases where a cached upper bound
+// would be wrong: a clock behind the cache (an older charge is back in the
+// window) and a future-dated charge that enters the window later.
+func TestAdmissionCacheEdges(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *db.Store) {
+		windows := []guardrails.Window{{Minutes: 60, Limit: 10 * usd}}
+		admitAt := func(a gpuproxy.Account, cost gpuproxy.Micros, at time.Time) bool {
+			t.Helper()
+			res, err := s.Admit(context.Background(), guardrails.AdmitRequest{AccountID: a.ID, Cost: cost, Now: at,
+				Horizon: time.Hour, Defaults: windows, Hold: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Admitted
+		}
+		behind := mustAccount(t, s, "behind")
+		charge(t, s, behind.ID, billing.Charge, 8*usd, t0.Add(-61*time.Minute))
+		if !admitAt(behind, usd, t0) {
+			t.Fatal("$1 refused with nothing in the window")
+		}
+		if admitAt(behind, 5*usd, t0.Add(-2*time.Minute)) {
+			t.Fatal("admitted $5 two minutes earlier, when the $8 charge is in the window")
+		}
+		future := mustAccount(t, s, "future")
+		charge(t, s, future.ID, billing.Charge, 8*usd, t0.Add(time.Minute))
+		if !admitAt(future, usd, t0) {
+			t.Fatal("$1 refused before the future-dated charge")
+		}
+		if admitAt(future, 5*usd, t0.Add(2*time.Minute)) {
+			t.Fatal("admitted $5 after the future-dated $8 charge entered the window")
 		}
 	})
 }

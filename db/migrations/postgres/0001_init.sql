@@ -24,6 +24,10 @@ CREATE TABLE accounts (
     cache_limits  BIGINT[],
     cache_spent   BIGINT[],
     cache_burn    BIGINT NOT NULL DEFAULT 0,
+    -- The latest time of any entry that lowered spend (a refund or negative
+    -- adjustment). Such an entry leaving a window raises the window's spend,
+    -- so the cache is only trusted when none lies in a window's reach.
+    last_negative_us BIGINT NOT NULL DEFAULT 0,
     created_us  BIGINT NOT NULL
 );
 
@@ -100,7 +104,10 @@ BEGIN
         VALUES (NEW.account_id, NEW.at_us / 60000000, NEW.spend_micros)
         ON CONFLICT (account_id, minute)
         DO UPDATE SET spend_micros = spend_minutes.spend_micros + EXCLUDED.spend_micros;
-        UPDATE accounts SET spend_version = spend_version + 1 WHERE id = NEW.account_id;
+        UPDATE accounts SET spend_version = spend_version + 1,
+               last_negative_us = CASE WHEN NEW.spend_micros < 0 THEN GREATEST(last_negative_us, NEW.at_us)
+                                       ELSE last_negative_us END
+         WHERE id = NEW.account_id;
     END IF;
     RETURN NULL;
 END $$;
@@ -157,7 +164,9 @@ CREATE TRIGGER account_limits_version AFTER INSERT OR UPDATE OR DELETE ON accoun
 --    spend is an upper bound of the spend now (window contents only leave as
 --    time passes, and the cache also counted entries dated after cache_at).
 --    If the cost fits under the upper bounds it fits exactly: admit without
---    reading the ledger.
+--    reading the ledger. The cache is only written when no spend-lowering
+--    entry (refund, negative adjustment) lies within any window's reach —
+--    one leaving a window would raise its spend.
 --  * Otherwise the windows are computed exactly (whole minutes from
 --    spend_minutes, the partial edge minutes from the ledger) under the lock,
 --    the decision is made on the exact figures, and the cache is refreshed.
@@ -181,6 +190,7 @@ DECLARE
     v_limits    BIGINT[];
     v_spent     BIGINT[];
     v_future    BIGINT;
+    v_lastneg   BIGINT;
     v_comm      BIGINT[];
     v_ok        BOOLEAN;
     v_hold      BIGINT;
@@ -244,14 +254,14 @@ BEGIN
                           WHERE g.account_id = p_account AND g.at_us >= b.e * 60000000 AND g.at_us <= p_now), 0) AS sp
           FROM b
     )
-    SELECT a.on_exceed, CASE WHEN p_mode = 1 THEN v_held ELSE a.held_micros END, a.spend_version,
+    SELECT a.on_exceed, CASE WHEN p_mode = 1 THEN v_held ELSE a.held_micros END, a.spend_version, a.last_negative_us,
            (SELECT COALESCE(sum(mt.price_micros), 0) FROM meters mt WHERE mt.account_id = p_account AND mt.stop_us IS NULL),
            EXISTS (SELECT 1 FROM own),
            (SELECT array_agg(w.m ORDER BY w.m) FROM w), (SELECT array_agg(w.l ORDER BY w.m) FROM w),
            (SELECT array_agg(w.sp::BIGINT ORDER BY w.m) FROM w),
            CASE WHEN p_mode = 1 THEN COALESCE((SELECT sum(g.spend_micros) FROM ledger g
                                                WHERE g.account_id = p_account AND g.at_us > p_now), 0) ELSE 0 END
-      INTO v_on_exceed, v_held, v_ver, v_burn, v_own, v_minutes, v_limits, v_spent, v_future
+      INTO v_on_exceed, v_held, v_ver, v_lastneg, v_burn, v_own, v_minutes, v_limits, v_spent, v_future
       FROM accounts a WHERE a.id = p_account;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'account % not found', p_account USING ERRCODE = 'P0002';
@@ -267,7 +277,9 @@ BEGIN
     END LOOP;
     IF p_mode = 1 THEN
         UPDATE accounts SET held_micros = held_micros - CASE WHEN v_ok THEN 0 ELSE p_cost END,
-               cache_version = v_ver, cache_at_us = p_now, cache_own = v_own, cache_minutes = v_minutes,
+               cache_version = CASE WHEN v_lastneg <= p_now - (SELECT max(m) FROM unnest(v_minutes) AS m)::BIGINT * 60000000
+                                    THEN v_ver ELSE -1 END,
+               cache_at_us = p_now, cache_own = v_own, cache_minutes = v_minutes,
                cache_limits = v_limits, cache_burn = v_burn,
                cache_spent = ARRAY(SELECT x + v_future FROM unnest(v_spent) AS x)
          WHERE id = p_account;
