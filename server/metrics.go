@@ -21,6 +21,13 @@ type Metrics struct {
 	charges    prometheus.Counter
 	breaker    *prometheus.GaugeVec
 	rateLimits prometheus.Counter
+
+	proxyRequests *prometheus.CounterVec
+	proxyLatency  prometheus.Histogram
+	proxyTTFB     prometheus.Histogram
+	proxyBytes    *prometheus.CounterVec
+	proxyBreaker  *prometheus.GaugeVec
+	proxyDropped  prometheus.Counter
 }
 
 // NewMetrics registers gpuproxy's metrics and the Go runtime's.
@@ -41,10 +48,47 @@ func NewMetrics() *Metrics {
 		Help: "Provider circuit breaker state: 0 closed, 0.5 half-open, 1 open."}, []string{"provider"})
 	m.rateLimits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_rate_limited_total",
 		Help: "Requests refused by the per-key rate limit."})
+	b := prometheus.ExponentialBuckets(0.0005, 2.5, 12)
+	m.proxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_requests_total",
+		Help: "Proxied inference requests by status."}, []string{"status"})
+	m.proxyLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuproxy_proxy_request_duration_seconds",
+		Help: "Proxied request latency.", Buckets: b})
+	m.proxyTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuproxy_proxy_ttfb_seconds",
+		Help: "Time to the instance's response headers.", Buckets: b})
+	m.proxyBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_bytes_total",
+		Help: "Proxied body bytes by direction (in, out)."}, []string{"direction"})
+	m.proxyBreaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuproxy_proxy_breaker_open",
+		Help: "Per-instance proxy breaker: 1 open, 0 otherwise."}, []string{"instance_id"})
+	m.proxyDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_proxy_usage_dropped_total",
+		Help: "Proxy usage records lost."})
 	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits,
+		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// ObserveProxyRequest records one proxied request.
+func (m *Metrics) ObserveProxyRequest(status int, in, out int64, latency, ttfb time.Duration) {
+	m.proxyRequests.WithLabelValues(strconv.Itoa(status)).Inc()
+	m.proxyLatency.Observe(latency.Seconds())
+	if ttfb > 0 {
+		m.proxyTTFB.Observe(ttfb.Seconds())
+	}
+	m.proxyBytes.WithLabelValues("in").Add(float64(in))
+	m.proxyBytes.WithLabelValues("out").Add(float64(out))
+}
+
+// ProxyBreakerState records an instance breaker's state.
+func (m *Metrics) ProxyBreakerState(id, state string) {
+	v := 0.0
+	if state == "open" {
+		v = 1
+	}
+	m.proxyBreaker.WithLabelValues(id).Set(v)
+}
+
+// ProxyUsageDropped counts lost proxy usage records.
+func (m *Metrics) ProxyUsageDropped(n int) { m.proxyDropped.Add(float64(n)) }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {

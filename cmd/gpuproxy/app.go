@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
@@ -14,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/fleet"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
+	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -27,17 +29,13 @@ type app struct {
 	meterer   *billing.Meterer
 	fleet     *fleet.Service
 	providers []providers.Provider
-	proxy     mcpProxy // nil until the inference proxy is wired
+	proxy     *proxy.Proxy
 	closers   []io.Closer
 }
 
-// mcpProxy is the inference proxy as the MCP tool calls it.
-type mcpProxy interface {
-	Call(ctx context.Context, p gpuproxy.Principal, targetURL, method string, headers map[string]string, body []byte) (int, map[string]string, []byte, error)
-}
-
 // newApp wires services over an opened env. sandboxProviders, when set,
-// replaces configured providers (the --sandbox simulators).
+// replaces configured providers (the --sandbox simulators), and lets the
+// proxy reach their instances on loopback.
 func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders []providers.Provider) (*app, error) {
 	if metrics == nil {
 		metrics = server.NewMetrics()
@@ -63,6 +61,15 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 		PollInterval: fc.PollInterval, ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace,
 		StartTimeout: fc.StartTimeout, OrphanPolicy: fc.OrphanPolicy, Logger: log, Leader: e.store.WithLeader,
 		Ledger: e.ledger})
+	pc := e.cfg.Proxy
+	cost, err := gpuproxy.FromUSD(pc.RequestCost)
+	if err != nil {
+		return nil, fmt.Errorf("proxy.request_cost: %w", err)
+	}
+	gate := guardrails.NewProxyGate(a.guard, guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge})
+	a.proxy = proxy.New(a.fleet, gate, e.store, proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody,
+		MaxResponseBody: pc.MaxResponseBody, UpstreamTimeout: pc.UpstreamTimeout,
+		AllowLoopbackEndpoints: sandboxProviders != nil, Charger: e.ledger, Metrics: metrics, Logger: log})
 	return a, nil
 }
 
@@ -91,6 +98,7 @@ func (a *app) services() server.Services {
 		Store:       a.store,
 		RateLimiter: auth.NewRateLimiter(a.cfg.RateLimit),
 		Metrics:     a.metrics,
+		Mount:       []func(server.Registrar){a.proxy.Mount},
 	}
 	for _, p := range a.providers {
 		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
@@ -103,7 +111,14 @@ func (a *app) services() server.Services {
 	return svc
 }
 
+// Close flushes proxy usage records and closes other resources; call it
+// after the HTTP server has stopped.
 func (a *app) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.proxy.Close(ctx); err != nil {
+		a.log.Error("flushing proxy usage", "err", err)
+	}
 	for _, c := range a.closers {
 		_ = c.Close()
 	}

@@ -26,6 +26,16 @@ type config struct {
 	LogLevel         string        `yaml:"log_level"`
 	Providers        providersConf `yaml:"providers"`
 	Fleet            fleetConf     `yaml:"fleet"`
+	Proxy            proxyConf     `yaml:"proxy"`
+}
+
+// proxyConf configures the inference proxy.
+type proxyConf struct {
+	RequestCost     float64       `yaml:"request_cost"`      // USD per proxied request, default 0
+	MaxRequestBody  int64         `yaml:"max_request_body"`  // bytes, default 1 MiB (the server's body limit)
+	MaxResponseBody int64         `yaml:"max_response_body"` // bytes, default 64 MiB
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`  // default 60s
+	SnapshotMaxAge  time.Duration `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
 }
 
 type providersConf struct {
@@ -105,6 +115,11 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"IONET_BASE_URL", str(&c.Providers.IONet.BaseURL)},
 		{"GPUPROXY_ORPHAN_POLICY", str(&c.Fleet.OrphanPolicy)},
 		{"GPUPROXY_OFFER_CACHE_TTL", dur(&c.Fleet.OfferCacheTTL)},
+		{"GPUPROXY_PROXY_REQUEST_COST", func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			c.Proxy.RequestCost = f
+			return err
+		}},
 		{"GPUPROXY_HORIZON", dur(&c.Horizon)},
 		{"GPUPROXY_METERING_INTERVAL", dur(&c.MeteringInterval)},
 		{"GPUPROXY_RATE_LIMIT", func(v string) error {
@@ -130,6 +145,12 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 	}
 	if c.MeteringInterval <= 0 {
 		return c, fmt.Errorf("metering_interval must be positive")
+	}
+	if c.Proxy.RequestCost < 0 || c.Proxy.RequestCost > 1000 {
+		return c, fmt.Errorf("proxy.request_cost must be between 0 and 1000 USD")
+	}
+	if c.Proxy.MaxRequestBody > 1<<20 {
+		return c, fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
 	}
 	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
 		return c, fmt.Errorf("fleet.orphan_policy must be destroy or adopt")

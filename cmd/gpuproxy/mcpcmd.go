@@ -13,10 +13,7 @@ import (
 
 // newMCP builds the MCP server over the app's services.
 func (a *app) newMCP(authenticate func(*http.Request) (gpuproxy.Principal, error)) *mcp.Server {
-	svc := mcp.Services{Guard: a.guard, Ledger: a.ledger, Fleet: a.fleet}
-	if a.proxy != nil {
-		svc.Proxy = a.proxy
-	}
+	svc := mcp.Services{Guard: a.guard, Ledger: a.ledger, Fleet: a.fleet, Proxy: a.proxy}
 	return mcp.New(svc, mcp.Options{Logger: a.log, Version: version, Authenticate: authenticate})
 }
 

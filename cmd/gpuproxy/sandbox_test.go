@@ -102,6 +102,25 @@ func TestSandboxEndToEnd(t *testing.T) {
 	if inst["status"] != "running" || !strings.HasPrefix(inst["endpoint"].(string), "http://127.0.0.1:") {
 		t.Fatalf("not running: %v", inst)
 	}
+	// Inference through the proxy to the instance's simulated model.
+	st, chat := c.call("POST", "/api/v1/proxy/"+id+"/v1/chat/completions", api,
+		`{"model":"x","messages":[{"role":"user","content":"ping"}]}`)
+	if st != 200 || len(chat["choices"].([]any)) != 1 {
+		t.Fatalf("proxied chat: %d %v", st, chat)
+	}
+	// The proxy never reaches anything but the caller's own instance.
+	if st, e := c.call("GET", "/api/v1/proxy/gpi_00000000000000000000/v1/models", api, ""); st != 404 {
+		t.Fatalf("unknown instance: %d %v", st, e)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, u := c.call("GET", "/api/v1/proxy/usage?instance_id="+id, api, "")
+		if rows, _ := u["records"].([]any); len(rows) > 0 || time.Now().After(deadline) {
+			if len(rows) == 0 {
+				t.Fatalf("no usage recorded: %v", u)
+			}
+			break
+		}
+	}
 	_, sp := c.call("GET", "/api/v1/spending", api, "")
 	if sp["burn_rate_per_hour"].(float64) != vast["price_per_hour"].(float64) {
 		t.Fatalf("burn %v, price %v", sp["burn_rate_per_hour"], vast["price_per_hour"])

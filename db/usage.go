@@ -1,0 +1,159 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/proxy"
+)
+
+// usageCols are the columns InsertUsage writes, in order.
+var usageCols = []string{"account_id", "instance_id", "method", "path", "status", "bytes_in", "bytes_out",
+	"latency_us", "ttfb_us", "cost_micros", "at_us", "request_id"}
+
+var usageColList = strings.Join(usageCols, ", ")
+
+// appendUsageRow appends a record's column values, negative numbers
+// clamped to zero (usage is telemetry: never refused for a bad
+// measurement).
+func appendUsageRow(args []any, u proxy.Usage) []any {
+	return append(args, u.AccountID, u.InstanceID, u.Method, u.Path, int64(u.Status), max(u.BytesIn, 0),
+		max(u.BytesOut, 0), max(u.Latency.Microseconds(), 0), max(u.TTFB.Microseconds(), 0),
+		int64(max(u.Cost, 0)), us(u.At), u.RequestID)
+}
+
+// usageChunk is how many rows one SQLite INSERT carries.
+const usageChunk = 64
+
+// InsertUsage appends proxy usage records in one transaction. The bulk
+// path is the one place here that differs by dialect: Postgres streams the
+// rows with COPY; SQLite takes multi-row INSERTs with positional "?"
+// parameters, because its driver looks numbered ones up by name, which
+// grows quadratically with the row count of a statement.
+func (s *Store) InsertUsage(ctx context.Context, records []proxy.Usage) error {
+	if len(records) == 0 {
+		return nil
+	}
+	var err error
+	if s.pg != nil {
+		_, err = s.pg.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols,
+			pgx.CopyFromSlice(len(records), func(i int) ([]any, error) {
+				return appendUsageRow(make([]any, 0, len(usageCols)), records[i]), nil
+			}))
+		err = translate(err)
+	} else {
+		err = s.insertUsageSQLite(ctx, records)
+	}
+	if err != nil {
+		return fmt.Errorf("inserting proxy usage: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) insertUsageSQLite(ctx context.Context, records []proxy.Usage) error {
+	tx, err := s.sq.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	stmts := map[int]*sql.Stmt{}
+	defer func() {
+		for _, st := range stmts {
+			_ = st.Close()
+		}
+	}()
+	args := make([]any, 0, usageChunk*len(usageCols))
+	for len(records) > 0 {
+		n := min(len(records), usageChunk)
+		st := stmts[n]
+		if st == nil {
+			row := "(" + strings.Repeat("?, ", len(usageCols)-1) + "?)"
+			q := "INSERT INTO proxy_usage (" + usageColList + ") VALUES " + strings.Repeat(row+", ", n-1) + row
+			if st, err = tx.PrepareContext(ctx, q); err != nil {
+				return translate(err)
+			}
+			stmts[n] = st
+		}
+		args = args[:0]
+		for _, u := range records[:n] {
+			args = appendUsageRow(args, u)
+		}
+		if _, err := st.ExecContext(ctx, args...); err != nil {
+			return translate(err)
+		}
+		records = records[n:]
+	}
+	return translate(tx.Commit())
+}
+
+// usageWhere builds the WHERE clause of a usage filter (without cursor).
+func usageWhere(f proxy.UsageFilter) (string, []any) {
+	conds := []string{"account_id = $1"}
+	args := []any{f.AccountID}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
+	}
+	if !f.From.IsZero() {
+		add("at_us >= $%d", us(f.From))
+	}
+	if !f.To.IsZero() {
+		add("at_us < $%d", us(f.To))
+	}
+	if f.InstanceID != "" {
+		add("instance_id = $%d", f.InstanceID)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// ListUsage returns one page of the account's usage records, newest first
+// (by id), with ids below f.BeforeID when set.
+func (s *Store) ListUsage(ctx context.Context, f proxy.UsageFilter) ([]proxy.Usage, error) {
+	w, args := usageWhere(f)
+	if f.BeforeID > 0 {
+		args = append(args, f.BeforeID)
+		w += fmt.Sprintf(" AND id < $%d", len(args))
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	r, err := s.pool().query(ctx, fmt.Sprintf("SELECT id, %s FROM proxy_usage WHERE %s ORDER BY id DESC LIMIT %d",
+		usageColList, w, limit), args...)
+	out, err := scanAll(r, err, func(r rows) (proxy.Usage, error) {
+		var u proxy.Usage
+		var status, lat, ttfb, cost, at int64
+		err := r.Scan(&u.ID, &u.AccountID, &u.InstanceID, &u.Method, &u.Path, &status, &u.BytesIn, &u.BytesOut,
+			&lat, &ttfb, &cost, &at, &u.RequestID)
+		u.Status, u.Latency, u.TTFB = int(status), time.Duration(lat)*time.Microsecond, time.Duration(ttfb)*time.Microsecond
+		u.Cost, u.At = gpuproxy.Micros(cost), fromUS(at)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing proxy usage: %w", err)
+	}
+	return out, nil
+}
+
+// UsageTotals sums every usage record f matches (ignoring paging).
+func (s *Store) UsageTotals(ctx context.Context, f proxy.UsageFilter) (proxy.UsageTotals, error) {
+	w, args := usageWhere(f)
+	var t proxy.UsageTotals
+	var lat, ttfb, cost int64
+	err := s.pool().queryRow(ctx, `SELECT count(*),
+		COALESCE(sum(CASE WHEN status >= 500 OR status = 0 THEN 1 ELSE 0 END), 0),
+		COALESCE(sum(bytes_in), 0), COALESCE(sum(bytes_out), 0), COALESCE(sum(latency_us), 0),
+		COALESCE(sum(ttfb_us), 0), COALESCE(sum(cost_micros), 0)
+		FROM proxy_usage WHERE `+w, args...).Scan(&t.Requests, &t.Errors, &t.BytesIn, &t.BytesOut, &lat, &ttfb, &cost)
+	if err != nil {
+		return t, fmt.Errorf("totalling proxy usage: %w", translate(err))
+	}
+	t.Latency, t.TTFB, t.Cost = time.Duration(lat)*time.Microsecond, time.Duration(ttfb)*time.Microsecond, gpuproxy.Micros(cost)
+	return t, nil
+}

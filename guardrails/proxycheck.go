@@ -1,0 +1,175 @@
+package guardrails
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// ProxyGateOptions configure a ProxyGate.
+type ProxyGateOptions struct {
+	// MaxAge is the oldest spend snapshot a check may use (default 1s).
+	// Negative reads the store on every check.
+	MaxAge time.Duration
+	// RefreshTimeout bounds one store read (default 5s). The read is
+	// shared by every caller waiting for the account, so it does not end
+	// when the caller that started it goes away.
+	RefreshTimeout time.Duration
+	// Now is the clock that ages snapshots (default the service's clock).
+	Now func() time.Time
+}
+
+// ProxyGate admits proxy calls (DESIGN.md: every window has
+// spent + held + request cost ≤ limit) from a per-account spend snapshot at
+// most MaxAge old, so the proxy's hot path does not wait on the database for
+// every request. Concurrent callers for one account share one store read;
+// when the store cannot be read the call is refused (fail closed). A gate
+// admits without holding anything: proxy costs are charged afterwards.
+type ProxyGate struct {
+	svc      *Service
+	maxAge   time.Duration
+	timeout  time.Duration
+	now      func() time.Time
+	accounts sync.Map // int64 → *gateEntry
+}
+
+// gateEntry is one account's cached snapshot and its in-flight refresh.
+type gateEntry struct {
+	cur atomic.Pointer[gateSnap]
+
+	mu     sync.Mutex
+	flight *gateFlight // non-nil while a store read runs
+}
+
+type gateSnap struct {
+	snap   Snapshot
+	readAt time.Time // gate clock when the read started: age is conservative
+	warned atomic.Bool
+}
+
+type gateFlight struct {
+	done chan struct{}
+	snap *gateSnap
+	err  error
+}
+
+// NewProxyGate returns a gate over svc.
+func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
+	if o.MaxAge == 0 {
+		o.MaxAge = time.Second
+	}
+	if o.RefreshTimeout <= 0 {
+		o.RefreshTimeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = svc.opts.Now
+	}
+	return &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now}
+}
+
+// Check refuses a proxy call of cost for the account unless it fits every
+// window of a snapshot at most MaxAge old: a spending_limit_exceeded error
+// naming the windows, or an unavailable error when spend cannot be read.
+// Each decision is reported to the service's OnDecision hook as "proxy".
+func (g *ProxyGate) Check(ctx context.Context, accountID int64, cost gpuproxy.Micros) error {
+	if err := validCost(cost); err != nil {
+		return err
+	}
+	gs, err := g.snapshot(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	for _, u := range gs.snap.Windows {
+		if !u.FitsProxy(cost) {
+			g.svc.observe("proxy", false)
+			err := Refusal(gs.snap, cost, true)
+			// One alert per snapshot, not one per refused request.
+			if !gs.warned.Swap(true) {
+				g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
+					"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
+			}
+			return err
+		}
+	}
+	g.svc.observe("proxy", true)
+	return nil
+}
+
+// Snapshot returns the account's snapshot as the gate sees it (at most
+// MaxAge old).
+func (g *ProxyGate) Snapshot(ctx context.Context, accountID int64) (Snapshot, error) {
+	gs, err := g.snapshot(ctx, accountID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return gs.snap, nil
+}
+
+// Invalidate drops the account's cached snapshot, so the next check reads
+// the store (e.g. after a charge or a limit change in this process).
+func (g *ProxyGate) Invalidate(accountID int64) {
+	if v, ok := g.accounts.Load(accountID); ok {
+		v.(*gateEntry).cur.Store(nil)
+	}
+}
+
+func (g *ProxyGate) snapshot(ctx context.Context, accountID int64) (*gateSnap, error) {
+	v, ok := g.accounts.Load(accountID)
+	if !ok {
+		v, _ = g.accounts.LoadOrStore(accountID, &gateEntry{})
+	}
+	e := v.(*gateEntry)
+	if gs := e.cur.Load(); gs != nil && g.fresh(gs) {
+		return gs, nil
+	}
+	e.mu.Lock()
+	// Another caller may have refreshed while this one waited for the lock.
+	if gs := e.cur.Load(); gs != nil && g.fresh(gs) {
+		e.mu.Unlock()
+		return gs, nil
+	}
+	f := e.flight
+	if f == nil {
+		f = &gateFlight{done: make(chan struct{})}
+		e.flight = f
+		go g.refresh(e, f, accountID)
+	}
+	e.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.snap, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// refresh reads the store once for every caller waiting on f.
+func (g *ProxyGate) refresh(e *gateEntry, f *gateFlight, accountID int64) {
+	readAt := g.now()
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	snap, err := g.svc.Spending(ctx, accountID)
+	cancel()
+	if err == nil {
+		f.snap = &gateSnap{snap: snap, readAt: readAt}
+	} else if gpuproxy.ErrorCode(err) == gpuproxy.EINTERNAL {
+		// A deadline or any unclassified failure: refuse, never wave through.
+		f.err = &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE,
+			Message: "spending cannot be verified right now; nothing was admitted", Cause: err}
+	} else {
+		f.err = err
+	}
+	e.mu.Lock()
+	if f.snap != nil {
+		e.cur.Store(f.snap)
+	}
+	e.flight = nil
+	e.mu.Unlock()
+	close(f.done)
+}
+
+func (g *ProxyGate) fresh(gs *gateSnap) bool {
+	return g.maxAge > 0 && g.now().Sub(gs.readAt) <= g.maxAge
+}

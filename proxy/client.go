@@ -1,0 +1,331 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// leanClient is the proxy's fast path to plain-HTTP instance endpoints for
+// requests whose body is in memory (or absent): an HTTP/1.1 client that
+// writes the request and reads the response on the caller's goroutine over
+// a keep-alive pool. net/http's Transport hands every exchange to two
+// goroutines of its own (a writer and a reader per connection); on small
+// requests those hand-offs cost more CPU than the exchange itself. Anything
+// else (https, streamed request bodies) goes through the tuned
+// http.Transport. Both dial through the same checked dialer.
+type leanClient struct {
+	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
+	headerTimeout time.Duration
+	idleTimeout   time.Duration
+	maxIdle       int
+	allowLoopback bool
+
+	mu     sync.Mutex
+	idle   map[string][]*leanConn // by host:port, most recently used last
+	closed bool
+}
+
+type leanConn struct {
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	addr   string
+	idleAt time.Time
+}
+
+// probeAfter is how long a connection may sit idle before it is checked for
+// a close by the instance before reuse (one non-blocking read). Under load
+// connections come back within microseconds and skip the check; a server
+// that closes idle connections (uvicorn after 5s, say) is caught by it.
+const probeAfter = 100 * time.Millisecond
+
+// aLongTimeAgo is a deadline in the past: it unblocks pending I/O at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, error) {
+	addr := x.ep.addr
+	now := time.Now()
+	for {
+		lc.mu.Lock()
+		list := lc.idle[addr]
+		if len(list) == 0 {
+			lc.mu.Unlock()
+			break
+		}
+		pc := list[len(list)-1]
+		list[len(list)-1] = nil
+		lc.idle[addr] = list[:len(list)-1]
+		lc.mu.Unlock()
+		idle := now.Sub(pc.idleAt)
+		if idle > lc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
+			_ = pc.c.Close()
+			continue
+		}
+		return pc, true, nil
+	}
+	if x.ep.loopback && lc.allowLoopback {
+		ctx = context.WithValue(ctx, loopbackKey{}, addr)
+	}
+	c, err := lc.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &leanConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr}, false, nil
+}
+
+func (lc *leanClient) put(pc *leanConn) {
+	pc.idleAt = time.Now()
+	lc.mu.Lock()
+	if lc.closed || len(lc.idle[pc.addr]) >= lc.maxIdle {
+		lc.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	if lc.idle == nil {
+		lc.idle = map[string][]*leanConn{}
+	}
+	lc.idle[pc.addr] = append(lc.idle[pc.addr], pc)
+	lc.mu.Unlock()
+}
+
+// evict closes connections idle longer than the idle timeout, so
+// instances that are gone do not keep sockets open.
+func (lc *leanClient) evict(now time.Time) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for addr, list := range lc.idle {
+		keep := list[:0]
+		for _, pc := range list {
+			if now.Sub(pc.idleAt) > lc.idleTimeout {
+				_ = pc.c.Close()
+				continue
+			}
+			keep = append(keep, pc)
+		}
+		clear(list[len(keep):])
+		if len(keep) == 0 {
+			delete(lc.idle, addr)
+		} else {
+			lc.idle[addr] = keep
+		}
+	}
+}
+
+func (lc *leanClient) closeIdle() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.closed = true
+	for _, list := range lc.idle {
+		for _, pc := range list {
+			_ = pc.c.Close()
+		}
+	}
+	lc.idle = nil
+}
+
+// errUpstreamClosed is a connection that closed before any answer.
+var errUpstreamClosed = errors.New("instance closed the connection before answering")
+
+// roundTrip sends x over a pooled connection and reads the response
+// headers. A reused connection that turns out closed is retried once on a
+// new one when nothing can have been processed (the write failed) or the
+// method is idempotent.
+func (lc *leanClient) roundTrip(ctx context.Context, x *exchange) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		pc, reused, err := lc.get(ctx, x)
+		if err != nil {
+			return nil, err
+		}
+		resp, wrote, err := lc.exchange(ctx, pc, x)
+		if err == nil {
+			return resp, nil
+		}
+		_ = pc.c.Close()
+		if reused && attempt == 0 && ctx.Err() == nil &&
+			(!wrote || idempotent(x.method)) && (errors.Is(err, errUpstreamClosed) || !wrote) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+func idempotent(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (*http.Response, bool, error) {
+	if err := pc.c.SetDeadline(time.Now().Add(lc.headerTimeout)); err != nil {
+		return nil, false, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	fail := func(wrote bool, err error) (*http.Response, bool, error) {
+		stop()
+		if ctx.Err() != nil {
+			return nil, wrote, ctx.Err()
+		}
+		return nil, wrote, err
+	}
+	writeRequest(pc.bw, x)
+	if err := pc.bw.Flush(); err != nil {
+		return fail(false, err)
+	}
+	req := &http.Request{Method: x.method}
+	var resp *http.Response
+	for {
+		// Wait for the first byte apart, to tell a connection closed
+		// before any answer (safe to retry when idempotent) from a
+		// broken answer.
+		if _, err := pc.br.Peek(1); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				err = errUpstreamClosed
+			}
+			return fail(true, err)
+		}
+		var err error
+		resp, err = http.ReadResponse(pc.br, req)
+		if err != nil {
+			return fail(true, err)
+		}
+		// Skip informational answers (100 Continue, 103 Early Hints);
+		// nothing here asked for an upgrade.
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return fail(true, errors.New("instance switched protocols unasked"))
+	}
+	// Headers are in: from here only the caller's context bounds the
+	// body (a stream may run long).
+	if err := pc.c.SetDeadline(time.Time{}); err != nil {
+		return fail(true, err)
+	}
+	if ctx.Err() != nil {
+		return fail(true, ctx.Err())
+	}
+	resp.Body = &leanBody{lc: lc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	return resp, true, nil
+}
+
+// leanBody returns its connection to the pool once the body has been read
+// to the end, and closes it otherwise.
+type leanBody struct {
+	lc    *leanClient
+	pc    *leanConn
+	body  io.ReadCloser
+	stop  func() bool
+	reuse bool
+	done  bool
+}
+
+func (b *leanBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.release(true)
+	} else if err != nil {
+		b.release(false)
+	}
+	return n, err
+}
+
+func (b *leanBody) Close() error {
+	if !b.done {
+		b.release(false)
+	}
+	return nil
+}
+
+func (b *leanBody) release(eof bool) {
+	b.done = true
+	// stop reports false once the cancel hook ran (or is running): its
+	// deadline may poison the connection, so it is not reused.
+	if b.stop() && eof && b.reuse {
+		b.lc.put(b.pc)
+		return
+	}
+	_ = b.pc.c.Close()
+}
+
+// writeRequest writes the request head and body to w: one buffered write,
+// so headers and a small body leave in one packet.
+func writeRequest(w *bufio.Writer, x *exchange) {
+	body := x.data
+	w.WriteString(x.method)
+	w.WriteByte(' ')
+	writeSafe(w, x.path)
+	if x.query != "" {
+		w.WriteByte('?')
+		writeSafe(w, x.query)
+	}
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(x.ep.host)
+	w.WriteString("\r\n")
+	for k, vv := range x.header {
+		for _, v := range vv {
+			if v == "" && k == "User-Agent" {
+				continue
+			}
+			w.WriteString(k)
+			w.WriteString(": ")
+			writeHeaderValue(w, v)
+			w.WriteString("\r\n")
+		}
+	}
+	if len(body) > 0 || x.method == http.MethodPost || x.method == http.MethodPut || x.method == http.MethodPatch {
+		w.WriteString("Content-Length: ")
+		var nb [20]byte
+		w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+		w.WriteString("\r\n")
+	}
+	w.WriteString("\r\n")
+	w.Write(body)
+}
+
+// writeSafe writes a request-target, escaping the bytes that would end or
+// split the request line.
+func writeSafe(w *bufio.Writer, s string) {
+	if !strings.ContainsAny(s, " \r\n\t") {
+		w.WriteString(s)
+		return
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\r', '\n', '\t':
+			w.WriteByte('%')
+			w.WriteByte("0123456789ABCDEF"[c>>4])
+			w.WriteByte("0123456789ABCDEF"[c&15])
+		default:
+			w.WriteByte(c)
+		}
+	}
+}
+
+// writeHeaderValue writes v with CR and LF (which would start a new header)
+// replaced by spaces, as net/http does.
+func writeHeaderValue(w *bufio.Writer, v string) {
+	if !strings.ContainsAny(v, "\r\n") {
+		w.WriteString(v)
+		return
+	}
+	w.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
+}
+
+// isDeadline reports whether err is an I/O deadline (the header timeout).
+func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

@@ -1,0 +1,183 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Resolver looks up the addresses of a host name (*net.Resolver
+// implements it). Tests substitute their own.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// DialFunc opens a connection to an address that has already been checked.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// blocked lists address ranges that are never an instance endpoint, beyond
+// what netip's predicates cover, with the class a refusal names.
+var blocked = []struct {
+	prefix netip.Prefix
+	class  string
+}{
+	{netip.MustParsePrefix("169.254.169.254/32"), "metadata"}, // AWS, GCP, Azure, OCI…
+	{netip.MustParsePrefix("169.254.170.2/32"), "metadata"},   // ECS task metadata
+	{netip.MustParsePrefix("100.100.100.200/32"), "metadata"}, // Alibaba Cloud
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "metadata"},  // AWS over IPv6
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},       // "this network"
+	{netip.MustParsePrefix("100.64.0.0/10"), "private"},       // shared address space (CGNAT)
+	{netip.MustParsePrefix("192.0.0.0/24"), "reserved"},       // IETF protocol assignments
+	{netip.MustParsePrefix("192.0.2.0/24"), "reserved"},       // documentation
+	{netip.MustParsePrefix("198.18.0.0/15"), "reserved"},      // benchmarking
+	{netip.MustParsePrefix("198.51.100.0/24"), "reserved"},    // documentation
+	{netip.MustParsePrefix("203.0.113.0/24"), "reserved"},     // documentation
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},        // future use and broadcast
+	{netip.MustParsePrefix("2001:db8::/32"), "reserved"},      // documentation
+	{netip.MustParsePrefix("2001::/32"), "reserved"},          // Teredo tunnels
+	{netip.MustParsePrefix("fec0::/10"), "private"},           // deprecated site-local
+	{netip.MustParsePrefix("100::/64"), "reserved"},           // discard-only
+}
+
+// Prefixes that embed an IPv4 address, which is checked in turn.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// AddressClass returns "" for a public unicast address, else the class that
+// makes it unreachable through the proxy: "loopback", "private",
+// "link-local", "metadata", "unspecified", "multicast" or "reserved".
+func AddressClass(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if !ip.IsValid() {
+		return "reserved"
+	}
+	for _, b := range blocked {
+		if b.prefix.Contains(ip) {
+			return b.class
+		}
+	}
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsLinkLocalUnicast():
+		return "link-local"
+	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
+		return "multicast"
+	case ip.IsPrivate():
+		return "private"
+	}
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64.Contains(ip):
+			return AddressClass(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+		case sixToFour.Contains(ip):
+			return AddressClass(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+		case b[0] == 0 && b[1] == 0 && b[2] == 0 && b[3] == 0 && b[4] == 0 && b[5] == 0 && b[6] == 0 && b[7] == 0 &&
+			b[8] == 0 && b[9] == 0 && b[10] == 0 && b[11] == 0:
+			// Deprecated IPv4-compatible form ::a.b.c.d.
+			return "reserved"
+		}
+	}
+	return ""
+}
+
+// refusal is the error for an address the proxy will not connect to.
+func refusal(host string, ip netip.Addr, class string) error {
+	d := map[string]any{"host": host, "address_class": class}
+	msg := "refusing to connect to " + host
+	if ip.IsValid() && ip.String() != host {
+		d["address"] = ip.String()
+		msg += " (" + ip.String() + ")"
+	}
+	return &gpuproxy.Error{Code: gpuproxy.EFORBIDDEN, Details: d,
+		Message: msg + ": " + class + " addresses are not reachable through the proxy; only your running instances' public endpoints are"}
+}
+
+// errRefused marks dial refusals so the breaker ignores them.
+var errRefused = errors.New("address refused")
+
+type refusedErr struct{ err error }
+
+func (e refusedErr) Error() string { return e.err.Error() }
+func (e refusedErr) Unwrap() []error {
+	return []error{e.err, errRefused}
+}
+
+// loopbackKey carries, in a request context, the host:port of a recorded
+// endpoint that is a literal loopback address, which the dialer may then
+// connect to when loopback endpoints are allowed.
+type loopbackKey struct{}
+
+// dialer resolves, checks and dials: the address that is checked is the
+// address that is dialed.
+type dialer struct {
+	resolver      Resolver
+	dial          DialFunc
+	allowLoopback bool
+}
+
+func newDialer(o Options) *dialer {
+	d := &dialer{resolver: o.Resolver, dial: o.Dial, allowLoopback: o.AllowLoopbackEndpoints}
+	if d.resolver == nil {
+		d.resolver = net.DefaultResolver
+	}
+	if d.dial == nil {
+		nd := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
+		d.dial = nd.DialContext
+	}
+	return d
+}
+
+// DialContext is the proxy transport's only way out.
+func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	var ips []netip.Addr
+	literal := false
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips, literal = []netip.Addr{ip}, true
+	} else {
+		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, err
+		}
+		if len(ips) == 0 {
+			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+		}
+	}
+	// Loopback only for a literal loopback endpoint the request was
+	// checked against; a name that resolves to loopback never qualifies.
+	loopOK := d.allowLoopback && literal && ctx.Value(loopbackKey{}) == addr
+	// Every address must pass, so a name that mixes a public address with
+	// a private one cannot be steered onto the private one.
+	for _, ip := range ips {
+		if c := AddressClass(ip); c != "" && !(c == "loopback" && loopOK) {
+			return nil, refusedErr{refusal(host, ip, c)}
+		}
+	}
+	var firstErr error
+	for _, ip := range ips {
+		c, err := d.dial(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, firstErr
+}

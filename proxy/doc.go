@@ -1,0 +1,57 @@
+// Package proxy is gpuproxy's inference proxy: a reverse proxy from
+// ANY /api/v1/proxy/{instance_id}/{path...} to the recorded endpoint of one
+// of the caller's own running instances, and Call, the same forwarder for
+// the MCP tool proxy_inference_request.
+//
+// Every request is checked before any byte goes upstream:
+//
+//   - the caller holds proxy:invoke and the instance is one of the
+//     account's running instances (another account's instance is "not
+//     found"); a Call target_url must match the (scheme, host, port) of
+//     such an endpoint;
+//   - the address is safe to reach (SSRF defence): loopback, private,
+//     link-local, metadata, shared (CGNAT), multicast and reserved
+//     addresses are refused, DNS names are resolved by the proxy and every
+//     resolved address checked, and the checked address itself is dialed,
+//     so a second resolution cannot swap it (no time-of-check/time-of-use
+//     gap). Redirects are never followed; one that leaves the instance's
+//     endpoint is refused. Options.AllowLoopbackEndpoints (sandbox and
+//     tests only) admits a loopback address only when it is literally the
+//     recorded endpoint of the caller's running instance;
+//   - the spending guard rail (guardrails.ProxyGate: spent + held + request
+//     cost ≤ limit in every window, from a snapshot at most 1 s old) — a
+//     refusal is 402 with the window numbers;
+//   - the instance's circuit breaker (gobreaker, per instance): transport
+//     failures, timeouts and 5xx answers count as failures, 4xx do not.
+//
+// The caller's credentials (X-API-Key, Authorization, Cookie,
+// Proxy-Authorization) are never forwarded; a caller that needs to send the
+// instance its own token puts it in X-Upstream-Authorization, which is
+// forwarded as Authorization. Hop-by-hop headers are dropped both ways, as
+// is Set-Cookie from the instance; X-Forwarded-For and X-Request-Id are
+// added.
+//
+// Responses stream: text/event-stream and chunked bodies are flushed to the
+// client as each piece arrives, and a client that goes away cancels the
+// upstream request. Errors use the API's one shape
+// {"error":{"code","message","details"}}: the upstream not answering within
+// UpstreamTimeout is 504 (upstream_timeout), a transport failure is 502
+// (upstream_error), an open breaker is 503 (unavailable). An upstream's own
+// 5xx answer is passed through unchanged (it is the model server's answer,
+// with its body) and counts against the breaker.
+//
+// The forwarder: requests to plain-HTTP endpoints whose body is small
+// enough to hold (64 KiB; most inference calls) go through a lean HTTP/1.1
+// client that writes the request and reads the answer on the handler's own
+// goroutine over a keep-alive pool (connections idle for a while are
+// peeked at before reuse; a connection closed under an idempotent request
+// is retried once); https endpoints and larger, streamed request bodies go
+// through a tuned http.Transport. Both dial only through the checked dialer
+// and never follow redirects. Copy buffers are pooled; endpoint lookups and
+// spend snapshots are cached briefly, so the hot path touches no database.
+//
+// Each request leaves a Usage record (account, instance, method, path,
+// status, bytes in/out, latency, time to first byte, cost), queued without
+// blocking and written in batches by a background flusher; Close flushes.
+// Metrics observes every request through plain methods.
+package proxy

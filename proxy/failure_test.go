@@ -1,0 +1,284 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/proxy"
+)
+
+func TestUpstreamHangIs504(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{proxy: proxy.Options{UpstreamTimeout: 300 * time.Millisecond}})
+	s := sim(t)
+	s.SetHang(true)
+	e.fleet.add(e.acct.ID, "gpi_hang", s.URL())
+	start := time.Now()
+	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_hang/v1/chat/completions", chatBody(false, "hi"), nil)
+	took := time.Since(start)
+	if r.status != 504 || r.errCode() != proxy.CodeUpstreamTimeout {
+		t.Fatalf("hang: %d %s", r.status, r.body)
+	}
+	if took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("answered after %v, want about the 300ms timeout", took)
+	}
+	if d := r.errDetails(); d["instance_id"] != "gpi_hang" || d["timeout_seconds"] != 0.3 {
+		t.Fatalf("details = %v", d)
+	}
+	if s.Requests() != 1 {
+		t.Fatalf("simulator saw %d requests", s.Requests())
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{proxy: proxy.Options{BreakerFailures: 3, BreakerOpen: 300 * time.Millisecond}})
+
+	dead := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_dead", dead.URL())
+	dead.Close()
+	r := e.do(e.key, "GET", "/api/v1/proxy/gpi_dead/v1/models", nil, nil)
+	if r.status != 502 || r.errCode() != proxy.CodeUpstream {
+		t.Fatalf("dead instance: %d %s", r.status, r.body)
+	}
+
+	// A simulator that drops the connection mid-request (hang, then close).
+	drop := sim(t)
+	drop.SetHang(true)
+	e.fleet.add(e.acct.ID, "gpi_drop", drop.URL())
+	go func() { time.Sleep(200 * time.Millisecond); drop.Close() }()
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_drop/v1/models", nil, nil); r.status != 502 {
+		t.Fatalf("dropped connection: %d %s", r.status, r.body)
+	}
+
+	var failing atomic.Bool
+	failing.Store(true)
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if failing.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(503)
+			_, _ = io.WriteString(w, `{"object":"error","message":"model is loading"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer up.Close()
+	e.fleet.add(e.acct.ID, "gpi_5xx", up.URL)
+	for i := range 3 {
+		r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil)
+		if r.status != 503 || string(r.body) != `{"object":"error","message":"model is loading"}` {
+			t.Fatalf("5xx passthrough %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if st := e.proxy.BreakerState("gpi_5xx"); st != "open" {
+		t.Fatalf("breaker %s after 3 failures", st)
+	}
+	r = e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil)
+	if r.status != 503 || r.errCode() != gpuproxy.EUNAVAILABLE || r.header.Get("Retry-After") == "" {
+		t.Fatalf("open breaker: %d %s", r.status, r.body)
+	}
+	if hits.Load() != 3 {
+		t.Fatalf("instance hit %d times, want 3 (open breaker sends nothing)", hits.Load())
+	}
+	// 4xx never trips a breaker.
+	if st := e.proxy.BreakerState("gpi_plain4xx"); st != "closed" {
+		t.Fatal(st)
+	}
+	failing.Store(false)
+	time.Sleep(350 * time.Millisecond)
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil); r.status != 200 {
+		t.Fatalf("after recovery: %d %s", r.status, r.body)
+	}
+	if st := e.proxy.BreakerState("gpi_5xx"); st != "closed" {
+		t.Fatalf("breaker %s after a good trial", st)
+	}
+	e.metrics.mu.Lock()
+	defer e.metrics.mu.Unlock()
+	if e.metrics.breakers["gpi_5xx"] != "closed" {
+		t.Fatalf("breaker metrics = %v", e.metrics.breakers)
+	}
+}
+
+func TestClientErrorsDoNotTripBreaker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{proxy: proxy.Options{BreakerFailures: 2}})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_4xx", s.URL())
+	for range 5 {
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_4xx/nope", nil, nil); r.status != 404 {
+			t.Fatalf("unknown path: %d", r.status)
+		}
+	}
+	if st := e.proxy.BreakerState("gpi_4xx"); st != "closed" {
+		t.Fatalf("breaker %s after 4xx answers", st)
+	}
+}
+
+func TestBodiesAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{proxy: proxy.Options{MaxRequestBody: 64 << 10, MaxResponseBody: 2 << 10}})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_big", s.URL())
+
+	// A large body within the bound goes through.
+	big := chatBody(false, strings.Repeat("word ", 10_000)) // ~50 KB
+	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_big/v1/chat/completions", big, nil)
+	if r.status != 200 {
+		t.Fatalf("50 KB body: %d %s", r.status, r.body)
+	}
+	if s.Requests() != 1 {
+		t.Fatal("not forwarded")
+	}
+	// Over the bound with a declared length: 413 before anything is sent.
+	huge := chatBody(false, strings.Repeat("word ", 20_000)) // ~100 KB
+	r = e.do(e.key, "POST", "/api/v1/proxy/gpi_big/v1/chat/completions", huge, nil)
+	if r.status != 413 || r.errCode() != gpuproxy.ETOOLARGE {
+		t.Fatalf("100 KB body: %d %s", r.status, r.body)
+	}
+	// Over the bound, chunked (no declared length): cut off and refused.
+	req, _ := http.NewRequest("POST", e.url+"/api/v1/proxy/gpi_big/v1/chat/completions",
+		io.MultiReader(bytes.NewReader(huge)))
+	req.Header.Set("X-API-Key", e.key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 413 {
+		t.Fatalf("chunked 100 KB body: %d %s", res.StatusCode, b)
+	}
+	if s.Requests() > 2 {
+		t.Fatalf("simulator saw %d requests", s.Requests())
+	}
+
+	// Responses: a declared length past the bound is refused (502), and a
+	// stream past it is cut so the client sees a truncated body.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for range 100 {
+				_, _ = io.WriteString(w, "data: "+strings.Repeat("x", 100)+"\n\n")
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Length", "4096")
+		_, _ = w.Write(bytes.Repeat([]byte("y"), 4<<10))
+	}))
+	defer up.Close()
+	e.fleet.add(e.acct.ID, "gpi_bigresp", up.URL)
+	r = e.do(e.key, "GET", "/api/v1/proxy/gpi_bigresp/fixed", nil, nil)
+	if r.status != 502 || r.errCode() != proxy.CodeUpstream {
+		t.Fatalf("oversize response: %d %s", r.status, r.body)
+	}
+	req, _ = http.NewRequest("GET", e.url+"/api/v1/proxy/gpi_bigresp/stream", nil)
+	req.Header.Set("X-API-Key", e.key)
+	// The cut comes before the headers went out (one read already passed
+	// the bound) or mid-body: either way the client sees an error.
+	res, err = http.DefaultClient.Do(req)
+	if err == nil {
+		b, err = io.ReadAll(res.Body)
+		res.Body.Close()
+		if err == nil || len(b) > 2<<10 {
+			t.Fatalf("oversize stream: read %d bytes, err %v; want a cut stream", len(b), err)
+		}
+	}
+}
+
+func TestServerBodyLimitApplies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{proxy: proxy.Options{MaxRequestBody: 8 << 20, BreakerFailures: 2}, maxBody: 1 << 20})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_srv", s.URL())
+	for range 3 {
+		r := e.do(e.key, "POST", "/api/v1/proxy/gpi_srv/v1/chat/completions", chatBody(false, strings.Repeat("w ", 600_000)), nil)
+		if r.status != 413 || r.errCode() != gpuproxy.ETOOLARGE || r.errDetails()["limit_bytes"] != float64(1<<20) {
+			t.Fatalf("1.2 MB body: %d %s", r.status, r.body)
+		}
+	}
+	if st := e.proxy.BreakerState("gpi_srv"); st != "closed" {
+		t.Fatalf("breaker %s after the caller's oversize bodies", st)
+	}
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_srv/v1/models", nil, nil); r.status != 200 {
+		t.Fatalf("after: %d %s", r.status, r.body)
+	}
+}
+
+func TestOverLimitRefusedBeforeUpstream(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		kind   dbtest.Kind
+		cost   gpuproxy.Micros
+		charge gpuproxy.Micros
+	}{
+		{"spent past the limit, cost 0", dbtest.SQLite, 0, 10*usd + 1},
+		{"spent at the limit, cost 0.01", dbtest.SQLite, usd / 100, 10 * usd},
+		{"postgres", dbtest.Postgres, usd / 100, 10 * usd},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOpts{kind: tc.kind, proxy: proxy.Options{Cost: tc.cost},
+				windows: []guardrails.Window{{Minutes: 60, Limit: 10 * usd}, {Minutes: 1440, Limit: 100 * usd}}})
+			s := sim(t)
+			e.fleet.add(e.acct.ID, "gpi_limit", s.URL())
+			if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_limit/v1/models", nil, nil); r.status != 200 {
+				t.Fatalf("under the limit: %d %s", r.status, r.body)
+			}
+			if _, err := e.ledger.Append(context.Background(), billing.Entry{AccountID: e.acct.ID, Type: billing.Charge,
+				Amount: tc.charge, Basis: billing.Manual}); err != nil {
+				t.Fatal(err)
+			}
+			dialsBefore := len(e.dials.dialed())
+			reqsBefore := s.Requests()
+			r := e.do(e.key, "POST", "/api/v1/proxy/gpi_limit/v1/chat/completions", chatBody(true, "hi"), nil)
+			if r.status != 402 || r.errCode() != gpuproxy.ELIMIT {
+				t.Fatalf("over the limit: %d %s", r.status, r.body)
+			}
+			d := r.errDetails()
+			if d["window_minutes"] != float64(60) || d["limit"] != float64(10) || d["cost"] != tc.cost.USD() ||
+				d["held"] != float64(0) {
+				t.Fatalf("details = %v", d)
+			}
+			if s.Requests() != reqsBefore || len(e.dials.dialed()) != dialsBefore {
+				t.Fatal("bytes went upstream for a refused call")
+			}
+		})
+	}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_down", s.URL())
+	// Warm the key cache path: auth reads the store too, so use a gate
+	// whose store is closed while auth still works: close a second store.
+	other := dbtest.Open(t, dbtest.SQLite)
+	g := guardrails.NewProxyGate(guardrails.New(other, guardrails.Options{}), guardrails.ProxyGateOptions{MaxAge: -1})
+	other.Close()
+	p := proxy.New(e.fleet, g, e.store, proxy.Options{AllowLoopbackEndpoints: true, Dial: e.dials.dial, EndpointTTL: -1})
+	defer p.Close(context.Background())
+	_, _, _, err := p.Call(context.Background(), gpuproxy.Principal{AccountID: e.acct.ID,
+		Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}}, s.URL()+"/v1/models", "GET", nil, nil)
+	if gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE || proxy.HTTPStatus(err) != 503 {
+		t.Fatalf("store down: %v", err)
+	}
+	if s.Requests() != 0 {
+		t.Fatal("request sent with the spend store down")
+	}
+}

@@ -1,0 +1,501 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+// routePrefix is where Mount puts the reverse proxy.
+const routePrefix = "/api/v1/proxy/"
+
+// smallBody is the largest request body read whole before sending.
+const smallBody = 64 << 10
+
+// maxPathLen bounds the path kept in a usage record.
+const maxPathLen = 512
+
+// exchange is one request to an instance, shared by ServeHTTP and Call.
+type exchange struct {
+	acct       int64
+	instanceID string
+	ep         *endpoint
+	method     string
+	path       string // escaped path sent upstream, base path included
+	query      string
+	header     http.Header
+	data       []byte        // an in-memory body (or none)
+	stream     *countingBody // a streamed body instead, of length (-1: unknown)
+	length     int64
+}
+
+// send checks the guard rail and the instance's breaker, then sends the
+// request. Nothing reaches the instance before both pass. The response, if
+// any, has its headers read and its body unread. Plain-HTTP endpoints with
+// an in-memory body take the lean client; the rest (https, streamed bodies)
+// the tuned http.Transport.
+func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
+	if err := p.gate.Check(ctx, x.acct, p.opts.Cost); err != nil {
+		return nil, err
+	}
+	done, err := p.breakers.allow(x.instanceID)
+	if err != nil {
+		return nil, err
+	}
+	var resp *http.Response
+	if x.ep.scheme == "http" && x.stream == nil {
+		resp, err = p.lean.roundTrip(ctx, x)
+	} else {
+		dctx := ctx
+		if x.ep.loopback && p.opts.AllowLoopbackEndpoints {
+			dctx = context.WithValue(ctx, loopbackKey{}, x.ep.addr)
+		}
+		resp, err = p.transport.RoundTrip(p.stdRequest(dctx, x))
+	}
+	switch {
+	case err != nil && (x.stream.failed() || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)):
+		// The caller went away or sent a bad body: says nothing about
+		// the instance.
+		done(context.Canceled)
+		return nil, context.Canceled
+	case err != nil:
+		done(err)
+		return nil, upstreamErr(x.instanceID, p.opts.UpstreamTimeout, err)
+	case resp.StatusCode >= 500:
+		done(errUpstream5xx)
+	default:
+		done(nil)
+	}
+	return resp, nil
+}
+
+// stdRequest builds the http.Transport request for x.
+func (p *Proxy) stdRequest(ctx context.Context, x *exchange) *http.Request {
+	req := &http.Request{
+		Method:     x.method,
+		URL:        &url.URL{Scheme: x.ep.scheme, Host: x.ep.host, Opaque: x.path, RawQuery: x.query},
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     x.header,
+		Host:       x.ep.host,
+	}
+	switch {
+	case x.stream != nil:
+		req.Body, req.ContentLength = x.stream, x.length
+	case len(x.data) > 0:
+		data := x.data
+		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	}
+	return req.WithContext(ctx)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// countingBody bounds and counts a request body on its way upstream. The
+// transport may read it from its own goroutine, hence the atomics.
+type countingBody struct {
+	r     io.ReadCloser
+	max   int64
+	n     atomic.Int64
+	limit atomic.Int64 // the bound that was passed (ours or the server's), 0 if none
+	bad   atomic.Bool  // the caller's body failed: too large, or cut off
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+func (c *countingBody) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if total := c.n.Add(int64(n)); total > c.max {
+		c.limit.Store(c.max)
+		c.bad.Store(true)
+		return 0, errBodyTooLarge
+	}
+	if err != nil && err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			c.limit.Store(mbe.Limit)
+		}
+		c.bad.Store(true)
+	}
+	return n, err
+}
+
+func (c *countingBody) Close() error { return c.r.Close() }
+
+// failed reports whether the exchange failed on the caller's side of the
+// body rather than the instance's.
+func (c *countingBody) failed() bool { return c != nil && c.bad.Load() }
+
+func tooLarge(what string, max int64) error {
+	return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE,
+		Message: what + " is larger than the " + strconv.FormatInt(max, 10) + "-byte limit",
+		Details: map[string]any{"limit_bytes": max}}
+}
+
+func responseTooLarge(id string, max int64) error {
+	return &gpuproxy.Error{Code: CodeUpstream,
+		Message: "the instance's response is larger than the " + strconv.FormatInt(max, 10) + "-byte limit",
+		Details: map[string]any{"instance_id": id, "limit_bytes": max}}
+}
+
+// ServeHTTP is the reverse proxy: ANY /api/v1/proxy/{instance_id}/{path...}
+// to the caller's running instance. It must run behind the server's
+// authentication (see Mount).
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	pr, ok := server.PrincipalFrom(r)
+	if !ok {
+		writeError(w, r, p.log, gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "missing or invalid API key or token"))
+		return
+	}
+	rid := w.Header().Get("X-Request-Id")
+	if rid == "" {
+		rid = p.requestID()
+		w.Header().Set("X-Request-Id", rid)
+	}
+	id, rest := splitProxyPath(r.URL.EscapedPath())
+	u := &Usage{AccountID: pr.AccountID, InstanceID: id, Method: r.Method, Path: trimPath(rest), At: p.opts.Now(),
+		RequestID: rid}
+	// Deferred so a cut stream (which aborts the handler) is recorded too.
+	defer func() {
+		u.Latency = time.Since(start)
+		p.finish(u)
+	}()
+	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
+		u.Status = writeError(w, r, p.log, err)
+		return
+	}
+	u.Status = p.serve(w, r, pr.AccountID, id, rest, u, start)
+}
+
+// serve forwards r and returns the status the caller got.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, id, rest string, u *Usage, start time.Time) int {
+	ctx := r.Context()
+	if id == "" || len(id) > 128 {
+		return writeError(w, r, p.log, gpuproxy.Invalid("instance_id", "must name one of your running instances"))
+	}
+	if hasDotSegment(rest) {
+		return writeError(w, r, p.log, gpuproxy.Invalid("path", "must not contain . or .. segments"))
+	}
+	if r.ContentLength > p.opts.MaxRequestBody {
+		return writeError(w, r, p.log, tooLarge("request body", p.opts.MaxRequestBody))
+	}
+	ep, err := p.endpoints.lookup(ctx, acct, id, p.opts.Now())
+	if err != nil {
+		return writeError(w, r, p.log, err)
+	}
+	x := exchange{acct: acct, instanceID: id, ep: ep, method: r.Method, path: ep.base + rest,
+		query: r.URL.RawQuery, header: outboundHeader(r.Header, len(r.Header)+2), length: r.ContentLength}
+	if x.path == "" {
+		x.path = "/"
+	}
+	x.header["X-Forwarded-For"] = forwardedFor(r)
+	x.header["X-Request-Id"] = []string{u.RequestID}
+	var body *countingBody
+	switch {
+	case r.ContentLength > 0 && r.ContentLength <= smallBody:
+		// A small body is read whole first: the transport then writes
+		// headers and body in one packet (it flushes headers separately
+		// for a streamed body) and can replay it on a stale keep-alive
+		// connection. It is not pooled: the transport may still hold it
+		// after the exchange.
+		b := make([]byte, r.ContentLength)
+		n, err := io.ReadFull(r.Body, b)
+		u.BytesIn = int64(n)
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return writeError(w, r, p.log, tooLarge("request body", mbe.Limit))
+			}
+			return statusClientClosed // the caller hung up mid-body
+		}
+		x.data = b
+	case r.ContentLength != 0:
+		body = &countingBody{r: r.Body, max: p.opts.MaxRequestBody}
+		x.stream = body
+	}
+	if p.opts.MaxDuration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.opts.MaxDuration)
+		defer cancel()
+	}
+	resp, err := p.send(ctx, &x)
+	if body != nil {
+		u.BytesIn = body.n.Load()
+	}
+	if err != nil {
+		switch {
+		case body.failed() && body.limit.Load() > 0:
+			return writeError(w, r, p.log, tooLarge("request body", body.limit.Load()))
+		case body.failed():
+			return writeError(w, r, p.log, gpuproxy.Invalid("body", "the request body could not be read to its end"))
+		case errors.Is(err, context.Canceled):
+			return statusClientClosed
+		}
+		return writeError(w, r, p.log, err)
+	}
+	defer resp.Body.Close()
+	u.TTFB = time.Since(start)
+	if err := p.redirect(resp, ep, id, true); err != nil {
+		return writeError(w, r, p.log, err)
+	}
+	if resp.ContentLength > p.opts.MaxResponseBody {
+		return writeError(w, r, p.log, responseTooLarge(id, p.opts.MaxResponseBody))
+	}
+	copyResponseHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	u.Status = resp.StatusCode
+	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
+	n, err := p.copyBody(w, resp.Body, flush)
+	u.BytesOut = n
+	if body != nil {
+		u.BytesIn = body.n.Load()
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errClientGone) {
+		// The instance failed mid-body or passed the bound: cut the
+		// response so the caller cannot mistake it for a complete one.
+		p.log.Warn("proxy response cut", "request_id", u.RequestID, "instance_id", id, "bytes", n, "err", err)
+		u.Latency = time.Since(start)
+		panic(http.ErrAbortHandler)
+	}
+	// Send the answer now rather than after the middleware's bookkeeping
+	// (request log, metrics, usage record) on the way out.
+	if f, ok := w.(http.Flusher); ok && err == nil {
+		f.Flush()
+	}
+	return resp.StatusCode
+}
+
+var errClientGone = errors.New("client went away")
+
+var errResponseTooLarge = errors.New("response body over the limit")
+
+// copyBody streams the response body to the caller, flushing every piece
+// when the response is a stream.
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var f http.Flusher
+	if flush {
+		f, _ = w.(http.Flusher)
+	}
+	var written int64
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if written+int64(n) > p.opts.MaxResponseBody {
+				return written, errResponseTooLarge
+			}
+			m, werr := w.Write(buf[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, errClientGone
+			}
+			if f != nil {
+				f.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			return written, nil
+		}
+		if rerr != nil {
+			return written, rerr
+		}
+	}
+}
+
+// finish queues the usage record and reports metrics.
+func (p *Proxy) finish(u *Usage) {
+	if u.Status >= 100 && u.Status < 600 && u.TTFB > 0 {
+		u.Cost = p.opts.Cost // only requests the instance answered are charged
+	}
+	p.usage.record(*u)
+	if p.opts.Metrics != nil {
+		p.opts.Metrics.ObserveProxyRequest(u.Status, u.BytesIn, u.BytesOut, u.Latency, u.TTFB)
+	}
+}
+
+// redirect refuses a redirect that leaves the instance's endpoint (the
+// proxy never follows one). With rewrite, a redirect within the endpoint is
+// rewritten to the proxy route.
+func (p *Proxy) redirect(resp *http.Response, ep *endpoint, id string, rewrite bool) error {
+	if resp.StatusCode < 300 || resp.StatusCode > 399 {
+		return nil
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		return nil
+	}
+	lu, err := url.Parse(loc)
+	offsite := err != nil
+	if err == nil && (lu.Scheme != "" || lu.Host != "") {
+		if lu.Scheme == "" {
+			lu.Scheme = ep.scheme
+		}
+		offsite = !ep.sameOrigin(lu)
+	}
+	if offsite {
+		resp.Body.Close()
+		return &gpuproxy.Error{Code: CodeUpstream,
+			Message: "instance " + id + " redirected outside its endpoint; the proxy does not follow redirects off the instance",
+			Details: map[string]any{"instance_id": id, "location": truncate(loc, 256)}}
+	}
+	if !rewrite {
+		return nil
+	}
+	// Within the instance: point the caller at the same path through us.
+	path := lu.EscapedPath()
+	if !strings.HasPrefix(path, "/") {
+		return nil // relative to the current path, already right
+	}
+	path = strings.TrimPrefix(path, ep.base)
+	out := routePrefix + id + path
+	if lu.RawQuery != "" {
+		out += "?" + lu.RawQuery
+	}
+	resp.Header.Set("Location", out)
+	return nil
+}
+
+// splitProxyPath splits "/api/v1/proxy/{id}/{rest}" (escaped) into id and
+// "/{rest}", collapsing leading slashes of rest so it can never read as a
+// scheme-relative URL.
+func splitProxyPath(p string) (id, rest string) {
+	i := strings.Index(p, routePrefix)
+	if i < 0 {
+		return "", "/"
+	}
+	p = p[i+len(routePrefix):]
+	id, rest, _ = strings.Cut(p, "/")
+	rest = "/" + strings.TrimLeft(rest, "/")
+	return id, rest
+}
+
+// hasDotSegment reports whether an escaped path has a "." or ".." segment
+// (also percent-encoded), which could climb out of an endpoint's base path.
+func hasDotSegment(p string) bool {
+	if !strings.Contains(p, ".") && !strings.Contains(p, "%2") {
+		return false
+	}
+	if un, err := url.PathUnescape(p); err == nil {
+		p = un
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func trimPath(p string) string { return truncate(p, maxPathLen) }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func isEventStream(h http.Header) bool {
+	ct := h["Content-Type"]
+	return len(ct) > 0 && strings.HasPrefix(ct[0], "text/event-stream")
+}
+
+// forwardedFor appends the caller's address to X-Forwarded-For.
+func forwardedFor(r *http.Request) []string {
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+		return []string{strings.Join(prior, ", ") + ", " + ip}
+	}
+	return []string{ip}
+}
+
+// emptyUA keeps the transport from adding its own User-Agent.
+var emptyUA = []string{""}
+
+// outboundHeader copies the caller's headers except credentials,
+// hop-by-hop headers and those the proxy sets itself.
+func outboundHeader(in http.Header, size int) http.Header {
+	out := make(http.Header, size)
+	conn := in["Connection"]
+	for k, vv := range in {
+		if dropRequestHeader(k) || (len(conn) > 0 && connectionListed(conn, k)) {
+			continue
+		}
+		out[k] = vv
+	}
+	if up := in["X-Upstream-Authorization"]; len(up) > 0 {
+		out["Authorization"] = up[:1]
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = emptyUA
+	}
+	return out
+}
+
+// dropRequestHeader lists request headers never forwarded: our
+// credentials, hop-by-hop headers, and those the proxy sets.
+func dropRequestHeader(k string) bool {
+	switch k {
+	case "Authorization", "X-Api-Key", "Cookie", "Cookie2", "Proxy-Authorization", "X-Upstream-Authorization",
+		"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding",
+		"Upgrade", "Expect", "Host", "Content-Length",
+		"X-Forwarded-For", "X-Request-Id", "Forwarded", "X-Real-Ip", "X-Forwarded-Host", "X-Forwarded-Proto":
+		return true
+	}
+	return false
+}
+
+// dropResponseHeader lists response headers never passed back: hop-by-hop
+// headers, cookies (they would be set on our origin) and the request id
+// (the caller gets ours).
+func dropResponseHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding",
+		"Upgrade", "Set-Cookie", "Set-Cookie2", "X-Request-Id":
+		return true
+	}
+	return false
+}
+
+// connectionListed reports whether header k is named by a Connection
+// header (and so hop-by-hop).
+func connectionListed(conn []string, k string) bool {
+	for _, v := range conn {
+		for f := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(f)) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func copyResponseHeader(dst, src http.Header) {
+	conn := src["Connection"]
+	for k, vv := range src {
+		if dropResponseHeader(k) || (len(conn) > 0 && connectionListed(conn, k)) {
+			continue
+		}
+		dst[k] = vv
+	}
+}

@@ -1,0 +1,175 @@
+// Command benchproxy is gpuproxy's proxy path for scripts/bench-proxy.sh,
+// wired in process as cmd/gpuproxy wires it: the real server (request IDs,
+// structured request logs, Prometheus metrics, API-key authentication,
+// per-key rate limit), the guard-rail gate over a SQLite store, the proxy
+// with usage records batched into that store, and a fleet that is a fixed
+// map with one running instance whose endpoint is the benchmark upstream.
+//
+// It prints "READY <addr> <api-key>" when serving and, on SIGINT/SIGTERM,
+// shuts down, flushes the usage records and prints how many were written.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/proxy"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "benchproxy:", err)
+		os.Exit(1)
+	}
+}
+
+// fixedFleet is the benchmark's fleet: one account, fixed endpoints.
+type fixedFleet struct {
+	acct int64
+	eps  map[string]string
+}
+
+func (f fixedFleet) RunningEndpoint(_ context.Context, acct int64, id string) (string, error) {
+	if ep, ok := f.eps[id]; ok && acct == f.acct {
+		return ep, nil
+	}
+	return "", gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %s not found", id)
+}
+
+func (f fixedFleet) RunningEndpoints(_ context.Context, acct int64) (map[string]string, error) {
+	if acct != f.acct {
+		return map[string]string{}, nil
+	}
+	return f.eps, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("benchproxy", flag.ContinueOnError)
+	addr := f.String("addr", "127.0.0.1:0", "listen address (loopback)")
+	upstream := f.String("upstream", "", "upstream host:port (loopback)")
+	dir := f.String("dir", "", "folder for the SQLite file and the request log (default: a temp folder)")
+	logTo := f.String("log", "file", `request log: "file" (JSON lines in -dir), "off"`)
+	cost := f.String("cost", "0", "per-request cost in USD")
+	cpuprofile := f.String("cpuprofile", "", "write a CPU profile of the serving period here")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if *upstream == "" {
+		return errors.New("-upstream is required")
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "benchproxy")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	c, err := gpuproxy.ParseUSD(*cost)
+	if err != nil {
+		return fmt.Errorf("-cost: %w", err)
+	}
+
+	var log *slog.Logger
+	switch *logTo {
+	case "off":
+		log = slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 1}))
+	default:
+		lf, err := os.Create(filepath.Join(*dir, "requests.log"))
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		log = slog.New(slog.NewJSONHandler(lf, nil))
+	}
+
+	store, err := db.Open(ctx, db.Options{URL: "sqlite:" + filepath.Join(*dir, "bench.db")})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	authSvc := auth.New(store, auth.Options{})
+	acct, err := authSvc.CreateAccount(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	key, _, err := authSvc.CreateKey(ctx, "bench", "bench", gpuproxy.Presets["engineer"])
+	if err != nil {
+		return err
+	}
+
+	metrics := server.NewMetrics()
+	guard := guardrails.New(store, guardrails.Options{Logger: log, OnDecision: metrics.ObserveAdmission,
+		OnStoreError: metrics.StoreError})
+	gate := guardrails.NewProxyGate(guard, guardrails.ProxyGateOptions{})
+	ledger := billing.NewLedger(store, nil)
+	fleet := fixedFleet{acct: acct.ID, eps: map[string]string{"gpi_bench": "http://" + *upstream}}
+	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowLoopbackEndpoints: true, Charger: ledger,
+		Metrics: metrics, Logger: log})
+	srv := server.New(server.Services{Auth: authSvc, Guard: guard, Ledger: ledger, Store: store,
+		RateLimiter: auth.NewRateLimiter(1 << 30), Metrics: metrics, Mount: []func(server.Registrar){p.Mount}},
+		server.Options{Logger: log, Version: "bench"})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if *cpuprofile != "" {
+		pf, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	}
+	fmt.Fprintf(stdout, "READY %s %s\n", ln.Addr(), key)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	if err := p.Close(sctx); err != nil {
+		return err
+	}
+	tot, err := store.UsageTotals(context.Background(), proxy.UsageFilter{AccountID: acct.ID})
+	if err != nil {
+		return err
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(stdout, "usage records written: %d (errors %d); heap %d MiB; GC cycles %d\n",
+		tot.Requests, tot.Errors, ms.HeapAlloc>>20, ms.NumGC)
+	return nil
+}

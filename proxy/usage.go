@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+)
+
+// Usage is the record of one proxied request.
+type Usage struct {
+	ID         int64 // assigned by the store
+	AccountID  int64
+	InstanceID string
+	Method     string
+	Path       string // upstream path, without the query
+	// Status is what the caller got: the upstream's status, or the
+	// proxy's own (402, 403, 502, 504, …; 499 when the caller went away
+	// before an answer).
+	Status    int
+	BytesIn   int64 // request body bytes sent upstream
+	BytesOut  int64 // response body bytes sent to the caller
+	Latency   time.Duration
+	TTFB      time.Duration // until the upstream's response headers; 0 without any
+	Cost      gpuproxy.Micros
+	At        time.Time // when the request arrived
+	RequestID string
+}
+
+// UsageFilter selects usage records of one account.
+type UsageFilter struct {
+	AccountID  int64
+	From, To   time.Time // [From, To); zero = unbounded
+	InstanceID string    // "" = every instance
+	BeforeID   int64     // cursor: only records with a smaller id; 0 = none
+	Limit      int       // page size for ListUsage (default 100)
+}
+
+// UsageTotals sums the records a filter matches.
+type UsageTotals struct {
+	Requests int64
+	// Errors counts requests the caller got a 5xx (or no answer) for.
+	Errors   int64
+	BytesIn  int64
+	BytesOut int64
+	Latency  time.Duration // sum
+	TTFB     time.Duration // sum
+	Cost     gpuproxy.Micros
+}
+
+// UsageStore persists usage records (db.Store implements it).
+type UsageStore interface {
+	InsertUsage(ctx context.Context, records []Usage) error
+	ListUsage(ctx context.Context, f UsageFilter) ([]Usage, error)
+	UsageTotals(ctx context.Context, f UsageFilter) (UsageTotals, error)
+}
+
+// Charger appends ledger entries (billing.Ledger implements it); the proxy
+// charges the per-request cost through it, one entry per account, instance
+// and flushed batch.
+type Charger interface {
+	Append(ctx context.Context, e billing.Entry) (billing.Entry, error)
+}
+
+// recorder queues usage records without blocking the request and writes
+// them in batches from one goroutine. Records go into a mutex-guarded
+// buffer (no goroutine hand-off per request); the flusher is woken when a
+// batch is full, on a tick, and at close.
+type recorder struct {
+	store    UsageStore
+	charger  Charger
+	metrics  Metrics
+	log      *slog.Logger
+	batch    int
+	maxBuf   int
+	interval time.Duration
+	maxKeep  int
+
+	mu     sync.Mutex
+	buf    []Usage
+	closed bool
+
+	kick    chan struct{}
+	closing chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	seq     atomic.Int64 // batch numbers, for charge idempotency keys
+	prefix  string
+	charges []billing.Entry // charges not yet appended (flusher goroutine only)
+}
+
+func newRecorder(store UsageStore, o Options, prefix string) *recorder {
+	r := &recorder{store: store, charger: o.Charger, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch,
+		maxBuf: o.UsageBuffer, interval: o.UsageFlushInterval, maxKeep: 8 * o.UsageBatch,
+		buf: make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{}),
+		done: make(chan struct{}), prefix: prefix}
+	go r.run()
+	return r
+}
+
+// record queues u; when the buffer is full (the store is slower than the
+// traffic) the record is dropped and counted rather than slowing the
+// request.
+func (r *recorder) record(u Usage) {
+	r.mu.Lock()
+	if r.closed || len(r.buf) >= r.maxBuf {
+		r.mu.Unlock()
+		r.dropped(1)
+		return
+	}
+	r.buf = append(r.buf, u)
+	n := len(r.buf)
+	r.mu.Unlock()
+	if n == r.batch {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take returns the buffered records and starts a new buffer.
+func (r *recorder) take() []Usage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.buf
+	r.buf = make([]Usage, 0, max(r.batch, len(out)))
+	return out
+}
+
+func (r *recorder) dropped(n int) {
+	if r.metrics != nil && n > 0 {
+		r.metrics.ProxyUsageDropped(n)
+	}
+}
+
+// close stops accepting records, writes every queued one and returns when
+// done or when ctx ends.
+func (r *recorder) close(ctx context.Context) error {
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		close(r.closing)
+	})
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("flushing proxy usage: %w", ctx.Err())
+	}
+}
+
+func (r *recorder) run() {
+	defer close(r.done)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	var pending []Usage // kept after a failed write, at most maxKeep
+	for {
+		closing := false
+		select {
+		case <-r.kick:
+		case <-t.C:
+		case <-r.closing:
+			closing = true
+		}
+		if got := r.take(); len(got) > 0 {
+			if len(pending) == 0 {
+				pending = got
+			} else {
+				pending = append(pending, got...)
+			}
+		}
+		if len(pending) > 0 {
+			pending = r.flush(pending)
+		} else if len(r.charges) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			r.retryCharges(ctx)
+			cancel()
+		}
+		if !closing {
+			continue
+		}
+		if len(pending) > 0 {
+			r.dropped(len(pending))
+			r.log.Error("proxy usage records lost at shutdown", "records", len(pending))
+		}
+		for _, e := range r.charges {
+			r.log.Error("proxy charge lost at shutdown", "account_id", e.AccountID, "instance_id", e.InstanceID,
+				"amount", e.Amount.String(), "idempotency_key", e.IdempotencyKey)
+		}
+		return
+	}
+}
+
+// flush writes pending in batches and charges their cost. On a store
+// failure the records are kept for the next tick, up to maxKeep (the
+// oldest are dropped past that); it returns what is still pending.
+func (r *recorder) flush(pending []Usage) []Usage {
+	for len(pending) > 0 {
+		n := min(len(pending), r.batch)
+		part := pending[:n]
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.store.InsertUsage(ctx, part)
+		if err == nil {
+			r.charge(ctx, part)
+		}
+		cancel()
+		if err != nil {
+			r.log.Error("writing proxy usage records; will retry", "records", len(pending), "err", err)
+			if over := len(pending) - r.maxKeep; over > 0 {
+				r.dropped(over)
+				pending = append(pending[:0], pending[over:]...)
+			}
+			return pending
+		}
+		pending = pending[n:]
+	}
+	return pending[:0]
+}
+
+// charge appends one ledger charge per account and instance of a written
+// batch whose records carry a cost. The idempotency key names the batch, so
+// a retried append never charges twice; failed appends are retried at the
+// next flush (and at Close).
+func (r *recorder) charge(ctx context.Context, part []Usage) {
+	if r.charger == nil {
+		return
+	}
+	type key struct {
+		acct int64
+		inst string
+	}
+	type sum struct {
+		n    int64
+		cost gpuproxy.Micros
+		last time.Time
+	}
+	sums := map[key]*sum{}
+	var order []key
+	for _, u := range part {
+		if u.Cost <= 0 {
+			continue
+		}
+		k := key{u.AccountID, u.InstanceID}
+		s := sums[k]
+		if s == nil {
+			s = &sum{}
+			sums[k] = s
+			order = append(order, k)
+		}
+		s.n++
+		s.cost += u.Cost
+		if u.At.After(s.last) {
+			s.last = u.At
+		}
+	}
+	if len(order) > 0 {
+		batch := strconv.FormatInt(r.seq.Add(1), 10)
+		for _, k := range order {
+			s := sums[k]
+			r.charges = append(r.charges, billing.Entry{AccountID: k.acct, Type: billing.Charge, Amount: s.cost,
+				At: s.last, InstanceID: k.inst, Basis: billing.Metered,
+				Description:    "proxy requests: " + strconv.FormatInt(s.n, 10),
+				IdempotencyKey: "proxy:" + r.prefix + ":" + batch + ":" + k.inst})
+		}
+	}
+	r.retryCharges(ctx)
+}
+
+// retryCharges appends the pending charges, keeping those that fail.
+func (r *recorder) retryCharges(ctx context.Context) {
+	left := r.charges[:0]
+	for _, e := range r.charges {
+		if _, err := r.charger.Append(ctx, e); err != nil {
+			r.log.Error("charging proxy requests; will retry", "account_id", e.AccountID, "instance_id", e.InstanceID,
+				"amount", e.Amount.String(), "err", err)
+			left = append(left, e)
+		}
+	}
+	r.charges = left
+}

@@ -1,0 +1,272 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/proxy"
+)
+
+// usageStore is a hand-written fake of proxy.UsageStore that can fail and
+// block, for the recorder's failure paths.
+type usageStore struct {
+	mu      sync.Mutex
+	rows    []proxy.Usage
+	batches []int
+	fail    bool
+	block   chan struct{}
+	inserts atomic.Int64
+}
+
+func (s *usageStore) InsertUsage(ctx context.Context, rs []proxy.Usage) error {
+	s.inserts.Add(1)
+	if s.block != nil {
+		select {
+		case <-s.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return gpuproxy.Errorf(gpuproxy.EUNAVAILABLE, "database unavailable")
+	}
+	s.rows = append(s.rows, rs...)
+	s.batches = append(s.batches, len(rs))
+	return nil
+}
+
+func (s *usageStore) ListUsage(context.Context, proxy.UsageFilter) ([]proxy.Usage, error) {
+	return nil, nil
+}
+func (s *usageStore) UsageTotals(context.Context, proxy.UsageFilter) (proxy.UsageTotals, error) {
+	return proxy.UsageTotals{}, nil
+}
+
+func (s *usageStore) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.rows) }
+
+func (s *usageStore) setFail(v bool) { s.mu.Lock(); s.fail = v; s.mu.Unlock() }
+
+type openGate struct{}
+
+func (openGate) Check(context.Context, int64, gpuproxy.Micros) error { return nil }
+
+// recorderProxy is a proxy over the fake usage store whose only instance is
+// the simulator, for driving usage records through Call.
+func recorderProxy(t *testing.T, st proxy.UsageStore, o proxy.Options) (*proxy.Proxy, string, *fakeMetrics) {
+	t.Helper()
+	s := sim(t)
+	f := &fakeFleet{}
+	f.add(1, "gpi_rec", s.URL())
+	m := &fakeMetrics{}
+	o.AllowLoopbackEndpoints, o.Metrics = true, m
+	p := proxy.New(f, openGate{}, st, o)
+	return p, s.URL(), m
+}
+
+// TestUsageBatchedAndFlushedOnClose: records are written in batches off
+// the request path, and Close writes what is still queued.
+func TestUsageBatchedAndFlushedOnClose(t *testing.T) {
+	t.Parallel()
+	st := &usageStore{}
+	p, url, _ := recorderProxy(t, st, proxy.Options{UsageBatch: 10, UsageFlushInterval: time.Hour})
+	for range 25 {
+		if status, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil || status != 200 {
+			t.Fatal(status, err)
+		}
+	}
+	// Two full batches are written without waiting for the (hour-long) tick.
+	deadline := time.Now().Add(5 * time.Second)
+	for st.count() < 20 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st.count() < 20 {
+		t.Fatalf("written before close: %d, want at least 20", st.count())
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.count() != 25 {
+		t.Fatalf("rows %d, want 25", st.count())
+	}
+	for _, n := range st.batches {
+		if n > 10 {
+			t.Fatalf("batches %v: one larger than UsageBatch", st.batches)
+		}
+	}
+	u := st.rows[0]
+	if u.AccountID != 1 || u.InstanceID != "gpi_rec" || u.Method != "GET" || u.Path != "/v1/models" || u.Status != 200 ||
+		u.BytesOut == 0 || u.Latency <= 0 || u.TTFB <= 0 || u.RequestID == "" || u.At.IsZero() {
+		t.Fatalf("record = %+v", u)
+	}
+}
+
+// TestUsageStoreFailureRetries: a failing store does not slow requests;
+// records are kept and written once it recovers.
+func TestUsageStoreFailureRetries(t *testing.T) {
+	t.Parallel()
+	st := &usageStore{}
+	st.setFail(true)
+	p, url, m := recorderProxy(t, st, proxy.Options{UsageBatch: 4, UsageFlushInterval: 10 * time.Millisecond})
+	for range 6 {
+		if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	st.setFail(false)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st.count() != 6 || m.dropped.Load() != 0 {
+		t.Fatalf("rows %d, dropped %d", st.count(), m.dropped.Load())
+	}
+}
+
+// TestUsageQueueFullDrops: with the store stuck, the queue fills and
+// further records are dropped and counted; requests are not held up.
+func TestUsageQueueFullDrops(t *testing.T) {
+	t.Parallel()
+	st := &usageStore{block: make(chan struct{})}
+	p, url, m := recorderProxy(t, st, proxy.Options{UsageBuffer: 4, UsageBatch: 1})
+	start := time.Now()
+	for range 20 {
+		if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("requests slowed to %v by a stuck store", d)
+	}
+	close(st.block)
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(st.count()) + m.dropped.Load(); got != 20 || m.dropped.Load() == 0 {
+		t.Fatalf("written %d + dropped %d, want 20 with some dropped", st.count(), m.dropped.Load())
+	}
+}
+
+// TestCloseBoundedByContext: Close gives up when its context ends.
+func TestCloseBoundedByContext(t *testing.T) {
+	t.Parallel()
+	st := &usageStore{block: make(chan struct{})}
+	defer close(st.block)
+	p, url, _ := recorderProxy(t, st, proxy.Options{})
+	if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// TestPerRequestCostIsCharged: with a per-request cost, the guard rail
+// checks it, the usage records carry it and the ledger is charged for
+// exactly the requests the instance answered (refused ones are free).
+func TestPerRequestCostIsCharged(t *testing.T) {
+	t.Parallel()
+	const cost = gpuproxy.Micros(2500) // $0.0025
+	e := newEnv(t, envOpts{proxy: proxy.Options{Cost: cost, UsageBatch: 3},
+		windows: []guardrails.Window{{Minutes: 60, Limit: 10 * usd}}})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_paid", s.URL())
+	for range 7 {
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_paid/v1/models", nil, nil); r.status != 200 {
+			t.Fatal(r.status)
+		}
+	}
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_nope/v1/models", nil, nil); r.status != 404 {
+		t.Fatal(r.status)
+	}
+	page := e.usage(e.key, "", 8)
+	if page.Totals.Cost != 7*cost || page.Totals.Requests != 8 {
+		t.Fatalf("usage totals = %+v", page.Totals)
+	}
+	if err := e.proxy.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tot, err := e.store.Totals(context.Background(), billing.Filter{AccountID: e.acct.ID, InstanceID: "gpi_paid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot.Charges != 7*cost {
+		t.Fatalf("ledger charges %s, want %s", tot.Charges, 7*cost)
+	}
+}
+
+// TestUsageAPI: filters, paging, totals, scopes and isolation.
+func TestUsageAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	s := sim(t)
+	e.fleet.add(e.acct.ID, "gpi_u1", s.URL())
+	e.fleet.add(e.acct.ID, "gpi_u2", s.URL())
+	otherKey, other := e.newKey("other", "engineer")
+	e.fleet.add(other.ID, "gpi_o", s.URL())
+	for range 3 {
+		e.do(e.key, "GET", "/api/v1/proxy/gpi_u1/v1/models", nil, nil)
+	}
+	e.do(e.key, "GET", "/api/v1/proxy/gpi_u2/v1/models", nil, nil)
+	e.do(otherKey, "GET", "/api/v1/proxy/gpi_o/v1/models", nil, nil)
+
+	all := e.usage(e.key, "", 4)
+	if all.Totals.Requests != 4 || all.Totals.BytesOut == 0 || all.Totals.AvgLatencyMS <= 0 {
+		t.Fatalf("all = %+v", all.Totals)
+	}
+	if one := e.usage(e.key, "?instance_id=gpi_u1", 3); one.Totals.Requests != 3 || len(one.Records) != 3 {
+		t.Fatalf("u1 = %+v", one)
+	}
+	// Another account's instance id shows nothing.
+	if o := e.usage(e.key, "?instance_id=gpi_o", 0); o.Totals.Requests != 0 {
+		t.Fatalf("other account's usage leaked: %+v", o)
+	}
+	if o := e.usage(otherKey, "", 1); o.Totals.Requests != 1 || o.Records[0].InstanceID != "gpi_o" {
+		t.Fatalf("other = %+v", o)
+	}
+	// Paging.
+	p1 := e.usage(e.key, "?limit=3", 4)
+	if len(p1.Records) != 3 || p1.NextCursor == "" || p1.Totals.Requests != 4 {
+		t.Fatalf("page 1 = %+v", p1)
+	}
+	p2 := e.usage(e.key, "?limit=3&cursor="+p1.NextCursor, 0)
+	if len(p2.Records) != 1 || p2.NextCursor != "" || p2.Records[0].InstanceID != "gpi_u1" {
+		t.Fatalf("page 2 = %+v", p2)
+	}
+	// Time range.
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if f := e.usage(e.key, "?from="+future, 0); f.Totals.Requests != 0 {
+		t.Fatalf("future = %+v", f.Totals)
+	}
+	if f := e.usage(e.key, "?from=2020-01-01&to="+future, 4); f.Totals.Requests != 4 {
+		t.Fatalf("range = %+v", f.Totals)
+	}
+	// Scopes: billing:read may read usage; a key with neither may not.
+	finance, _ := e.newKey("acme", "finance")
+	if f := e.usage(finance, "", 4); f.Totals.Requests != 4 {
+		t.Fatalf("finance = %+v", f.Totals)
+	}
+	k, _, err := e.auth.CreateKey(context.Background(), "acme", "offers", []gpuproxy.Scope{gpuproxy.ScopeOffersRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do(k, "GET", "/api/v1/proxy/usage", nil, nil); r.status != 403 || r.errCode() != gpuproxy.EFORBIDDEN {
+		t.Fatalf("offers key: %d %s", r.status, r.body)
+	}
+	for _, q := range []string{"?from=yesterday", "?limit=0", "?limit=5000", "?cursor=abc",
+		"?from=2026-01-02&to=2026-01-01"} {
+		if r := e.do(e.key, "GET", "/api/v1/proxy/usage"+q, nil, nil); r.status != 400 || r.errCode() != gpuproxy.EINVALID {
+			t.Errorf("%s: %d %s", q, r.status, r.body)
+		}
+	}
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Proxy benchmark: the same upstream on loopback reached (a) directly,
+# (b) through gpuproxy's proxy path and (c) through nginx proxy_pass, with
+# small JSON POSTs at 64 connections and at 1 connection. Prints requests
+# per second and p50/p99 latency for each, and the ratios the proxy issue
+# sets as targets (gpuproxy ≥ 60% of nginx's throughput at 64 connections;
+# added p50 over direct ≤ 0.25 ms at 1 connection).
+#
+#   scripts/bench-proxy.sh                  # 10 s per measurement
+#   DURATION=20s LOGS=off scripts/bench-proxy.sh
+#   PROFILE=/tmp/gp.pprof scripts/bench-proxy.sh   # CPU profile of gpuproxy
+#
+# The upstream is proxy/internal/benchupstream (a tiny Go JSON server);
+# gpuproxy is proxy/internal/benchproxy (the real server with API-key auth,
+# rate limit, request logs, metrics, the guard-rail gate over SQLite and
+# batched usage records); nginx is Debian's, configured in a temp folder
+# with upstream keep-alive. Load comes from wrk. Everything listens on
+# 127.0.0.1 only; every run is bounded by DURATION. nginx and wrk are
+# installed with apt-get when missing.
+#
+# Environment: DURATION (default 10s), WARMUP (2s), CONNS (64),
+# LOGS=on|off (request logs in both proxies; default on: gpuproxy's JSON
+# request log and nginx's access log, each to a file), PROFILE (path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONNS=${CONNS:-64}
+LOGS=${LOGS:-on}
+
+if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  echo "== installing nginx, wrk and curl (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nginx-light wrk curl >/dev/null || apt-get install -y -qq nginx wrk curl >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# wait_ready FILE: waits (at most 30 s) for a "READY ..." line in FILE.
+wait_ready() {
+  for _ in $(seq 1 300); do
+    if grep -q '^READY ' "$1" 2>/dev/null; then grep '^READY ' "$1" | head -1; return 0; fi
+    sleep 0.1
+  done
+  echo "timed out waiting for $1" >&2; cat "$1" >&2; return 1
+}
+
+# free_port: a loopback port nothing listens on.
+free_port() {
+  for _ in $(seq 1 100); do
+    p=$((20000 + RANDOM % 20000))
+    if ! (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+
+echo "== building"
+go build -o "$tmp/benchupstream" ./proxy/internal/benchupstream
+go build -o "$tmp/benchproxy" ./proxy/internal/benchproxy
+
+echo "== starting upstream, gpuproxy and nginx on 127.0.0.1"
+"$tmp/benchupstream" -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
+pids+=($!)
+UP=$(wait_ready "$tmp/upstream.out" | awk '{print $2}')
+
+gplog=file
+[ "$LOGS" = off ] && gplog=off
+mkdir -p "$tmp/gp"
+gpargs=(-upstream "$UP" -dir "$tmp/gp" -log "$gplog")
+[ -n "${PROFILE:-}" ] && gpargs+=(-cpuprofile "$PROFILE")
+"$tmp/benchproxy" "${gpargs[@]}" >"$tmp/gp.out" 2>&1 &
+gppid=$!
+pids+=($gppid)
+read -r _ GP KEY < <(wait_ready "$tmp/gp.out")
+
+NGPORT=$(free_port)
+mkdir -p "$tmp/nginx/logs"
+if [ "$LOGS" = off ]; then accesslog="access_log off;"; else accesslog="access_log $tmp/nginx/logs/access.log;"; fi
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes auto;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 1024; }
+http {
+    $accesslog
+    client_body_temp_path $tmp/nginx/body;
+    proxy_temp_path $tmp/nginx/proxy;
+    fastcgi_temp_path $tmp/nginx/fastcgi;
+    uwsgi_temp_path $tmp/nginx/uwsgi;
+    scgi_temp_path $tmp/nginx/scgi;
+    upstream bench { server $UP; keepalive 128; }
+    server {
+        listen 127.0.0.1:$NGPORT;
+        location / {
+            proxy_pass http://bench;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' >"$tmp/nginx.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do (echo >"/dev/tcp/127.0.0.1/$NGPORT") 2>/dev/null && break; sleep 0.1; done
+
+cat >"$tmp/post.lua" <<'EOF'
+wrk.method = "POST"
+wrk.body = '{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+wrk.headers["Content-Type"] = "application/json"
+local key = os.getenv("BENCH_KEY")
+if key and key ~= "" then wrk.headers["X-API-Key"] = key end
+EOF
+
+DIRECT_URL="http://$UP/v1/chat/completions"
+GP_URL="http://$GP/api/v1/proxy/gpi_bench/v1/chat/completions"
+NG_URL="http://127.0.0.1:$NGPORT/v1/chat/completions"
+
+# Sanity: each path answers 200 with the upstream's body.
+for u in "$DIRECT_URL" "$GP_URL" "$NG_URL"; do
+  code=$(curl -s -o "$tmp/probe" -w '%{http_code}' -X POST -H "X-API-Key: $KEY" -H 'Content-Type: application/json' \
+    --data '{"messages":[]}' "$u")
+  if [ "$code" != 200 ] || ! grep -q chatcmpl-bench "$tmp/probe"; then
+    echo "probe of $u failed: $code $(cat "$tmp/probe")" >&2; exit 1
+  fi
+done
+
+# to_ms VALUE: wrk's "1.23ms" / "850.00us" / "1.02s" in milliseconds.
+to_ms() {
+  awk -v v="$1" 'BEGIN {
+    if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+    else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+    else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+    else printf "%s", v }'
+}
+
+# measure NAME URL CONNS: one warm-up, one measured run; sets RPS/P50/P99.
+measure() {
+  local name=$1 url=$2 c=$3 t=1
+  [ "$c" -ge 2 ] && t=2
+  BENCH_KEY=$KEY wrk -t"$t" -c"$c" -d"$WARMUP" -s "$tmp/post.lua" "$url" >/dev/null
+  BENCH_KEY=$KEY wrk -t"$t" -c"$c" -d"$DURATION" --latency -s "$tmp/post.lua" "$url" >"$tmp/wrk-$name-$c.txt"
+  local out="$tmp/wrk-$name-$c.txt"
+  if grep -q 'Non-2xx' "$out"; then echo "$name: non-2xx answers:" >&2; cat "$out" >&2; exit 1; fi
+  RPS=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$out")
+  P50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$out")")
+  P99=$(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")
+  printf '%-10s %5s conns  %9s req/s   p50 %8s ms   p99 %8s ms\n' "$name" "$c" "$RPS" "$P50" "$P99"
+  eval "RPS_${name}_$c=$RPS P50_${name}_$c=$P50 P99_${name}_$c=$P99"
+}
+
+echo "== wrk: POST of a small JSON body, ${DURATION} per run after ${WARMUP} warm-up; logs $LOGS"
+for c in "$CONNS" 1; do
+  measure direct "$DIRECT_URL" "$c"
+  measure gpuproxy "$GP_URL" "$c"
+  measure nginx "$NG_URL" "$c"
+done
+
+echo "== ratios"
+awk -v gp="$(eval echo \$RPS_gpuproxy_$CONNS)" -v ng="$(eval echo \$RPS_nginx_$CONNS)" -v d="$(eval echo \$RPS_direct_$CONNS)" -v c="$CONNS" \
+  'BEGIN { printf "%s conns: gpuproxy/nginx throughput = %.2f (target >= 0.60); gpuproxy/direct = %.2f; nginx/direct = %.2f\n", c, gp/ng, gp/d, ng/d }'
+awk -v gp="$P50_gpuproxy_1" -v ng="$P50_nginx_1" -v d="$P50_direct_1" \
+  'BEGIN { printf "1 conn: added p50 over direct: gpuproxy %.3f ms (target <= 0.25), nginx %.3f ms\n", gp-d, ng-d }'
+
+kill "$gppid" 2>/dev/null || true
+wait "$gppid" 2>/dev/null || true
+grep -v '^READY' "$tmp/gp.out" || true
