@@ -53,13 +53,17 @@ func (s *Store) admitPG(ctx context.Context, c conn, req guardrails.AdmitRequest
 	}
 	defer r.Close()
 	for r.Next() {
-		var u guardrails.Usage
+		// Plain integer destinations: pgx scans them without reflection.
+		var minutes int32
+		var limit, spent, held, committed, burn int64
 		var hold *int64
-		if err := r.Scan(&u.Minutes, &u.Limit, &u.Spent, &u.Held, &u.Committed, &res.Burn, &res.OnExceed, &hold); err != nil {
+		if err := r.Scan(&minutes, &limit, &spent, &held, &committed, &burn, &res.OnExceed, &hold); err != nil {
 			return res, translate(err)
 		}
-		res.Held = u.Held
-		res.Windows = append(res.Windows, u)
+		res.Held, res.Burn = gpuproxy.Micros(held), gpuproxy.Micros(burn)
+		res.Windows = append(res.Windows, guardrails.Usage{
+			Window: guardrails.Window{Minutes: int(minutes), Limit: gpuproxy.Micros(limit)},
+			Spent:  gpuproxy.Micros(spent), Held: gpuproxy.Micros(held), Committed: gpuproxy.Micros(committed)})
 		if hold != nil {
 			res.HoldID, res.Admitted = *hold, true
 		}

@@ -227,8 +227,11 @@ BEGIN
                 INSERT INTO holds (account_id, amount_micros, ref, status, created_us)
                 VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
                 -- Upper bounds are reported as they were decided on.
-                RETURN QUERY SELECT c_minutes[i], c_limits[i], c_spent[i], v_held, v_comm[i], c_burn, v_on_exceed, v_hold
-                               FROM generate_subscripts(c_minutes, 1) AS i;
+                FOR i IN 1 .. array_length(c_minutes, 1) LOOP
+                    o_minutes := c_minutes[i]; o_limit := c_limits[i]; o_spent := c_spent[i]; o_held := v_held;
+                    o_committed := v_comm[i]; o_burn := c_burn; o_on_exceed := v_on_exceed; o_hold_id := v_hold;
+                    RETURN NEXT;
+                END LOOP;
                 RETURN;
             END IF;
         END IF;
@@ -288,6 +291,9 @@ BEGIN
             VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
         END IF;
     END IF;
-    RETURN QUERY SELECT v_minutes[i], v_limits[i], v_spent[i], v_held, v_comm[i], v_burn, v_on_exceed, v_hold
-                   FROM generate_subscripts(v_minutes, 1) AS i;
+    FOR i IN 1 .. COALESCE(array_length(v_minutes, 1), 0) LOOP
+        o_minutes := v_minutes[i]; o_limit := v_limits[i]; o_spent := v_spent[i]; o_held := v_held;
+        o_committed := v_comm[i]; o_burn := v_burn; o_on_exceed := v_on_exceed; o_hold_id := v_hold;
+        RETURN NEXT;
+    END LOOP;
 END $$;
