@@ -210,13 +210,11 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		write422(w, v.errs)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	d := s.lookup(w, r)
+	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
 		return
 	}
+	defer unlock()
 	if d.status != stRunning && d.status != stRequested {
 		writeDetail(w, http.StatusBadRequest, "Deployment is %s and cannot be updated", d.status)
 		return

@@ -206,6 +206,19 @@ var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}
 
 // lookup finds the deployment of the {id} path value, answering 422 for a
 // malformed UUID and 404 for an unknown one. The caller holds s.mu.
+// lockDeployment takes the server lock, advances every lifecycle to now and
+// finds the deployment of the request's path. When it returns nil the reply
+// is written and the lock released; otherwise the caller calls unlock.
+func (s *Server) lockDeployment(w http.ResponseWriter, r *http.Request) (d *deployment, unlock func()) {
+	s.mu.Lock()
+	s.advance()
+	if d = s.lookup(w, r); d == nil {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	return d, s.mu.Unlock
+}
+
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) *deployment {
 	id := r.PathValue("id")
 	if !uuidRE.MatchString(id) {
@@ -225,13 +238,11 @@ func (s *Server) lookup(w http.ResponseWriter, r *http.Request) *deployment {
 // stock and the unused prepaid time is refunded. Deleting a destroyed
 // deployment answers 410; one still terminating answers 200 again.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	d := s.lookup(w, r)
+	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
 		return
 	}
+	defer unlock()
 	switch d.status {
 	case stDestroyed:
 		writeDetail(w, http.StatusGone, "Deployment %s is already destroyed", d.id)
@@ -276,13 +287,11 @@ func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
 		write422(w, v.errs)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	d := s.lookup(w, r)
+	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
 		return
 	}
+	defer unlock()
 	if d.status != stRunning && d.status != stRequested {
 		writeDetail(w, http.StatusBadRequest, "Deployment is %s and cannot be extended", d.status)
 		return

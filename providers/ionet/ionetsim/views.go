@@ -113,10 +113,8 @@ func (s *Server) detailsOf(d *deployment) detailsJSON {
 // details serves GET caas/deployment/{id}; destroyed deployments are still
 // reported, with status "destroyed".
 func (s *Server) details(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	if d := s.lookup(w, r); d != nil {
+	if d, unlock := s.lockDeployment(w, r); d != nil {
+		defer unlock()
 		writeJSON(w, http.StatusOK, map[string]any{"data": s.detailsOf(d)})
 	}
 }
@@ -204,13 +202,11 @@ func (s *Server) containers(w http.ResponseWriter, r *http.Request) {
 		write422(w, v.errs)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	d := s.lookup(w, r)
+	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
 		return
 	}
+	defer unlock()
 	out := []workerJSON{}
 	for i := page * size; i < len(d.workers) && i < (page+1)*size; i++ {
 		wk := d.workers[i]
@@ -247,13 +243,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		write422(w, []detailItem{{Type: "enum", Loc: loc("query", "stream"), Msg: "Input should be 'stdout' or 'stderr'", Input: stream}})
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advance()
-	d := s.lookup(w, r)
+	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
 		return
 	}
+	defer unlock()
 	var wk *worker
 	for _, c := range d.workers {
 		if c.containerID == r.PathValue("container") {
