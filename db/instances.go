@@ -246,6 +246,29 @@ func (s *Store) CostToDate(ctx context.Context, accountID int64, id string) (gpu
 	return sum, nil
 }
 
+// CostsToDate sums the ledger per instance for every instance of the
+// account, in one query.
+func (s *Store) CostsToDate(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error) {
+	type row struct {
+		id  string
+		sum gpuproxy.Micros
+	}
+	r, err := s.pool().query(ctx, `SELECT instance_id, COALESCE(sum(spend_micros), 0) FROM ledger
+		WHERE account_id = $1 AND instance_id <> '' GROUP BY instance_id`, accountID)
+	rs, err := scanAll(r, err, func(r rows) (row, error) {
+		var v row
+		return v, r.Scan(&v.id, &v.sum)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("summing instance costs: %w", err)
+	}
+	out := make(map[string]gpuproxy.Micros, len(rs))
+	for _, v := range rs {
+		out[v.id] = v.sum
+	}
+	return out, nil
+}
+
 // transition runs step on instance id in one transaction that holds its
 // account's lock and then its row, and writes the instance back when step
 // reports a change. step does the money side with the same conn.

@@ -67,6 +67,10 @@ func wantCost(t *testing.T, s *db.Store, acct int64, id string, want gpuproxy.Mi
 	if err != nil || got != want {
 		t.Fatalf("CostToDate(%s) = %s, %v; want %s", id, got, err, want)
 	}
+	all, err := s.CostsToDate(context.Background(), acct)
+	if err != nil || all[id] != want {
+		t.Fatalf("CostsToDate[%s] = %s, %v; want %s", id, all[id], err, want)
+	}
 }
 
 func TestAdmitInstanceIdempotent(t *testing.T) {

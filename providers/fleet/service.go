@@ -457,13 +457,13 @@ func (s *Service) List(ctx context.Context, accountID int64, status string) ([]V
 	if err != nil {
 		return nil, err
 	}
+	costs, err := s.store.CostsToDate(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]View, 0, len(insts))
 	for _, in := range insts {
-		c, err := s.store.CostToDate(ctx, accountID, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, View{Instance: in, CostToDate: c})
+		out = append(out, View{Instance: in, CostToDate: costs[in.ID]})
 	}
 	return out, nil
 }

@@ -88,4 +88,6 @@ type Store interface {
 	MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (Instance, error)
 	// CostToDate sums the ledger for the instance (charges + adjustments − refunds).
 	CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error)
+	// CostsToDate is CostToDate for every instance of the account at once.
+	CostsToDate(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error)
 }
