@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -42,42 +41,21 @@ func HTTPStatus(err error) int {
 // before an answer, as nginx does.
 const statusClientClosed = 499
 
-type errorBody struct {
-	Error errorPayload `json:"error"`
-}
-
-type errorPayload struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
 // writeError renders err in the API's one error shape and returns the
 // status written. Internal errors are logged and shown as
 // "internal error".
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) int {
 	status := HTTPStatus(err)
-	code := gpuproxy.ErrorCode(err)
-	body := errorBody{errorPayload{Code: code, Message: gpuproxy.ErrorMessage(err), Details: gpuproxy.ErrorDetails(err)}}
-	switch code {
+	switch code := gpuproxy.ErrorCode(err); code {
 	case gpuproxy.EINTERNAL:
-		body.Error.Message, body.Error.Details = "internal error", nil
 		log.Error("proxy request failed", "request_id", w.Header().Get("X-Request-Id"), "err", err)
 	case gpuproxy.EUNAVAILABLE, CodeUpstream, CodeUpstreamTimeout:
 		log.Warn("proxy request failed", "request_id", w.Header().Get("X-Request-Id"), "code", code, "err", err)
 	}
-	if d := body.Error.Details; d != nil {
-		if s, ok := d["retry_after_seconds"].(int); ok {
-			w.Header().Set("Retry-After", strconv.Itoa(s))
-		}
+	if s, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_ = json.NewEncoder(w).Encode(body)
-	}
+	server.WriteError(w, r, status, err)
 	return status
 }
 

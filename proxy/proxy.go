@@ -210,8 +210,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 //	    (scope proxy:invoke or billing:read)
 func (p *Proxy) Mount(r server.Registrar) {
 	r.Handle(http.MethodGet, "/api/v1/proxy/usage", http.HandlerFunc(p.ServeUsage), true)
-	r.Handle("*", "/api/v1/proxy/:instance_id", http.HandlerFunc(p.ServeHTTP), true)
-	r.Handle("*", "/api/v1/proxy/:instance_id/*", http.HandlerFunc(p.ServeHTTP), true)
+	r.HandlePrefix(routePrefix, "/api/v1/proxy/:instance_id/*", p)
 }
 
 // Close stops the background work and writes every queued usage record,

@@ -58,19 +58,29 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		err = fromEchoError(he)
 	}
 	code := gpuproxy.ErrorCode(err)
-	status := HTTPStatus(err)
 	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE {
 		s.log.Error("request failed", "request_id", requestID(c), "code", code, "err", err)
 	}
+	WriteError(c.Response(), c.Request(), HTTPStatus(err), err)
+}
+
+// WriteError writes err with status in the API's one error shape
+// {"error":{"code","message","details"}}. An internal error's message and
+// details are replaced by "internal error" (log it first). Transports
+// mounted through a Registrar use it for errors of their own.
+func WriteError(w http.ResponseWriter, r *http.Request, status int, err error) {
+	code := gpuproxy.ErrorCode(err)
 	body := errorBody{errorPayload{Code: code, Message: gpuproxy.ErrorMessage(err), Details: gpuproxy.ErrorDetails(err)}}
 	if code == gpuproxy.EINTERNAL {
 		body.Error.Message, body.Error.Details = "internal error", nil
 	}
-	if c.Request().Method == http.MethodHead {
-		_ = c.NoContent(status)
-		return
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_ = json.NewEncoder(w).Encode(body)
 	}
-	_ = c.JSON(status, body)
 }
 
 func fromEchoError(he *echo.HTTPError) error {

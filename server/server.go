@@ -70,6 +70,9 @@ type Server struct {
 	svc  Services
 	opts Options
 	log  *slog.Logger
+
+	prefixes []directRoute  // served ahead of the router (HandlePrefix)
+	static   map[string]bool // paths added with Handle, which prefixes leave alone
 }
 
 // New builds the echo application with every route.
@@ -99,12 +102,19 @@ func New(svc Services, o Options) *Server {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(s.prefixes) > 0 {
+		if d := s.direct(r.URL.Path); d != nil {
+			s.serveDirect(d, w, r)
+			return
+		}
+	}
+	s.e.ServeHTTP(w, r)
+}
 
 const principalKey = "gpuproxy.principal"
 
-// observe logs every request as structured JSON and records metrics. It
-// never logs headers or bodies, so keys cannot leak into logs.
+// observe logs every request as structured JSON and records metrics.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -112,26 +122,15 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err)
 		}
-		status := c.Response().Status
 		route := c.Path()
 		if route == "" {
 			route = "unmatched"
 		}
-		d := time.Since(start)
-		s.svc.Metrics.ObserveRequest(route, c.Request().Method, status, d)
-		attrs := []any{"request_id", requestID(c), "method", c.Request().Method, "route", route,
-			"status", status, "duration_ms", float64(d.Microseconds()) / 1000, "bytes_out", c.Response().Size}
-		if p, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
-			attrs = append(attrs, "account", p.AccountName, "key_id", p.KeyID)
+		var p *gpuproxy.Principal
+		if pr, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
+			p = &pr
 		}
-		if sid := c.Request().Header.Get("Mcp-Session-Id"); sid != "" {
-			attrs = append(attrs, "mcp_session_id", sid)
-		}
-		lvl := slog.LevelInfo
-		if status >= 500 {
-			lvl = slog.LevelError
-		}
-		s.log.Log(c.Request().Context(), lvl, "request", attrs...)
+		s.logRequest(c.Request(), requestID(c), route, c.Response().Status, time.Since(start), c.Response().Size, p)
 		return nil
 	}
 }
@@ -237,6 +236,13 @@ type Registrar interface {
 	// Handle mounts h for method (or "*" for any) on path; path may end in
 	// "/*". When authenticated is false, the handler runs without auth.
 	Handle(method, path string, h http.Handler, authenticated bool)
+	// HandlePrefix serves every request whose path starts with prefix,
+	// except paths added with Handle, with h ahead of the router: the
+	// request id, authentication, rate limit, body cap, panic recovery,
+	// metrics and request log are those of every other route, without the
+	// router's per-request work. route names it in metrics and logs. It
+	// is for hot paths (the inference proxy).
+	HandlePrefix(prefix, route string, h http.Handler)
 }
 
 type registrar struct{ s *Server }
@@ -263,9 +269,19 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 		h.ServeHTTP(c.Response(), req)
 		return nil
 	}
+	if !strings.ContainsAny(path, ":*") {
+		if r.s.static == nil {
+			r.s.static = map[string]bool{}
+		}
+		r.s.static[path] = true
+	}
 	if method == "*" {
 		r.s.e.Any(path, eh, mw...)
 		return
 	}
 	r.s.e.Add(method, path, eh, mw...)
+}
+
+func (r registrar) HandlePrefix(prefix, route string, h http.Handler) {
+	r.s.prefixes = append(r.s.prefixes, directRoute{prefix: prefix, route: route, h: h})
 }
