@@ -71,7 +71,7 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	prefixes []directRoute  // served ahead of the router (HandlePrefix)
+	prefixes []directRoute   // served ahead of the router (HandlePrefix)
 	static   map[string]bool // paths added with Handle, which prefixes leave alone
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/server"
 )
@@ -37,7 +38,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	// Request logs are written in batches (at least every 100ms), not one
+	// write per request; Close writes the rest after the last line.
+	lw := logbuf.New(stderr, 0, 0)
+	defer lw.Close()
+	log := newLogger(lw, cfg.LogLevel)
 	var sb *sandboxEnv
 	metrics := server.NewMetrics()
 	if *sandbox {

@@ -31,6 +31,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
 )
@@ -101,7 +102,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer lf.Close()
-		log = slog.New(slog.NewJSONHandler(lf, nil))
+		lw := logbuf.New(lf, 0, 0) // as cmd/gpuproxy writes its logs
+		defer lw.Close()
+		log = slog.New(slog.NewJSONHandler(lw, nil))
 	}
 
 	store, err := db.Open(ctx, db.Options{URL: "sqlite:" + filepath.Join(*dir, "bench.db")})
