@@ -52,6 +52,9 @@ type Store struct {
 	sq      *sql.DB
 	dialect string // "postgres" | "sqlite"
 	path    string // SQLite file
+
+	usageMu    sync.Mutex
+	usageStmts map[int]*sql.Stmt // SQLite usage INSERTs by row count, prepared once
 }
 
 // sqliteLeaders serializes leader-only jobs on SQLite, where one process
@@ -119,6 +122,12 @@ func (s *Store) Close() {
 		s.pg.Close()
 	}
 	if s.sq != nil {
+		s.usageMu.Lock()
+		for _, st := range s.usageStmts {
+			_ = st.Close()
+		}
+		s.usageStmts = nil
+		s.usageMu.Unlock()
 		_ = s.sq.Close()
 	}
 }

@@ -62,34 +62,48 @@ func (s *Store) insertUsageSQLite(ctx context.Context, records []proxy.Usage) er
 		return translate(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	stmts := map[int]*sql.Stmt{}
-	defer func() {
-		for _, st := range stmts {
-			_ = st.Close()
-		}
-	}()
 	args := make([]any, 0, usageChunk*len(usageCols))
 	for len(records) > 0 {
-		n := min(len(records), usageChunk)
-		st := stmts[n]
-		if st == nil {
-			row := "(" + strings.Repeat("?, ", len(usageCols)-1) + "?)"
-			q := "INSERT INTO proxy_usage (" + usageColList + ") VALUES " + strings.Repeat(row+", ", n-1) + row
-			if st, err = tx.PrepareContext(ctx, q); err != nil {
-				return translate(err)
-			}
-			stmts[n] = st
+		n := usageChunk
+		for n > len(records) {
+			n /= 8 // 64, 8 or 1 rows: three statements cover any batch
+		}
+		st, err := s.usageStmt(ctx, n)
+		if err != nil {
+			return err
 		}
 		args = args[:0]
 		for _, u := range records[:n] {
 			args = appendUsageRow(args, u)
 		}
-		if _, err := st.ExecContext(ctx, args...); err != nil {
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
 			return translate(err)
 		}
 		records = records[n:]
 	}
 	return translate(tx.Commit())
+}
+
+// usageStmt returns the prepared n-row usage INSERT. It is prepared once
+// per Store; a transaction re-prepares it only on a connection that has
+// not seen it yet.
+func (s *Store) usageStmt(ctx context.Context, n int) (*sql.Stmt, error) {
+	s.usageMu.Lock()
+	defer s.usageMu.Unlock()
+	if st := s.usageStmts[n]; st != nil {
+		return st, nil
+	}
+	row := "(" + strings.Repeat("?, ", len(usageCols)-1) + "?)"
+	q := "INSERT INTO proxy_usage (" + usageColList + ") VALUES " + strings.Repeat(row+", ", n-1) + row
+	st, err := s.sq.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if s.usageStmts == nil {
+		s.usageStmts = map[int]*sql.Stmt{}
+	}
+	s.usageStmts[n] = st
+	return st, nil
 }
 
 // usageWhere builds the WHERE clause of a usage filter (without cursor).

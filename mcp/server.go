@@ -324,7 +324,7 @@ func (s *Server) logRequest(ctx context.Context, method, target string, req sdk.
 	if len(method) > 14 && method[:14] == "notifications/" {
 		return
 	}
-	attrs := []any{"method", method, "duration_ms", float64(time.Since(start).Microseconds()) / 1000,
+	attrs := []any{"method", method, "duration_us", time.Since(start).Microseconds(),
 		"account", p.AccountName, "key_id", p.KeyID}
 	if target != "" {
 		attrs = append(attrs, "target", target)

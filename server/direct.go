@@ -134,7 +134,7 @@ func (s *Server) logRequest(r *http.Request, rid, route string, status int, d ti
 	attrs := make([]slog.Attr, 0, 9)
 	attrs = append(attrs, slog.String("request_id", rid), slog.String("method", r.Method),
 		slog.String("route", route), slog.Int("status", status),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.Int64("bytes_out", size))
+		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size))
 	if p != nil {
 		attrs = append(attrs, slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,8 +27,25 @@ type Metrics struct {
 	proxyLatency  prometheus.Histogram
 	proxyTTFB     prometheus.Histogram
 	proxyBytes    *prometheus.CounterVec
+	proxyIn       prometheus.Counter
+	proxyOut      prometheus.Counter
 	proxyBreaker  *prometheus.GaugeVec
 	proxyDropped  prometheus.Counter
+
+	// Resolved label sets, so a request costs one map lookup instead of
+	// hashing and validating its label values on every call.
+	series      sync.Map // reqKey → *reqSeries
+	proxyStatus sync.Map // int → prometheus.Counter
+}
+
+type reqKey struct {
+	route, method string
+	status        int
+}
+
+type reqSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
 }
 
 // NewMetrics registers gpuproxy's metrics and the Go runtime's.
@@ -59,6 +77,7 @@ func NewMetrics() *Metrics {
 		Help: "Proxied body bytes by direction (in, out)."}, []string{"direction"})
 	m.proxyBreaker = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpuproxy_proxy_breaker_open",
 		Help: "Per-instance proxy breaker: 1 open, 0 otherwise."}, []string{"instance_id"})
+	m.proxyIn, m.proxyOut = m.proxyBytes.WithLabelValues("in"), m.proxyBytes.WithLabelValues("out")
 	m.proxyDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_proxy_usage_dropped_total",
 		Help: "Proxy usage records lost."})
 	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits,
@@ -69,13 +88,17 @@ func NewMetrics() *Metrics {
 
 // ObserveProxyRequest records one proxied request.
 func (m *Metrics) ObserveProxyRequest(status int, in, out int64, latency, ttfb time.Duration) {
-	m.proxyRequests.WithLabelValues(strconv.Itoa(status)).Inc()
+	c, ok := m.proxyStatus.Load(status)
+	if !ok {
+		c, _ = m.proxyStatus.LoadOrStore(status, m.proxyRequests.WithLabelValues(strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
 	m.proxyLatency.Observe(latency.Seconds())
 	if ttfb > 0 {
 		m.proxyTTFB.Observe(ttfb.Seconds())
 	}
-	m.proxyBytes.WithLabelValues("in").Add(float64(in))
-	m.proxyBytes.WithLabelValues("out").Add(float64(out))
+	m.proxyIn.Add(float64(in))
+	m.proxyOut.Add(float64(out))
 }
 
 // ProxyBreakerState records an instance breaker's state.
@@ -97,9 +120,16 @@ func (m *Metrics) Handler() http.Handler {
 
 // ObserveRequest records one HTTP request.
 func (m *Metrics) ObserveRequest(route, method string, status int, d time.Duration) {
-	s := strconv.Itoa(status)
-	m.requests.WithLabelValues(route, method, s).Inc()
-	m.latency.WithLabelValues(route, s).Observe(d.Seconds())
+	k := reqKey{route, method, status}
+	v, ok := m.series.Load(k)
+	if !ok {
+		s := strconv.Itoa(status)
+		v, _ = m.series.LoadOrStore(k, &reqSeries{count: m.requests.WithLabelValues(route, method, s),
+			latency: m.latency.WithLabelValues(route, s)})
+	}
+	rs := v.(*reqSeries)
+	rs.count.Inc()
+	rs.latency.Observe(d.Seconds())
 }
 
 // ObserveAdmission records one guard-rail decision.
