@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +27,8 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
@@ -65,6 +69,30 @@ func (f fixedFleet) RunningEndpoints(_ context.Context, acct int64) (map[string]
 	return f.eps, nil
 }
 
+// tempSchema creates a fresh Postgres schema for one benchmark run and
+// returns a function that drops it.
+func tempSchema(ctx context.Context, url string) (string, func(), error) {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", nil, fmt.Errorf("-db: %w", err)
+	}
+	defer c.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "bench_" + hex.EncodeToString(b)
+	if _, err := c.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return "", nil, err
+	}
+	return schema, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, url); err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+			_ = c.Close(ctx)
+		}
+	}, nil
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := flag.NewFlagSet("benchproxy", flag.ContinueOnError)
 	addr := f.String("addr", "127.0.0.1:0", "listen address (loopback)")
@@ -73,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logTo := f.String("log", "file", `request log: "file" (JSON lines in -dir), "off"`)
 	cost := f.String("cost", "0", "per-request cost in USD")
 	cpuprofile := f.String("cpuprofile", "", "write a CPU profile of the serving period here")
+	dbURL := f.String("db", "", "store: a postgres:// URL (a temporary schema is created and dropped) "+
+		"or empty for a SQLite file in -dir")
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -107,7 +137,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log = slog.New(slog.NewJSONHandler(lw, nil))
 	}
 
-	store, err := db.Open(ctx, db.Options{URL: "sqlite:" + filepath.Join(*dir, "bench.db")})
+	dbo := db.Options{URL: "sqlite:" + filepath.Join(*dir, "bench.db")}
+	if *dbURL != "" {
+		schema, drop, err := tempSchema(ctx, *dbURL)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		dbo = db.Options{URL: *dbURL, Schema: schema}
+	}
+	store, err := db.Open(ctx, dbo)
 	if err != nil {
 		return err
 	}
