@@ -38,15 +38,16 @@ func (s *Server) direct(path string) *directRoute {
 // middleware gives every other route — request id, authentication and
 // rate limit, body cap, panic recovery, metrics and the request log —
 // without echo's per-request context, routing and middleware chain. It is
-// the inference proxy's hot path.
-func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Request) {
+// the inference proxy's hot path. It returns the response's writer and
+// whether the handler returned normally (false after a recovered panic).
+func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Request) (sw *statusWriter, ok bool) {
 	start := time.Now()
 	rid := r.Header.Get(echo.HeaderXRequestID)
 	if rid == "" {
 		rid = gpuproxyID()
 	}
 	w.Header().Set(echo.HeaderXRequestID, rid)
-	sw := &statusWriter{ResponseWriter: w}
+	sw = &statusWriter{ResponseWriter: w, declared: -1}
 	var p *gpuproxy.Principal
 	defer func() {
 		v := recover()
@@ -74,26 +75,46 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 			}
 		}
 		WriteError(sw, r, HTTPStatus(err), err)
-		return
+		return sw, true
 	}
 	p = &pr
 	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 	d.h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), principalCtxKey{}, pr)))
+	return sw, true
 }
 
 // statusWriter records the status and body size of a response on a
 // prefix route.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	size   int64
+	status   int
+	size     int64
+	declared int64 // the Content-Length sent, -1 if none
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		if v := w.Header()["Content-Length"]; len(v) == 1 {
+			if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+				w.declared = n
+			}
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// complete reports whether the response was sent whole with a declared
+// length (or without a body), so nothing of it is left for net/http to
+// finish and the connection can be taken over.
+func (w *statusWriter) complete(r *http.Request) bool {
+	switch {
+	case w.status == 0:
+		return false
+	case r.Method == http.MethodHead || w.status == http.StatusNoContent || w.status == http.StatusNotModified:
+		return true
+	}
+	return w.declared >= 0 && w.declared == w.size
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -47,6 +49,9 @@ type Options struct {
 	Version string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// KeepNetHTTP keeps every connection with net/http: no connection is
+	// taken over after a prefix-route request (see lean.go).
+	KeepNetHTTP bool
 }
 
 // Services are the shared services the handlers call.
@@ -73,6 +78,12 @@ type Server struct {
 
 	prefixes []directRoute   // served ahead of the router (HandlePrefix)
 	static   map[string]bool // paths added with Handle, which prefixes leave alone
+
+	// Connections taken over after a prefix-route request (lean.go).
+	closing    atomic.Bool
+	leanMu     sync.Mutex
+	leanConns  map[*leanConn]struct{}
+	leanHooked map[*http.Server]bool
 }
 
 // New builds the echo application with every route.
@@ -105,7 +116,9 @@ func New(svc Services, o Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(s.prefixes) > 0 {
 		if d := s.direct(r.URL.Path); d != nil {
-			s.serveDirect(d, w, r)
+			if sw, ok := s.serveDirect(d, w, r); ok && s.canTakeOver(sw, r) {
+				s.takeOver(w, r)
+			}
 			return
 		}
 	}

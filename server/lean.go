@@ -1,0 +1,687 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection takeover. net/http spends, on every request, a goroutine that
+// watches the connection for a close while the handler runs, a context
+// tree, several deadline changes and the hand-offs between them; for a
+// small proxied request that is more CPU than the proxying. So after a
+// prefix-route request (the inference proxy) on a plain-HTTP/1.1
+// keep-alive connection, the server takes the connection over (Hijack)
+// and reads the next requests itself:
+//
+//   - a request for a prefix route is parsed by net/http's own parser
+//     (http.ReadRequest) and served on the connection's goroutine through
+//     serveDirect, so authentication, limits, logs and metrics are the
+//     same; the response is framed here (Content-Length or chunked);
+//   - anything else — another route, or a request this loop does not
+//     handle (Expect, Transfer-Encoding, Upgrade, HTTP/1.0, Connection:
+//     close, a head over the buffer) — is handed back to net/http with its
+//     bytes unread, and net/http serves the connection from then on;
+//   - a client that goes away while its request runs still cancels the
+//     request: a read on the connection watches for it once the request
+//     has run for watchAfter (short requests never pay for it);
+//   - http.Server's IdleTimeout and ReadHeaderTimeout apply, and Shutdown
+//     closes idle taken-over connections (Drain waits for busy ones).
+
+// watchAfter is how long a request runs before its connection is watched
+// for the client going away.
+const watchAfter = 20 * time.Millisecond
+
+// leanHeadMax is the largest request head served here (the read buffer);
+// a larger head goes back to net/http, which enforces MaxHeaderBytes.
+const leanHeadMax = 16 << 10
+
+// connection states.
+const (
+	leanIdle int32 = iota
+	leanBusy
+	leanClosed
+)
+
+// leanConn is a taken-over connection.
+type leanConn struct {
+	s      *Server
+	hs     *http.Server
+	c      net.Conn
+	pc     *prefixConn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	hr     *bufio.Reader // parses a request head from hb
+	hb     bytes.Reader
+	base   context.Context
+	remote string
+	state  atomic.Int32
+
+	deadline time.Time // the read deadline in force (zero: none)
+
+	// The close watcher of the current request.
+	mu       sync.Mutex
+	timer    *time.Timer
+	inReq    bool
+	body     *leanBody
+	cancel   context.CancelFunc
+	watching bool
+	aborted  bool
+	watched  chan struct{}
+}
+
+// prefixConn replays bytes already read from the connection before
+// reading it again.
+type prefixConn struct {
+	net.Conn
+	mu      sync.Mutex
+	pending []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	if len(p.pending) > 0 {
+		n := copy(b, p.pending)
+		p.pending = p.pending[n:]
+		p.mu.Unlock()
+		return n, nil
+	}
+	p.mu.Unlock()
+	return p.Conn.Read(b)
+}
+
+func (p *prefixConn) push(b []byte) {
+	p.mu.Lock()
+	p.pending = append(p.pending, b...)
+	p.mu.Unlock()
+}
+
+// canTakeOver reports whether the connection of a finished prefix-route
+// request can be taken over: plain HTTP/1.1 keep-alive, the request body
+// read to its end, the response complete.
+func (s *Server) canTakeOver(sw *statusWriter, r *http.Request) bool {
+	if s.opts.KeepNetHTTP || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.TLS != nil ||
+		!sw.complete(r) || s.closing.Load() {
+		return false
+	}
+	for _, v := range sw.Header()["Connection"] {
+		if strings.EqualFold(strings.TrimSpace(v), "close") {
+			return false
+		}
+	}
+	var b [1]byte
+	n, err := r.Body.Read(b[:])
+	return n == 0 && err == io.EOF
+}
+
+// takeOver hijacks the connection of a finished prefix-route request and
+// serves its next requests (see above). It returns when the connection is
+// closed or handed back.
+func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
+	hs, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if hs == nil || s.closing.Load() {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	c, brw, err := rc.Hijack()
+	if err != nil {
+		return
+	}
+	pc := &prefixConn{Conn: c}
+	if n := brw.Reader.Buffered(); n > 0 {
+		p, _ := brw.Reader.Peek(n)
+		pc.pending = append([]byte(nil), p...)
+	}
+	base := context.WithValue(context.Background(), http.ServerContextKey, hs)
+	base = context.WithValue(base, http.LocalAddrContextKey, c.LocalAddr())
+	lc := &leanConn{s: s, hs: hs, c: c, pc: pc, br: bufio.NewReaderSize(pc, leanHeadMax),
+		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String()}
+	lc.hr = bufio.NewReaderSize(&lc.hb, 4096)
+	lc.timer = time.AfterFunc(time.Hour, lc.startWatch)
+	lc.timer.Stop()
+	if !s.track(lc, hs) {
+		_ = c.Close()
+		return
+	}
+	lc.serve()
+}
+
+// track registers a taken-over connection for Shutdown and Drain.
+func (s *Server) track(lc *leanConn, hs *http.Server) bool {
+	s.leanMu.Lock()
+	defer s.leanMu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	if s.leanConns == nil {
+		s.leanConns = map[*leanConn]struct{}{}
+	}
+	if !s.leanHooked[hs] {
+		if s.leanHooked == nil {
+			s.leanHooked = map[*http.Server]bool{}
+		}
+		s.leanHooked[hs] = true
+		hs.RegisterOnShutdown(s.closeIdleLean)
+	}
+	s.leanConns[lc] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(lc *leanConn) {
+	s.leanMu.Lock()
+	delete(s.leanConns, lc)
+	s.leanMu.Unlock()
+}
+
+// closeIdleLean stops taking connections over and closes the idle ones;
+// busy ones close after their request.
+func (s *Server) closeIdleLean() {
+	s.closing.Store(true)
+	s.leanMu.Lock()
+	defer s.leanMu.Unlock()
+	for lc := range s.leanConns {
+		if lc.state.CompareAndSwap(leanIdle, leanClosed) {
+			_ = lc.c.Close()
+		}
+	}
+}
+
+// Drain closes idle taken-over connections and waits, until ctx ends, for
+// the requests still running on the others. Call it after
+// http.Server.Shutdown, which does not wait for hijacked connections.
+func (s *Server) Drain(ctx context.Context) error {
+	s.closeIdleLean()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.leanMu.Lock()
+		n := len(s.leanConns)
+		s.leanMu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			s.closeIdleLean()
+		}
+	}
+}
+
+func (lc *leanConn) close() {
+	lc.state.Store(leanClosed)
+	_ = lc.c.Close()
+	lc.s.untrack(lc)
+}
+
+// setDeadline sets the read deadline to at, skipping the call when the one
+// in force is within a second of it (under load a connection would
+// otherwise reset its timer on every request).
+func (lc *leanConn) setDeadline(at time.Time) {
+	if d := lc.deadline.Sub(at); !lc.deadline.IsZero() && d > -time.Second && d <= 0 {
+		return
+	}
+	lc.deadline = at
+	_ = lc.c.SetReadDeadline(at)
+}
+
+func (lc *leanConn) idleTimeout() time.Duration {
+	if lc.hs.IdleTimeout > 0 {
+		return lc.hs.IdleTimeout
+	}
+	if lc.hs.ReadTimeout > 0 {
+		return lc.hs.ReadTimeout
+	}
+	return 2 * time.Minute
+}
+
+func (lc *leanConn) headerTimeout() time.Duration {
+	if lc.hs.ReadHeaderTimeout > 0 {
+		return lc.hs.ReadHeaderTimeout
+	}
+	if lc.hs.ReadTimeout > 0 {
+		return lc.hs.ReadTimeout
+	}
+	return 10 * time.Second
+}
+
+func (lc *leanConn) serve() {
+	for {
+		if lc.state.Load() == leanClosed || lc.s.closing.Load() {
+			lc.close()
+			return
+		}
+		lc.setDeadline(time.Now().Add(lc.idleTimeout()))
+		if _, err := lc.br.Peek(1); err != nil || !lc.state.CompareAndSwap(leanIdle, leanBusy) {
+			lc.close()
+			return
+		}
+		head, ok := lc.head()
+		if !ok {
+			lc.close()
+			return
+		}
+		req, d := lc.parse(head)
+		if req == nil {
+			lc.handBack()
+			return
+		}
+		_, _ = lc.br.Discard(len(head))
+		if !lc.serveOne(d, req) || !lc.state.CompareAndSwap(leanBusy, leanIdle) {
+			lc.close()
+			return
+		}
+	}
+}
+
+// head returns the request head (through the blank line) from the read
+// buffer without consuming it; false when the client went away, timed out
+// or the head does not fit (then the connection goes back to net/http).
+func (lc *leanConn) head() ([]byte, bool) {
+	extended := false
+	for {
+		buf, _ := lc.br.Peek(lc.br.Buffered())
+		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
+			return buf[:i+4], true
+		}
+		if len(buf) >= leanHeadMax {
+			return buf, true // parse refuses it: handed back
+		}
+		if !extended {
+			extended = true
+			lc.setDeadline(time.Now().Add(lc.headerTimeout()))
+		}
+		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
+			return nil, false
+		}
+	}
+}
+
+// parse reads a request head with net/http's parser and returns the
+// request when this loop serves it; nil hands the connection back.
+func (lc *leanConn) parse(head []byte) (*http.Request, *directRoute) {
+	if !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+		return nil, nil
+	}
+	lc.hb.Reset(head)
+	lc.hr.Reset(&lc.hb)
+	req, err := http.ReadRequest(lc.hr)
+	if err != nil || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
+		len(req.TransferEncoding) > 0 || req.Host == "" || req.Method == http.MethodConnect ||
+		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil {
+		return nil, nil
+	}
+	d := lc.s.direct(req.URL.Path)
+	if d == nil {
+		return nil, nil
+	}
+	req.RemoteAddr = lc.remote
+	return req, d
+}
+
+// handBack gives the connection, with every byte read but not consumed,
+// to net/http, which serves it from then on.
+func (lc *leanConn) handBack() {
+	lc.s.untrack(lc)
+	p, _ := lc.br.Peek(lc.br.Buffered())
+	lc.pc.mu.Lock()
+	lc.pc.pending = append(append([]byte(nil), p...), lc.pc.pending...)
+	lc.pc.mu.Unlock()
+	_ = lc.c.SetDeadline(time.Time{})
+	if err := lc.hs.Serve(&oneConnListener{c: lc.pc}); !errors.Is(err, errListenerDone) {
+		_ = lc.c.Close()
+	}
+}
+
+// serveOne serves one request and reports whether the connection can take
+// the next.
+func (lc *leanConn) serveOne(d *directRoute, req *http.Request) (keep bool) {
+	ctx, cancel := context.WithCancel(lc.base)
+	defer cancel()
+	body := &leanBody{lc: lc}
+	body.remain.Store(req.ContentLength)
+	if req.ContentLength > 0 {
+		req.Body = body
+	} else {
+		req.Body = http.NoBody
+	}
+	req = req.WithContext(ctx)
+	w := &leanResponse{lc: lc, req: req, h: make(http.Header, 8), cl: -1}
+	lc.mu.Lock()
+	lc.inReq, lc.body, lc.cancel = true, body, cancel
+	lc.mu.Unlock()
+	lc.timer.Reset(watchAfter)
+	defer func() {
+		watchOK := lc.stopWatch()
+		if v := recover(); v != nil {
+			keep = false
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			return
+		}
+		keep = keep && watchOK
+	}()
+	if _, ok := lc.s.serveDirect(d, w, req); !ok {
+		return false
+	}
+	return w.finish() && body.remain.Load() == 0 && !lc.s.closing.Load()
+}
+
+// leanBody is a request body of known length read from the connection.
+// remain is read by the close watcher, hence atomic.
+type leanBody struct {
+	lc     *leanConn
+	remain atomic.Int64
+	err    error
+}
+
+func (b *leanBody) Read(p []byte) (int, error) {
+	remain := b.remain.Load()
+	if remain <= 0 {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	if int64(len(p)) > remain {
+		p = p[:remain]
+	}
+	n, err := b.lc.br.Read(p)
+	remain -= int64(n)
+	b.remain.Store(remain)
+	if remain == 0 {
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *leanBody) Close() error { return nil }
+
+// startWatch runs from the timer: once the request body has been read, a
+// read on the connection tells a client that went away (cancelling the
+// request) from one that sends its next request early (kept for later).
+func (lc *leanConn) startWatch() {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if !lc.inReq || lc.watching {
+		return
+	}
+	if lc.body.remain.Load() > 0 || lc.br.Buffered() > 0 {
+		if lc.body.remain.Load() > 0 {
+			lc.timer.Reset(watchAfter) // the handler is still reading the body
+		}
+		return // bytes already buffered: the client is there
+	}
+	lc.watching, lc.aborted = true, false
+	lc.watched = make(chan struct{})
+	_ = lc.c.SetReadDeadline(time.Time{})
+	lc.deadline = time.Time{}
+	go lc.watch(lc.cancel, lc.watched)
+}
+
+func (lc *leanConn) watch(cancel context.CancelFunc, done chan struct{}) {
+	defer close(done)
+	var b [1]byte
+	n, err := lc.c.Read(b[:])
+	if n == 1 {
+		lc.pc.push(b[:1]) // an early next request: replayed in order
+		return
+	}
+	lc.mu.Lock()
+	aborted := lc.aborted
+	lc.mu.Unlock()
+	if err != nil && !aborted {
+		cancel() // the client went away
+	}
+}
+
+// stopWatch ends the current request's watch; false when the connection
+// cannot be reused.
+func (lc *leanConn) stopWatch() bool {
+	lc.timer.Stop()
+	lc.mu.Lock()
+	lc.inReq, lc.body, lc.cancel = false, nil, nil
+	if !lc.watching {
+		lc.mu.Unlock()
+		return true
+	}
+	lc.aborted = true
+	done := lc.watched
+	lc.mu.Unlock()
+	_ = lc.c.SetReadDeadline(aLongTimeAgo)
+	<-done
+	lc.mu.Lock()
+	lc.watching = false
+	lc.mu.Unlock()
+	lc.deadline = aLongTimeAgo // set afresh before the next read
+	return true
+}
+
+// aLongTimeAgo is a deadline in the past: it unblocks a pending read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// leanResponse is the http.ResponseWriter of a request on a taken-over
+// connection. As net/http's, it sends the head with the first body bytes
+// (or at Flush or the end), sniffs a missing Content-Type, frames the
+// body with the declared Content-Length or chunked encoding, and refuses
+// writes past the declared length.
+type leanResponse struct {
+	lc        *leanConn
+	req       *http.Request
+	h         http.Header
+	wrote     bool // status chosen
+	committed bool // head written
+	status    int
+	chunked   bool
+	noBody    bool
+	cl        int64 // declared Content-Length, -1 if none
+	n         int64 // body bytes written
+	err       error
+	close     bool
+}
+
+func (w *leanResponse) Header() http.Header { return w.h }
+
+func (w *leanResponse) WriteHeader(code int) {
+	if w.wrote || w.err != nil {
+		return
+	}
+	if code < 200 { // informational: sent at once
+		w.writeHead(code)
+		return
+	}
+	w.wrote, w.status = true, code
+}
+
+// commit writes the head, first sniffing the type from the first bytes.
+func (w *leanResponse) commit(first []byte) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.committed = true
+	code := w.status
+	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	if v := w.h["Content-Length"]; len(v) == 1 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n >= 0 {
+			w.cl = n
+		} else {
+			delete(w.h, "Content-Length")
+		}
+	}
+	delete(w.h, "Transfer-Encoding")
+	if w.cl < 0 && !w.noBody {
+		w.chunked = true
+		w.h["Transfer-Encoding"] = chunkedTE
+	}
+	if len(first) > 0 && !w.noBody && w.h["Content-Type"] == nil {
+		w.h["Content-Type"] = []string{http.DetectContentType(first)}
+	}
+	for _, v := range w.h["Connection"] {
+		if strings.EqualFold(strings.TrimSpace(v), "close") {
+			w.close = true
+		}
+	}
+	if w.h["Date"] == nil {
+		w.h["Date"] = []string{httpDate()}
+	}
+	w.writeHead(code)
+}
+
+var chunkedTE = []string{"chunked"}
+
+func (w *leanResponse) writeHead(code int) {
+	bw := w.lc.bw
+	var nb [3]byte
+	_, _ = bw.WriteString("HTTP/1.1 ")
+	_, _ = bw.Write(strconv.AppendInt(nb[:0], int64(code), 10))
+	_ = bw.WriteByte(' ')
+	_, _ = bw.WriteString(http.StatusText(code))
+	_, _ = bw.WriteString("\r\n")
+	for k, vv := range w.h {
+		for _, v := range vv {
+			_, _ = bw.WriteString(k)
+			_, _ = bw.WriteString(": ")
+			if strings.ContainsAny(v, "\r\n") {
+				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+			}
+			_, _ = bw.WriteString(v)
+			_, _ = bw.WriteString("\r\n")
+		}
+	}
+	_, err := bw.WriteString("\r\n")
+	w.fail(err)
+}
+
+func (w *leanResponse) fail(err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+		w.lc.mu.Lock()
+		if w.lc.cancel != nil {
+			w.lc.cancel() // the client is gone: stop the request
+		}
+		w.lc.mu.Unlock()
+	}
+}
+
+func (w *leanResponse) Write(p []byte) (int, error) {
+	if !w.committed {
+		w.commit(p)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.noBody {
+		if w.status == http.StatusNoContent || w.status == http.StatusNotModified {
+			return 0, http.ErrBodyNotAllowed
+		}
+		return len(p), nil
+	}
+	if w.cl >= 0 && w.n+int64(len(p)) > w.cl {
+		return 0, http.ErrContentLength
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	bw := w.lc.bw
+	if w.chunked {
+		var nb [16]byte
+		_, _ = bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
+		_, _ = bw.WriteString("\r\n")
+	}
+	n, err := bw.Write(p)
+	if w.chunked && err == nil {
+		_, err = bw.WriteString("\r\n")
+	}
+	w.n += int64(n)
+	w.fail(err)
+	return n, err
+}
+
+// Flush sends what is buffered (http.Flusher).
+func (w *leanResponse) Flush() {
+	if !w.committed {
+		w.commit(nil)
+	}
+	if w.err == nil {
+		w.fail(w.lc.bw.Flush())
+	}
+}
+
+// finish completes the response and reports whether the connection can
+// be reused.
+func (w *leanResponse) finish() bool {
+	if !w.committed {
+		if w.h["Content-Length"] == nil && w.req.Method != http.MethodHead {
+			w.h["Content-Length"] = zeroLength
+		}
+		w.commit(nil)
+	}
+	if w.chunked && w.err == nil {
+		_, err := w.lc.bw.WriteString("0\r\n\r\n")
+		w.fail(err)
+	}
+	if w.err == nil {
+		w.fail(w.lc.bw.Flush())
+	}
+	short := w.cl >= 0 && !w.noBody && w.n < w.cl
+	return w.err == nil && !w.close && !short
+}
+
+var zeroLength = []string{"0"}
+
+// httpDate is the Date header value, formatted once a second.
+func httpDate() string {
+	now := time.Now().Unix()
+	if d := cachedDate.Load(); d != nil && d.sec == now {
+		return d.s
+	}
+	d := &dateCache{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	cachedDate.Store(d)
+	return d.s
+}
+
+type dateCache struct {
+	sec int64
+	s   string
+}
+
+var cachedDate atomic.Pointer[dateCache]
+
+// oneConnListener hands one connection to http.Server.Serve, then ends it.
+type oneConnListener struct {
+	c    net.Conn
+	done bool
+}
+
+var errListenerDone = errors.New("handed-back connection accepted")
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if l.done {
+		return nil, errListenerDone
+	}
+	l.done = true
+	return l.c, nil
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
