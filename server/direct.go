@@ -47,15 +47,17 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 		rid = gpuproxyID()
 	}
 	w.Header().Set(echo.HeaderXRequestID, rid)
-	sw = &statusWriter{ResponseWriter: w, declared: -1}
+	sw = &statusWriter{ResponseWriter: w, declared: -1, head: r.Method == http.MethodHead}
 	var p *gpuproxy.Principal
 	defer func() {
 		v := recover()
 		if v != nil && v != http.ErrAbortHandler {
 			s.log.LogAttrs(r.Context(), slog.LevelError, "panic", slog.String("request_id", rid),
 				slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
-			if sw.status == 0 {
+			if !sw.sent {
+				sw.reset()
 				WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
+				sw.end()
 			}
 		}
 		status := sw.status
@@ -75,33 +77,121 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 			}
 		}
 		WriteError(sw, r, HTTPStatus(err), err)
+		sw.end()
 		return sw, true
 	}
 	p = &pr
 	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 	d.h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), principalCtxKey{}, pr)))
+	sw.end()
 	return sw, true
 }
 
 // statusWriter records the status and body size of a response on a
-// prefix route.
+// prefix route. A response without a declared length is held back while
+// it is small and the handler has not flushed, and sent at the end with a
+// Content-Length (as net/http does for small responses), so every small
+// response has a known length and its connection can be taken over.
 type statusWriter struct {
 	http.ResponseWriter
+	head     bool // a HEAD request
 	status   int
 	size     int64
 	declared int64 // the Content-Length sent, -1 if none
+	sent     bool  // the status line has gone to the ResponseWriter
+	held     bool  // status chosen, head held back with buf
+	buf      []byte
 }
 
+// holdMax is the largest body held back to be sent with a length.
+const holdMax = 4 << 10
+
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-		if v := w.Header()["Content-Length"]; len(v) == 1 {
-			if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
-				w.declared = n
-			}
+	if w.status != 0 || code < 200 {
+		if !w.sent && code < 200 {
+			w.ResponseWriter.WriteHeader(code)
+		}
+		return
+	}
+	w.status = code
+	if v := w.Header()["Content-Length"]; len(v) == 1 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+			w.declared = n
 		}
 	}
+	if w.declared < 0 && !w.head && bodyAllowed(code) {
+		w.held = true
+		return
+	}
+	w.sent = true
 	w.ResponseWriter.WriteHeader(code)
+}
+
+func bodyAllowed(code int) bool {
+	return code != http.StatusNoContent && code != http.StatusNotModified
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.held {
+		if len(w.buf)+len(b) <= holdMax {
+			w.buf = append(w.buf, b...)
+			w.size += int64(len(b))
+			return len(b), nil
+		}
+		if err := w.release(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.size += int64(n)
+	return n, err
+}
+
+// release sends the held-back head (without a length) and body.
+func (w *statusWriter) release() error {
+	w.held, w.sent = false, true
+	w.ResponseWriter.WriteHeader(w.status)
+	_, err := w.ResponseWriter.Write(w.buf)
+	w.buf = nil
+	return err
+}
+
+// end sends a held-back response with its length once the handler is done.
+func (w *statusWriter) end() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK) // nothing written: an empty 200
+	}
+	if !w.held {
+		return
+	}
+	w.held, w.sent = false, true
+	w.Header()["Content-Length"] = []string{strconv.Itoa(len(w.buf))}
+	w.declared = int64(len(w.buf))
+	w.ResponseWriter.WriteHeader(w.status)
+	_, _ = w.ResponseWriter.Write(w.buf)
+	w.buf = nil
+}
+
+// reset forgets a response nothing of which was sent (after a panic).
+func (w *statusWriter) reset() {
+	w.status, w.size, w.declared, w.held, w.buf = 0, 0, -1, false, nil
+	delete(w.Header(), "Content-Length")
+}
+
+// Flush sends what is buffered (http.Flusher).
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.held {
+		_ = w.release()
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // complete reports whether the response was sent whole with a declared
@@ -109,31 +199,12 @@ func (w *statusWriter) WriteHeader(code int) {
 // finish and the connection can be taken over.
 func (w *statusWriter) complete(r *http.Request) bool {
 	switch {
-	case w.status == 0:
+	case !w.sent:
 		return false
-	case r.Method == http.MethodHead || w.status == http.StatusNoContent || w.status == http.StatusNotModified:
+	case r.Method == http.MethodHead || !bodyAllowed(w.status):
 		return true
 	}
 	return w.declared >= 0 && w.declared == w.size
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.size += int64(n)
-	return n, err
-}
-
-// Flush sends what is buffered (http.Flusher).
-func (w *statusWriter) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.

@@ -2,14 +2,17 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
@@ -24,14 +27,25 @@ type prefixEnv struct {
 	*env
 	metrics *server.Metrics
 	static  atomic.Int64 // requests the static route saw
+	srv     *server.Server
+	hs      *httptest.Server
+	// waiting receives the context of each /api/v1/x/wait request, which
+	// blocks until the context ends and then sends on cancelled.
+	waiting   chan context.Context
+	cancelled chan struct{}
 }
 
 func newPrefixEnv(t *testing.T, rateLimit int) *prefixEnv {
+	return newPrefixEnvWith(t, rateLimit, server.Options{}, 0)
+}
+
+func newPrefixEnvWith(t *testing.T, rateLimit int, so server.Options, idle time.Duration) *prefixEnv {
 	st := dbtest.Open(t, dbtest.SQLite)
 	a := auth.New(st, auth.Options{CacheTTL: -1})
 	logs := &bytes.Buffer{}
 	log := newTestLogger(logs)
-	pe := &prefixEnv{metrics: server.NewMetrics()}
+	pe := &prefixEnv{metrics: server.NewMetrics(), waiting: make(chan context.Context, 4),
+		cancelled: make(chan struct{}, 4)}
 	prefix := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := server.PrincipalFrom(r)
 		switch {
@@ -43,6 +57,22 @@ func newPrefixEnv(t *testing.T, rateLimit int) *prefixEnv {
 			w.Header().Set("Content-Length", "100")
 			_, _ = w.Write([]byte("partial"))
 			panic(http.ErrAbortHandler)
+		case r.URL.Path == "/api/v1/x/wait":
+			pe.waiting <- r.Context()
+			<-r.Context().Done()
+			pe.cancelled <- struct{}{}
+		case r.URL.Path == "/api/v1/x/chunks":
+			for i := range 3 {
+				fmt.Fprintf(w, "chunk %d\n", i)
+				w.(http.Flusher).Flush()
+			}
+		case r.URL.Path == "/api/v1/x/html":
+			_, _ = w.Write([]byte("<!DOCTYPE html><p>hi</p>"))
+		case r.URL.Path == "/api/v1/x/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case r.URL.Path == "/api/v1/x/short":
+			w.Header().Set("Content-Length", "100")
+			_, _ = w.Write([]byte("short"))
 		case r.URL.Path == "/api/v1/x/body":
 			b, err := io.ReadAll(r.Body)
 			var mbe *http.MaxBytesError
@@ -65,9 +95,13 @@ func newPrefixEnv(t *testing.T, rateLimit int) *prefixEnv {
 	}
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewRateLimiter(rateLimit),
-		Metrics: pe.metrics, Mount: []func(server.Registrar){mount}}, server.Options{Logger: log, MaxBody: 1024})
-	hs := httptest.NewServer(srv)
+		Metrics: pe.metrics, Mount: []func(server.Registrar){mount}}, server.Options{Logger: log, MaxBody: 1024,
+		KeepNetHTTP: so.KeepNetHTTP})
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.IdleTimeout = idle
+	hs.Start()
 	t.Cleanup(hs.Close)
+	pe.srv, pe.hs = srv, hs
 	pe.env = &env{t: t, url: hs.URL, store: st, auth: a, logs: logs}
 	return pe
 }

@@ -110,6 +110,11 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err = hs.Shutdown(sctx)
+	// Shutdown does not wait for connections the server took over from
+	// net/http (the proxy's keep-alive fast path); Drain does.
+	if derr := srv.Drain(sctx); err == nil {
+		err = derr
+	}
 	stopBG()
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {

@@ -202,6 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
+	_ = srv.Drain(sctx)
 	if err := p.Close(sctx); err != nil {
 		return err
 	}
