@@ -294,8 +294,14 @@ func (lc *leanConn) head() ([]byte, bool) {
 	extended := false
 	for {
 		buf, _ := lc.br.Peek(lc.br.Buffered())
-		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
-			return buf[:i+4], true
+		if i := bytes.Index(buf, []byte("\n\r\n")); i >= 0 {
+			if j := bytes.Index(buf[:i], []byte("\n\n")); j >= 0 {
+				return buf[:j+2], true // bare-LF head: parse hands it back
+			}
+			return buf[:i+3], true
+		}
+		if j := bytes.Index(buf, []byte("\n\n")); j >= 0 {
+			return buf[:j+2], true
 		}
 		if len(buf) >= leanHeadMax {
 			return buf, true // parse refuses it: handed back

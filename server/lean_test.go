@@ -205,8 +205,13 @@ func TestTakeoverHandsOtherRequestsBackToNetHTTP(t *testing.T) {
 	if res, body := rc.do("POST", "/api/v1/x/body", key, "big", big); res.StatusCode != 200 || body != "big" {
 		t.Fatalf("big head: %d %q", res.StatusCode, body)
 	}
-	// HTTP/1.0 and Connection: close are not taken over; the connection
-	// closes after the answer.
+	// A head with bare LF line ends: handed back, answered by net/http.
+	rc.do("GET", "/api/v1/x/inst", key, "")
+	rc.send("POST /api/v1/x/body HTTP/1.1\nHost: test\nX-API-Key: " + key + "\nContent-Length: 2\n\nlf")
+	if res, body := rc.read("POST"); res.StatusCode != 200 || body != "lf" {
+		t.Fatalf("bare LF head: %d %q", res.StatusCode, body)
+	}
+	// Connection: close is answered and the connection closed.
 	rc.do("GET", "/api/v1/x/inst", key, "")
 	if res, _ := rc.do("GET", "/api/v1/x/inst", key, "", "Connection: close"); res.StatusCode != 200 {
 		t.Fatalf("Connection: close: %d", res.StatusCode)
