@@ -36,6 +36,9 @@ type proxyConf struct {
 	MaxResponseBody int64         `yaml:"max_response_body"` // bytes, default 64 MiB
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`  // default 60s
 	SnapshotMaxAge  time.Duration `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
+	// KeepNetHTTP: never take keep-alive connections over from net/http
+	// after a proxied request (server.Options.KeepNetHTTP).
+	KeepNetHTTP bool `yaml:"keep_net_http"`
 }
 
 type providersConf struct {

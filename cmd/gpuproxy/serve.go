@@ -74,7 +74,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	m := a.newMCP(nil) // authenticates through the server's registrar
 	svc := a.services()
 	svc.Mount = append(svc.Mount, m.Mount)
-	srv := server.New(svc, server.Options{Logger: log, Version: version})
+	srv := server.New(svc, server.Options{Logger: log, Version: version, KeepNetHTTP: cfg.Proxy.KeepNetHTTP})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	// Long-lived MCP streams (SSE, Streamable GET) end when shutdown starts,
