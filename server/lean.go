@@ -155,6 +155,12 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 		_ = c.Close()
 		return
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			lc.close() // untracked before net/http reports the panic
+			panic(v)
+		}
+	}()
 	lc.serve()
 }
 
