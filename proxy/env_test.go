@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -237,7 +238,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	})
 	srv := server.New(server.Services{Auth: e.auth, Guard: e.guard, Ledger: e.ledger, Store: st,
 		RateLimiter: auth.NewRateLimiter(1_000_000), Mount: []func(server.Registrar){e.proxy.Mount}},
-		server.Options{Logger: log, MaxBody: o.maxBody})
+		// scripts/test runs this suite a second time with every request on
+		// net/http (no connection takeover after the first request).
+		server.Options{Logger: log, MaxBody: o.maxBody, KeepNetHTTP: os.Getenv("GPUPROXY_TEST_KEEP_NET_HTTP") != ""})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	e.url = hs.URL
