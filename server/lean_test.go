@@ -291,3 +291,76 @@ func TestTakeoverIdleTimeoutDrainAndOptOut(t *testing.T) {
 		t.Fatal("taken over despite KeepNetHTTP")
 	}
 }
+
+// TestTakeoverUnderConcurrentLoad: many keep-alive clients of two accounts
+// mix proxy-route requests with other routes (hand-backs) and pipelining;
+// every answer must be the one to its own request, for its own account.
+func TestTakeoverUnderConcurrentLoad(t *testing.T) {
+	e := newPrefixEnv(t, 1_000_000)
+	keys := map[string]string{}
+	for _, acct := range []string{"acme", "globex"} {
+		keys[acct], _ = e.key(acct, "engineer")
+	}
+	errs := make(chan error, 16)
+	for g := range 16 {
+		acct := []string{"acme", "globex"}[g%2]
+		go func() {
+			errs <- func() error {
+				c, err := net.Dial("tcp", e.hs.Listener.Addr().String())
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				br := bufio.NewReader(c)
+				read := func() (int, string, error) {
+					_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					res, err := http.ReadResponse(br, nil)
+					if err != nil {
+						return 0, "", err
+					}
+					b, err := io.ReadAll(res.Body)
+					return res.StatusCode, string(b), err
+				}
+				for i := range 150 {
+					tok := fmt.Sprintf("%s-%d-%d", acct, g, i)
+					switch {
+					case i%25 == 7: // another route: handed back to net/http
+						if _, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n"); err != nil {
+							return err
+						}
+						if code, body, err := read(); err != nil || code != 200 || !strings.Contains(body, "ok") {
+							return fmt.Errorf("health: %d %q %v", code, body, err)
+						}
+					case i%10 == 3: // two pipelined requests
+						req := request("POST", "/api/v1/x/body", keys[acct], tok+"a") +
+							request("GET", "/api/v1/x/inst/"+tok, keys[acct], "")
+						if _, err := io.WriteString(c, req); err != nil {
+							return err
+						}
+						if code, body, err := read(); err != nil || code != 200 || body != tok+"a" {
+							return fmt.Errorf("pipelined 1: %d %q %v", code, body, err)
+						}
+						code, body, err := read()
+						if err != nil || code != 200 || !strings.Contains(body, `"account":"`+acct+`"`) ||
+							!strings.Contains(body, tok) {
+							return fmt.Errorf("pipelined 2: %d %q %v", code, body, err)
+						}
+					default:
+						if _, err := io.WriteString(c, request("POST", "/api/v1/x/body", keys[acct], tok)); err != nil {
+							return err
+						}
+						if code, body, err := read(); err != nil || code != 200 || body != tok {
+							return fmt.Errorf("request %s: %d %q %v", tok, code, body, err)
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
