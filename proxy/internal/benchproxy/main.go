@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := f.String("dir", "", "folder for the SQLite file and the request log (default: a temp folder)")
 	logTo := f.String("log", "file", `request log: "file" (JSON lines in -dir), "off"`)
 	cost := f.String("cost", "0", "per-request cost in USD")
+	usageBatch := f.Int("usage-batch", 0, "usage records per insert (default: the proxy's)")
 	cpuprofile := f.String("cpuprofile", "", "write a CPU profile of the serving period here")
 	dbURL := f.String("db", "", "store: a postgres:// URL (a temporary schema is created and dropped) "+
 		"or empty for a SQLite file in -dir")
@@ -171,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ledger := billing.NewLedger(store, nil)
 	fleet := fixedFleet{acct: acct.ID, eps: map[string]string{"gpi_bench": "http://" + *upstream}}
 	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowLoopbackEndpoints: true, Charger: ledger,
-		Metrics: metrics, Logger: log})
+		Metrics: metrics, Logger: log, UsageBatch: *usageBatch})
 	srv := server.New(server.Services{Auth: authSvc, Guard: guard, Ledger: ledger, Store: store,
 		RateLimiter: auth.NewRateLimiter(1 << 30), Metrics: metrics, Mount: []func(server.Registrar){p.Mount}},
 		server.Options{Logger: log, Version: "bench"})
