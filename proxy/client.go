@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -41,6 +42,33 @@ type leanConn struct {
 	bw     *bufio.Writer
 	addr   string
 	idleAt time.Time
+	rdl    time.Time // read deadline in force
+	wdl    time.Time // write deadline in force
+}
+
+// cancelPoll is how often an exchange waiting for its answer checks its
+// context. Waiting in slices of read deadline, rather than registering a
+// context callback per request, keeps the cost off exchanges that are
+// answered quickly; a cancelled request notices within cancelPoll.
+const cancelPoll = 50 * time.Millisecond
+
+// setRead sets the read deadline to at, unless the one in force is within
+// [at-slack, at] (under load, connections would otherwise reset their timer
+// on every exchange).
+func (pc *leanConn) setRead(at time.Time, slack time.Duration) error {
+	if !pc.rdl.IsZero() && !pc.rdl.After(at) && !pc.rdl.Before(at.Add(-slack)) {
+		return nil
+	}
+	pc.rdl = at
+	return pc.c.SetReadDeadline(at)
+}
+
+func (pc *leanConn) setWrite(at time.Time, slack time.Duration) error {
+	if !pc.wdl.IsZero() && !pc.wdl.After(at) && !pc.wdl.Before(at.Add(-slack)) {
+		return nil
+	}
+	pc.wdl = at
+	return pc.c.SetWriteDeadline(at)
 }
 
 // probeAfter is how long a connection may sit idle before it is checked for
@@ -67,6 +95,10 @@ func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, er
 		lc.idle[addr] = list[:len(list)-1]
 		lc.mu.Unlock()
 		idle := now.Sub(pc.idleAt)
+		if idle > probeAfter && !pc.rdl.IsZero() {
+			pc.rdl = time.Time{} // an expired deadline would fail the probe
+			_ = pc.c.SetReadDeadline(pc.rdl)
+		}
 		if idle > lc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
 			_ = pc.c.Close()
 			continue
@@ -168,16 +200,15 @@ func idempotent(m string) bool {
 }
 
 func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (*http.Response, bool, error) {
-	if err := pc.c.SetDeadline(time.Now().Add(lc.headerTimeout)); err != nil {
-		return nil, false, err
-	}
-	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	deadline := time.Now().Add(lc.headerTimeout)
 	fail := func(wrote bool, err error) (*http.Response, bool, error) {
-		stop()
 		if ctx.Err() != nil {
 			return nil, wrote, ctx.Err()
 		}
 		return nil, wrote, err
+	}
+	if err := pc.setWrite(deadline, time.Second); err != nil {
+		return fail(false, err)
 	}
 	writeRequest(pc.bw, x)
 	if err := pc.bw.Flush(); err != nil {
@@ -189,11 +220,18 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 		// Wait for the first byte apart, to tell a connection closed
 		// before any answer (safe to retry when idempotent) from a
 		// broken answer.
-		if _, err := pc.br.Peek(1); err != nil {
+		if err := lc.awaitAnswer(ctx, pc, deadline); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 				err = errUpstreamClosed
 			}
 			return fail(true, err)
+		}
+		// The head is bounded by the header deadline (no need when it is
+		// all in already, as it is for most answers).
+		if !headBuffered(pc.br) {
+			if err := pc.setRead(deadline, 0); err != nil {
+				return fail(true, err)
+			}
 		}
 		var err error
 		resp, err = http.ReadResponse(pc.br, req)
@@ -209,16 +247,50 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return fail(true, errors.New("instance switched protocols unasked"))
 	}
-	// Headers are in: from here only the caller's context bounds the
-	// body (a stream may run long).
-	if err := pc.c.SetDeadline(time.Time{}); err != nil {
-		return fail(true, err)
-	}
 	if ctx.Err() != nil {
 		return fail(true, ctx.Err())
 	}
+	// Headers are in. A body already in the buffer is read without I/O;
+	// otherwise from here only the caller's context bounds it (a stream
+	// may run long): no deadline, and a cancelled context unblocks the
+	// read by setting one in the past.
+	var stop func() bool
+	if resp.ContentLength < 0 || int64(pc.br.Buffered()) < resp.ContentLength {
+		pc.rdl, pc.wdl = time.Time{}, time.Time{}
+		if err := pc.c.SetDeadline(time.Time{}); err != nil {
+			return fail(true, err)
+		}
+		stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	}
 	resp.Body = &leanBody{lc: lc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
 	return resp, true, nil
+}
+
+// awaitAnswer waits until the answer's first byte is in, checking ctx
+// every cancelPoll and giving up at deadline.
+func (lc *leanClient) awaitAnswer(ctx context.Context, pc *leanConn, deadline time.Time) error {
+	for {
+		next := time.Now().Add(cancelPoll)
+		if next.After(deadline) {
+			next = deadline
+		}
+		if err := pc.setRead(next, cancelPoll/2); err != nil {
+			return err
+		}
+		_, err := pc.br.Peek(1)
+		if err == nil || !isDeadline(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// headBuffered reports whether a whole response head is in the buffer.
+func headBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Contains(b, []byte("\r\n\r\n"))
 }
 
 // leanBody returns its connection to the pool once the body has been read
@@ -256,7 +328,7 @@ func (b *leanBody) release(eof bool) {
 	b.done = true
 	// stop reports false once the cancel hook ran (or is running): its
 	// deadline may poison the connection, so it is not reused.
-	if b.stop() && eof && b.reuse {
+	if (b.stop == nil || b.stop()) && eof && b.reuse {
 		b.lc.put(b.pc)
 		return
 	}
