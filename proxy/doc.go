@@ -45,7 +45,8 @@
 // client that writes the request and reads the answer on the handler's own
 // goroutine over a keep-alive pool (connections idle for a while are
 // peeked at before reuse; a connection closed under an idempotent request
-// is retried once); https endpoints and larger, streamed request bodies go
+// is retried once; while it waits for the answer it checks the caller's
+// context every 50 ms rather than registering a callback per request); https endpoints and larger, streamed request bodies go
 // through a tuned http.Transport. Both dial only through the checked dialer
 // and never follow redirects. Copy buffers are pooled; endpoint lookups and
 // spend snapshots are cached briefly, so the hot path touches no database.
