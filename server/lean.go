@@ -387,10 +387,12 @@ func (lc *leanConn) serveOne(d *directRoute, req *http.Request) (keep bool) {
 		}
 		keep = keep && watchOK
 	}()
-	if _, ok := lc.s.serveDirect(d, w, req); !ok {
-		return false
-	}
-	return w.finish() && body.remain.Load() == 0 && !lc.s.closing.Load()
+	_, ok := lc.s.serveDirect(d, w, req)
+	// The body must have been read whole for the next request to start
+	// where this one ended; the response is completed in any case.
+	whole := body.end()
+	done := w.finish()
+	return ok && whole && done && !lc.s.closing.Load()
 }
 
 // leanBody is a request body of known length read from the connection.
@@ -398,10 +400,21 @@ func (lc *leanConn) serveOne(d *directRoute, req *http.Request) (keep bool) {
 type leanBody struct {
 	lc     *leanConn
 	remain atomic.Int64
+	// mu serializes reads with end: a transport may still be reading the
+	// body from its own goroutine after the handler has returned.
+	mu     sync.Mutex
 	err    error
+	closed bool
 }
 
+var errBodyAfterHandler = errors.New("server: read of a request body after its handler returned")
+
 func (b *leanBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, errBodyAfterHandler
+	}
 	remain := b.remain.Load()
 	if remain <= 0 {
 		return 0, io.EOF
@@ -428,6 +441,15 @@ func (b *leanBody) Read(p []byte) (int, error) {
 }
 
 func (b *leanBody) Close() error { return nil }
+
+// end stops every later read (waiting for one in progress) and reports
+// whether the body was read to its end.
+func (b *leanBody) end() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return b.remain.Load() == 0
+}
 
 // startWatch runs from the timer: once the request body has been read, a
 // read on the connection tells a client that went away (cancelling the

@@ -153,6 +153,17 @@ func TestTakeoverResponseFraming(t *testing.T) {
 	if res, body := rc.do("POST", "/api/v1/x/body", key, "still"); res.StatusCode != 200 || body != "still" {
 		t.Fatalf("after framing tests: %d %q", res.StatusCode, body)
 	}
+	// A handler that panics: 500 in the error shape, then the connection
+	// closes.
+	rc2 := e.dial(t)
+	rc2.do("GET", "/api/v1/x/inst", key, "")
+	waitLean(t, e.srv, 2)
+	if res, body := rc2.do("GET", "/api/v1/x/panic", key, ""); res.StatusCode != 500 || !strings.Contains(body, `"internal"`) {
+		t.Fatalf("panic on a taken-over connection: %d %q", res.StatusCode, body)
+	}
+	if !rc2.closed() {
+		t.Fatal("connection kept after a panic")
+	}
 	// A response shorter than its declared length closes the connection.
 	rc.send(request("GET", "/api/v1/x/short", key, ""))
 	_ = rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
