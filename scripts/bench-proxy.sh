@@ -19,6 +19,7 @@
 # installed with apt-get when missing.
 #
 # Environment: DURATION (default 5s), ROUNDS (3), WARMUP (2s), CONNS (64),
+# BENCH_DATABASE_URL (a Postgres URL: store on Postgres instead of SQLite),
 # LOGS=on|off (request logs in both proxies; default on: gpuproxy's JSON
 # request log and nginx's access log, each to a file), PROFILE (path).
 set -euo pipefail
@@ -78,6 +79,9 @@ gplog=file
 [ "$LOGS" = off ] && gplog=off
 mkdir -p "$tmp/gp"
 gpargs=(-upstream "$UP" -dir "$tmp/gp" -log "$gplog")
+# BENCH_DATABASE_URL=postgres://…: usage records and the gate on Postgres
+# (a temporary schema) instead of the embedded SQLite default.
+[ -n "${BENCH_DATABASE_URL:-}" ] && gpargs+=(-db "$BENCH_DATABASE_URL")
 [ -n "${PROFILE:-}" ] && gpargs+=(-cpuprofile "$PROFILE")
 "$tmp/benchproxy" "${gpargs[@]}" >"$tmp/gp.out" 2>&1 &
 gppid=$!

@@ -223,17 +223,20 @@ func (s *Server) logRequest(r *http.Request, rid, route string, status int, d ti
 	if !s.log.Enabled(ctx, lvl) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 9)
-	attrs = append(attrs, slog.String("request_id", rid), slog.String("method", r.Method),
+	// The record is built here rather than by Logger.LogAttrs, which would
+	// capture the caller's program counter on every request for a source
+	// location the request log does not show.
+	rec := slog.NewRecord(time.Now(), lvl, "request", 0)
+	rec.AddAttrs(slog.String("request_id", rid), slog.String("method", r.Method),
 		slog.String("route", route), slog.Int("status", status),
 		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size))
 	if p != nil {
-		attrs = append(attrs, slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
+		rec.AddAttrs(slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
 	}
 	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
-		attrs = append(attrs, slog.String("mcp_session_id", sid))
+		rec.AddAttrs(slog.String("mcp_session_id", sid))
 	}
-	s.log.LogAttrs(ctx, lvl, "request", attrs...)
+	_ = s.log.Handler().Handle(ctx, rec)
 }
 
 // methodLabel bounds the method label: net/http accepts any token as a
