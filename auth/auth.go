@@ -51,6 +51,7 @@ type Service struct {
 
 type cached struct {
 	key     gpuproxy.APIKey
+	digest  [sha256.Size]byte // key.Hash decoded, compared with each credential's
 	account gpuproxy.Account
 	until   time.Time
 }
@@ -108,13 +109,18 @@ func (s *Service) Authenticate(ctx context.Context, credential string) (gpuproxy
 func (s *Service) authKey(ctx context.Context, id, credential string) (gpuproxy.Principal, error) {
 	c, err := s.lookup(ctx, id, func(ctx context.Context) (cached, error) {
 		k, err := s.store.KeyByID(ctx, id)
-		return cached{key: k}, err
+		c := cached{key: k}
+		if d, derr := hex.DecodeString(k.Hash); derr == nil && len(d) == sha256.Size {
+			copy(c.digest[:], d) // otherwise all zeros: matches no credential
+		}
+		return c, err
 	})
 	if err != nil {
 		return gpuproxy.Principal{}, err
 	}
 	k := c.key
-	if subtle.ConstantTimeCompare([]byte(HashKey(credential)), []byte(k.Hash)) != 1 || !k.RevokedAt.IsZero() {
+	sum := sha256.Sum256([]byte(credential))
+	if subtle.ConstantTimeCompare(sum[:], c.digest[:]) != 1 || !k.RevokedAt.IsZero() {
 		return gpuproxy.Principal{}, errUnauthorized
 	}
 	return gpuproxy.Principal{AccountID: k.AccountID, AccountName: k.AccountName, KeyID: k.ID, Scopes: k.Scopes}, nil
