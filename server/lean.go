@@ -665,8 +665,8 @@ func (w *leanResponse) Flush() {
 // be reused.
 func (w *leanResponse) finish() bool {
 	if !w.committed {
-		if w.h["Content-Length"] == nil && w.req.Method != http.MethodHead {
-			w.h["Content-Length"] = zeroLength
+		if w.h["Content-Length"] == nil && w.req.Method != http.MethodHead && (!w.wrote || bodyAllowed(w.status)) {
+			w.h["Content-Length"] = zeroLength // an empty body, unless none is allowed (204, 304)
 		}
 		w.commit(nil)
 	}

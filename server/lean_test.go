@@ -142,8 +142,8 @@ func TestTakeoverResponseFraming(t *testing.T) {
 		t.Fatalf("sniffed type %q, body %q", ct, body)
 	}
 	res, body = rc.do("GET", "/api/v1/x/empty", key, "")
-	if res.StatusCode != 204 || body != "" {
-		t.Fatalf("204: %d %q", res.StatusCode, body)
+	if res.StatusCode != 204 || body != "" || res.Header["Content-Length"] != nil || res.TransferEncoding != nil {
+		t.Fatalf("204: %d %q %v", res.StatusCode, body, res.Header)
 	}
 	res, body = rc.do("HEAD", "/api/v1/x/inst", key, "")
 	if res.StatusCode != 200 || body != "" {
