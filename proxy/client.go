@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
 // leanClient is the proxy's fast path to plain-HTTP instance endpoints for
@@ -42,8 +44,8 @@ type leanConn struct {
 	bw     *bufio.Writer
 	addr   string
 	idleAt time.Time
-	rdl    time.Time // read deadline in force
-	wdl    time.Time // write deadline in force
+	rdl    h1.Deadline // read deadline in force
+	wdl    h1.Deadline // write deadline in force
 }
 
 // cancelPoll is how often an exchange waiting for its answer checks its
@@ -52,33 +54,11 @@ type leanConn struct {
 // answered quickly; a cancelled request notices within cancelPoll.
 const cancelPoll = 50 * time.Millisecond
 
-// setRead sets the read deadline to at, unless the one in force is within
-// [at-slack, at] (under load, connections would otherwise reset their timer
-// on every exchange).
-func (pc *leanConn) setRead(at time.Time, slack time.Duration) error {
-	if !pc.rdl.IsZero() && !pc.rdl.After(at) && !pc.rdl.Before(at.Add(-slack)) {
-		return nil
-	}
-	pc.rdl = at
-	return pc.c.SetReadDeadline(at)
-}
-
-func (pc *leanConn) setWrite(at time.Time, slack time.Duration) error {
-	if !pc.wdl.IsZero() && !pc.wdl.After(at) && !pc.wdl.Before(at.Add(-slack)) {
-		return nil
-	}
-	pc.wdl = at
-	return pc.c.SetWriteDeadline(at)
-}
-
 // probeAfter is how long a connection may sit idle before it is checked for
 // a close by the instance before reuse (one non-blocking read). Under load
 // connections come back within microseconds and skip the check; a server
 // that closes idle connections (uvicorn after 5s, say) is caught by it.
 const probeAfter = 100 * time.Millisecond
-
-// aLongTimeAgo is a deadline in the past: it unblocks pending I/O at once.
-var aLongTimeAgo = time.Unix(1, 0)
 
 func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, error) {
 	addr := x.ep.addr
@@ -95,9 +75,8 @@ func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, er
 		lc.idle[addr] = list[:len(list)-1]
 		lc.mu.Unlock()
 		idle := now.Sub(pc.idleAt)
-		if idle > probeAfter && !pc.rdl.IsZero() {
-			pc.rdl = time.Time{} // an expired deadline would fail the probe
-			_ = pc.c.SetReadDeadline(pc.rdl)
+		if idle > probeAfter && pc.rdl.Active() {
+			_ = pc.rdl.Clear() // an expired deadline would fail the probe
 		}
 		if idle > lc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
 			_ = pc.c.Close()
@@ -112,7 +91,8 @@ func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, er
 	if err != nil {
 		return nil, false, err
 	}
-	return &leanConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr}, false, nil
+	return &leanConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr,
+		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}, false, nil
 }
 
 func (lc *leanClient) put(pc *leanConn) {
@@ -207,7 +187,7 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 		}
 		return nil, wrote, err
 	}
-	if err := pc.setWrite(deadline, time.Second); err != nil {
+	if err := pc.wdl.Set(deadline, time.Second); err != nil {
 		return fail(false, err)
 	}
 	writeRequest(pc.bw, x)
@@ -229,7 +209,7 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 		// The head is bounded by the header deadline (no need when it is
 		// all in already, as it is for most answers).
 		if !headBuffered(pc.br) {
-			if err := pc.setRead(deadline, 0); err != nil {
+			if err := pc.rdl.Set(deadline, 0); err != nil {
 				return fail(true, err)
 			}
 		}
@@ -256,11 +236,12 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 	// read by setting one in the past.
 	var stop func() bool
 	if resp.ContentLength < 0 || int64(pc.br.Buffered()) < resp.ContentLength {
-		pc.rdl, pc.wdl = time.Time{}, time.Time{}
+		pc.rdl.Forget()
+		pc.wdl.Forget()
 		if err := pc.c.SetDeadline(time.Time{}); err != nil {
 			return fail(true, err)
 		}
-		stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+		stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(h1.Past) })
 	}
 	resp.Body = &leanBody{lc: lc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
 	return resp, true, nil
@@ -274,7 +255,7 @@ func (lc *leanClient) awaitAnswer(ctx context.Context, pc *leanConn, deadline ti
 		if next.After(deadline) {
 			next = deadline
 		}
-		if err := pc.setRead(next, cancelPoll/2); err != nil {
+		if err := pc.rdl.Set(next, cancelPoll/2); err != nil {
 			return err
 		}
 		_, err := pc.br.Peek(1)
@@ -354,10 +335,7 @@ func writeRequest(w *bufio.Writer, x *exchange) {
 			if v == "" && k == "User-Agent" {
 				continue
 			}
-			w.WriteString(k)
-			w.WriteString(": ")
-			writeHeaderValue(w, v)
-			w.WriteString("\r\n")
+			h1.WriteField(w, k, v)
 		}
 	}
 	if len(body) > 0 || x.method == http.MethodPost || x.method == http.MethodPut || x.method == http.MethodPatch {
@@ -387,16 +365,6 @@ func writeSafe(w *bufio.Writer, s string) {
 			w.WriteByte(c)
 		}
 	}
-}
-
-// writeHeaderValue writes v with CR and LF (which would start a new header)
-// replaced by spaces, as net/http does.
-func writeHeaderValue(w *bufio.Writer, v string) {
-	if !strings.ContainsAny(v, "\r\n") {
-		w.WriteString(v)
-		return
-	}
-	w.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
 }
 
 // isDeadline reports whether err is an I/O deadline (the header timeout).

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
 // Connection takeover. net/http spends, on every request, a goroutine that
@@ -66,7 +68,7 @@ type leanConn struct {
 	remote string
 	state  atomic.Int32
 
-	deadline time.Time // the read deadline in force (zero: none)
+	rdl h1.Deadline // the read deadline in force
 
 	// The close watcher of the current request.
 	mu       sync.Mutex
@@ -147,7 +149,8 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 	base := context.WithValue(context.Background(), http.ServerContextKey, hs)
 	base = context.WithValue(base, http.LocalAddrContextKey, c.LocalAddr())
 	lc := &leanConn{s: s, hs: hs, c: c, pc: pc, br: bufio.NewReaderSize(pc, leanHeadMax),
-		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String()}
+		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String(),
+		rdl: h1.NewDeadline(c.SetReadDeadline)}
 	lc.hr = bufio.NewReaderSize(&lc.hb, 4096)
 	lc.timer = time.AfterFunc(time.Hour, lc.startWatch)
 	lc.timer.Stop()
@@ -233,17 +236,6 @@ func (lc *leanConn) close() {
 	lc.s.untrack(lc)
 }
 
-// setDeadline sets the read deadline to at, skipping the call when the one
-// in force is within a second of it (under load a connection would
-// otherwise reset its timer on every request).
-func (lc *leanConn) setDeadline(at time.Time) {
-	if d := lc.deadline.Sub(at); !lc.deadline.IsZero() && d > -time.Second && d <= 0 {
-		return
-	}
-	lc.deadline = at
-	_ = lc.c.SetReadDeadline(at)
-}
-
 func (lc *leanConn) idleTimeout() time.Duration {
 	if lc.hs.IdleTimeout > 0 {
 		return lc.hs.IdleTimeout
@@ -270,7 +262,7 @@ func (lc *leanConn) serve() {
 			lc.close()
 			return
 		}
-		lc.setDeadline(time.Now().Add(lc.idleTimeout()))
+		_ = lc.rdl.Set(time.Now().Add(lc.idleTimeout()), time.Second)
 		if _, err := lc.br.Peek(1); err != nil || !lc.state.CompareAndSwap(leanIdle, leanBusy) {
 			lc.close()
 			return
@@ -314,7 +306,7 @@ func (lc *leanConn) head() ([]byte, bool) {
 		}
 		if !extended {
 			extended = true
-			lc.setDeadline(time.Now().Add(lc.headerTimeout()))
+			_ = lc.rdl.Set(time.Now().Add(lc.headerTimeout()), time.Second)
 		}
 		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
 			return nil, false
@@ -468,8 +460,7 @@ func (lc *leanConn) startWatch() {
 	}
 	lc.watching, lc.aborted = true, false
 	lc.watched = make(chan struct{})
-	_ = lc.c.SetReadDeadline(time.Time{})
-	lc.deadline = time.Time{}
+	_ = lc.rdl.Clear()
 	go lc.watch(lc.cancel, lc.watched)
 }
 
@@ -502,17 +493,14 @@ func (lc *leanConn) stopWatch() bool {
 	lc.aborted = true
 	done := lc.watched
 	lc.mu.Unlock()
-	_ = lc.c.SetReadDeadline(aLongTimeAgo)
+	_ = lc.c.SetReadDeadline(h1.Past)
 	<-done
 	lc.mu.Lock()
 	lc.watching = false
 	lc.mu.Unlock()
-	lc.deadline = aLongTimeAgo // set afresh before the next read
+	lc.rdl.Forget() // set afresh before the next read
 	return true
 }
-
-// aLongTimeAgo is a deadline in the past: it unblocks a pending read.
-var aLongTimeAgo = time.Unix(1, 0)
 
 // leanResponse is the http.ResponseWriter of a request on a taken-over
 // connection. As net/http's, it sends the head with the first body bytes
@@ -593,13 +581,7 @@ func (w *leanResponse) writeHead(code int) {
 	_, _ = bw.WriteString("\r\n")
 	for k, vv := range w.h {
 		for _, v := range vv {
-			_, _ = bw.WriteString(k)
-			_, _ = bw.WriteString(": ")
-			if strings.ContainsAny(v, "\r\n") {
-				v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
-			}
-			_, _ = bw.WriteString(v)
-			_, _ = bw.WriteString("\r\n")
+			h1.WriteField(bw, k, v)
 		}
 	}
 	_, err := bw.WriteString("\r\n")
