@@ -1,6 +1,7 @@
 package gpuproxy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -8,8 +9,8 @@ import (
 )
 
 // Micros is an amount of money in micro-dollars (1 USD = 1,000,000 Micros).
-// All sums and stored amounts use it; float64 appears only at the edges, when
-// parsing user input or rendering JSON.
+// All sums and stored amounts use it; float64 appears only at the edges,
+// when rendering for display or reading a provider that sends floats.
 type Micros int64
 
 // MicrosPerUSD is the number of micro-dollars in one US dollar.
@@ -17,6 +18,17 @@ const MicrosPerUSD = 1_000_000
 
 // MaxMicros bounds any single amount accepted from a caller ($1 billion).
 const MaxMicros Micros = 1_000_000_000 * MicrosPerUSD
+
+// Errors of ParseUSD, RoundUSD and FromUSD. Their text reads as the end of
+// a sentence naming the field, e.g. gpuproxy.Invalid("amount", "%v", err).
+var (
+	// ErrUSDSyntax: the text is not an amount in ParseUSD's grammar.
+	ErrUSDSyntax = errors.New("must be a decimal number of US dollars, e.g. 12.5")
+	// ErrUSDPlaces: the amount is not a whole number of micro-dollars.
+	ErrUSDPlaces = errors.New("must have at most 6 decimal places (a micro-dollar)")
+	// ErrUSDRange: the amount is beyond ±MaxMicros.
+	ErrUSDRange = errors.New("must be between -1000000000 and 1000000000 US dollars")
+)
 
 // USD returns m as a float64 dollar value, for display only.
 func (m Micros) USD() float64 { return float64(m) / MicrosPerUSD }
@@ -26,7 +38,7 @@ func (m Micros) String() string {
 	neg := m < 0
 	u := uint64(m)
 	if neg {
-		u = uint64(-m)
+		u = -u
 	}
 	whole, frac := u/MicrosPerUSD, u%MicrosPerUSD
 	s := strconv.FormatUint(whole, 10)
@@ -42,14 +54,14 @@ func (m Micros) String() string {
 // MarshalJSON renders m as a JSON number of dollars, exact to six places.
 func (m Micros) MarshalJSON() ([]byte, error) { return []byte(m.String()), nil }
 
-// UnmarshalJSON reads a JSON number of dollars; strings, booleans and null
-// are refused.
+// UnmarshalJSON reads a JSON number of dollars under ParseUSD's rules
+// (exponents such as 1e2 included, parsed exactly); strings, booleans and
+// null are refused.
 func (m *Micros) UnmarshalJSON(b []byte) error {
-	s := string(b)
-	if s == "" || !(s[0] == '-' || s[0] >= '0' && s[0] <= '9') {
-		return fmt.Errorf("must be a number of US dollars")
+	if len(b) == 0 || !(b[0] == '-' || b[0] >= '0' && b[0] <= '9') {
+		return ErrUSDSyntax
 	}
-	v, err := ParseUSD(s)
+	v, err := ParseUSD(string(b))
 	if err != nil {
 		return err
 	}
@@ -57,57 +69,158 @@ func (m *Micros) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseUSD parses a decimal dollar amount ("12", "0.25", "1e2") exactly when
-// it has at most six decimal places, rounding half away from zero otherwise.
-func ParseUSD(s string) (Micros, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, fmt.Errorf("empty amount")
+// ParseUSD parses a dollar amount exactly, with integer arithmetic only.
+// The grammar is a JSON number made slightly friendlier for people:
+//
+//	amount   = [ "-" ] mantissa [ exponent ]
+//	mantissa = digits [ "." [ digits ] ] | "." digits
+//	exponent = ( "e" | "E" ) [ "+" | "-" ] digits
+//
+// so "5", "0.25", ".5", "5.", "-3", "1e2" and "25.0" are amounts and "",
+// "-", ".", "+5", " 5", "1e", "NaN", "Inf" and "0x10" are not (ErrUSDSyntax).
+// The value must be a whole number of micro-dollars — at most six decimal
+// places once trailing zeros are dropped, so "1.5000000" is 1.5 but
+// "1.1234567" is refused with ErrUSDPlaces, never rounded — and within
+// ±MaxMicros (ErrUSDRange). Negative amounts parse, so that every Micros
+// round-trips through String; callers that need a positive amount check
+// the sign themselves.
+func ParseUSD(s string) (Micros, error) { return parseUSD(s, false) }
+
+// RoundUSD parses an amount in ParseUSD's grammar and range, rounding
+// places past the sixth half away from zero instead of refusing them. It
+// is for provider wire formats that carry binary floats as decimals (io.net
+// sends prices such as 27.875342465753423); caller input uses ParseUSD.
+func RoundUSD(s string) (Micros, error) { return parseUSD(s, true) }
+
+// maxDigits is the number of decimal digits of MaxMicros.
+const maxDigits = 16
+
+func parseUSD(s string, round bool) (Micros, error) {
+	neg, digits, exp, ok := scanDecimal(s)
+	if !ok {
+		return 0, ErrUSDSyntax
 	}
-	if !strings.ContainsAny(s, "eE") {
-		neg := strings.HasPrefix(s, "-")
-		t := strings.TrimLeft(s, "+-")
-		whole, frac, _ := strings.Cut(t, ".")
-		if whole == "" {
-			whole = "0"
+	// The value is digits × 10^exp dollars, digits × 10^shift micro-dollars.
+	shift := exp + 6
+	up := false
+	if shift < 0 {
+		if !round {
+			return 0, ErrUSDPlaces
 		}
-		if isDigits(whole) && (frac == "" || isDigits(frac)) && len(whole) <= 12 {
-			w, _ := strconv.ParseInt(whole, 10, 64)
-			var f int64
-			round := false
-			if len(frac) > 6 {
-				round = frac[6] >= '5'
-				frac = frac[:6]
+		drop := -shift
+		switch {
+		case drop > int64(len(digits)):
+			digits = ""
+		default:
+			keep := int64(len(digits)) - drop
+			up = digits[keep] >= '5'
+			digits = digits[:keep]
+		}
+		shift = 0
+	}
+	if digits == "" && !up {
+		return 0, nil
+	}
+	if int64(len(digits))+shift > maxDigits {
+		return 0, ErrUSDRange
+	}
+	var n uint64
+	for i := 0; i < len(digits); i++ {
+		n = n*10 + uint64(digits[i]-'0')
+	}
+	for ; shift > 0; shift-- {
+		n *= 10
+	}
+	if up {
+		n++
+	}
+	if n > uint64(MaxMicros) {
+		return 0, ErrUSDRange
+	}
+	if neg {
+		return -Micros(n), nil
+	}
+	return Micros(n), nil
+}
+
+// scanDecimal splits s, in ParseUSD's grammar, into its sign, its
+// significant digits (no leading or trailing zeros; "" for zero) and the
+// power of ten they are scaled by. Exponents too large to matter saturate.
+func scanDecimal(s string) (neg bool, digits string, exp int64, ok bool) {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		neg = true
+		i++
+	}
+	start := i
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	whole := s[start:i]
+	var frac string
+	if i < len(s) && s[i] == '.' {
+		i++
+		start = i
+		for i < len(s) && isDigit(s[i]) {
+			i++
+		}
+		frac = s[start:i]
+	}
+	if whole == "" && frac == "" {
+		return false, "", 0, false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		eneg := false
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			eneg = s[i] == '-'
+			i++
+		}
+		start = i
+		for i < len(s) && isDigit(s[i]) {
+			if exp < 1<<40 {
+				exp = exp*10 + int64(s[i]-'0')
 			}
-			if frac != "" {
-				f, _ = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
-			}
-			v := w*MicrosPerUSD + f
-			if round {
-				v++
-			}
-			if neg {
-				v = -v
-			}
-			return Micros(v), nil
+			i++
+		}
+		if i == start {
+			return false, "", 0, false
+		}
+		if eneg {
+			exp = -exp
 		}
 	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("not a number: %q", s)
+	if i != len(s) {
+		return false, "", 0, false
 	}
-	return FromUSD(f)
+	exp -= int64(len(frac))
+	whole = strings.TrimLeft(whole, "0")
+	if whole == "" {
+		frac = strings.TrimLeft(frac, "0")
+	}
+	if t := strings.TrimRight(frac, "0"); len(t) < len(frac) {
+		exp += int64(len(frac) - len(t))
+		frac = t
+	}
+	if frac == "" {
+		t := strings.TrimRight(whole, "0")
+		exp += int64(len(whole) - len(t))
+		whole = t
+	}
+	return neg, whole + frac, exp, true
 }
 
 // FromUSD converts a float dollar amount to Micros, rounding to the nearest
-// micro-dollar. It refuses NaN, infinities and amounts beyond MaxMicros.
+// micro-dollar. It is for provider wire formats that carry floats (vast.ai);
+// it refuses NaN and infinities (ErrUSDSyntax) and amounts beyond
+// ±MaxMicros (ErrUSDRange).
 func FromUSD(f float64) (Micros, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("not a finite number")
+		return 0, ErrUSDSyntax
 	}
 	v := math.Round(f * MicrosPerUSD)
-	if math.Abs(v) > float64(MaxMicros) {
-		return 0, fmt.Errorf("amount out of range")
+	if !(math.Abs(v) <= float64(MaxMicros)) {
+		return 0, ErrUSDRange
 	}
 	return Micros(v), nil
 }
@@ -120,11 +233,4 @@ func (m Micros) MulMillis(ms int64) Micros {
 	return m*Micros(ms/hour) + m*Micros(ms%hour)/hour
 }
 
-func isDigits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
