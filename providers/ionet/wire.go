@@ -58,7 +58,8 @@ type usd struct {
 	set bool
 }
 
-// UnmarshalJSON parses the amount exactly to the micro-dollar.
+// UnmarshalJSON parses the amount exactly, rounded half away from zero to
+// the micro-dollar: io.net sends binary floats such as 27.875342465753423.
 func (u *usd) UnmarshalJSON(b []byte) error {
 	s := strings.TrimSpace(string(b))
 	if s == "null" {
@@ -70,7 +71,7 @@ func (u *usd) UnmarshalJSON(b []byte) error {
 			return err
 		}
 	}
-	v, err := gpuproxy.ParseUSD(s)
+	v, err := gpuproxy.RoundUSD(s)
 	if err != nil {
 		return fmt.Errorf("amount %q: %w", s, err)
 	}
