@@ -16,7 +16,8 @@ import (
 // TestAdmissionMatchesModel drives random charges (past, present and
 // future-dated), admissions at moving (sometimes earlier) clocks, releases
 // and limit changes through the store, and checks every decision against
-// the rule computed from scratch. On Postgres this exercises the cached
+// the rule computed from scratch: a row dated after the admission's clock
+// is spent in every window. On Postgres this exercises the cached
 // upper-bound fast path and its fallbacks; on SQLite the exact path.
 func TestAdmissionMatchesModel(t *testing.T) {
 	for _, refunds := range []bool{false, true} {
@@ -81,7 +82,8 @@ func admissionModel(t *testing.T, seed uint64, refunds bool) {
 				for _, w := range windows {
 					var spent gpuproxy.Micros
 					for _, e := range entries {
-						if e.at.After(now.Add(-w.Duration())) && !e.at.After(now) {
+						// Rows dated after now count too (DESIGN.md, "What spent sees").
+						if e.at.After(now.Add(-w.Duration())) {
 							spent += e.spend
 						}
 					}
@@ -144,7 +146,10 @@ func TestAdmissionCacheEdges(t *testing.T) {
 		future := mustAccount(t, s, "future")
 		charge(t, s, future.ID, billing.Charge, 8*usd, t0.Add(time.Minute))
 		if !admitAt(future, usd, t0) {
-			t.Fatal("$1 refused before the future-dated charge")
+			t.Fatal("$1 refused: $8 dated later (counted now) + $1 fits $10")
+		}
+		if admitAt(future, 2*usd, t0) {
+			t.Fatal("admitted $2 at t0: the $8 charge dated a minute later counts as spent already")
 		}
 		if admitAt(future, 5*usd, t0.Add(2*time.Minute)) {
 			t.Fatal("admitted $5 after the future-dated $8 charge entered the window")

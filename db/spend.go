@@ -111,7 +111,7 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 		u := guardrails.Usage{Window: w, Held: res.Held,
 			Committed: res.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
 		if err := c.queryRow(ctx, windowSumSQL, req.AccountID, start, end,
-			now-wUS, start*usPerMinute, end*usPerMinute, now).Scan(&u.Spent); err != nil {
+			now-wUS, start*usPerMinute, end*usPerMinute).Scan(&u.Spent); err != nil {
 			return res, err
 		}
 		res.Windows = append(res.Windows, u)
@@ -131,12 +131,15 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 	return res, nil
 }
 
-// windowSumSQL sums spend in (t−W, t]: whole minutes from spend_minutes,
-// the two partial edge minutes exactly from the ledger.
+// windowSumSQL sums spend in (t−W, t] plus every row dated after t:
+// whole minutes from spend_minutes, the partial first minute exactly from
+// the ledger, and from the current minute on every ledger row. A row dated
+// after the caller's clock (committed while it waited for the write lock)
+// counts as spent in every window (DESIGN.md, "What spent sees").
 const windowSumSQL = `SELECT
   COALESCE((SELECT sum(spend_micros) FROM spend_minutes WHERE account_id = $1 AND minute >= $2 AND minute < $3), 0)
 + COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us > $4 AND at_us < $5), 0)
-+ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us >= $6 AND at_us <= $7), 0)`
++ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us >= $6), 0)`
 
 // ReleaseHold closes an open hold without charging. It reports whether the
 // hold was open; releasing a closed hold is a no-op.

@@ -42,7 +42,7 @@ func ValidateWindows(ws []Window) error {
 // Usage is one window's state at a moment.
 type Usage struct {
 	Window
-	Spent     gpuproxy.Micros // ledger spend in (t−W, t]
+	Spent     gpuproxy.Micros // ledger spend in (t−W, t], plus every row dated after t
 	Held      gpuproxy.Micros // open holds
 	Committed gpuproxy.Micros // burn × min(horizon, W)
 }
