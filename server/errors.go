@@ -190,6 +190,9 @@ func (a *amount) parse(field string, required, positive bool) (gpuproxy.Micros, 
 	}
 	var m gpuproxy.Micros
 	if err := json.Unmarshal(a.raw, &m); err != nil {
+		if errors.Is(err, gpuproxy.ErrUSDPlaces) {
+			return 0, gpuproxy.Invalid(field, "%v", gpuproxy.ErrUSDPlaces)
+		}
 		return 0, gpuproxy.Invalid(field, "must be a number of US dollars")
 	}
 	switch {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -84,6 +85,9 @@ func OfferQueryFrom(get func(string) string) (fleet.OfferQuery, error) {
 	}
 	if v := get("max_price"); v != "" {
 		if q.MaxPrice, err = gpuproxy.ParseUSD(v); err != nil {
+			if errors.Is(err, gpuproxy.ErrUSDPlaces) {
+				return q, gpuproxy.Invalid("max_price", "%v", err)
+			}
 			return q, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
 		}
 	}
