@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -167,6 +168,9 @@ type checkInput struct {
 func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (result, error) {
 	cost, err := gpuproxy.ParseUSD(in.EstimatedCost.String())
 	if err != nil {
+		if errors.Is(err, gpuproxy.ErrUSDPlaces) {
+			return result{}, gpuproxy.Invalid("estimated_cost", "%v", err)
+		}
 		return result{}, gpuproxy.Invalid("estimated_cost", "must be a number of US dollars")
 	}
 	d, err := s.svc.Guard.Check(ctx, c.p.AccountID, cost)

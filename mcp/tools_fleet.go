@@ -146,6 +146,9 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 	if in.MaxPrice != "" {
 		p, err := gpuproxy.ParseUSD(in.MaxPrice.String())
 		if err != nil {
+			if errors.Is(err, gpuproxy.ErrUSDPlaces) {
+				return offersOutput{}, gpuproxy.Invalid("max_price", "%v", err)
+			}
 			return offersOutput{}, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
 		}
 		q.MaxPrice = p
