@@ -29,6 +29,23 @@ RETURNING granted, tokens`
 // refilled to full, which is what a missing row means too.
 const pruneRateBuckets = `DELETE FROM rate_buckets WHERE at < clock_timestamp() - interval '61 seconds'`
 
+// RateBuckets is the part of a Store that holds request-rate buckets
+// shared by every replica (auth.TokenStore).
+type RateBuckets interface {
+	ClaimRateTokens(ctx context.Context, key string, want, perMinute int) (granted int, wait time.Duration, err error)
+	PruneRateBuckets(ctx context.Context) (int64, error)
+}
+
+// SharedRateBuckets returns s on Postgres, where replicas share the
+// request-rate buckets, and nil on SQLite, where one process owns the
+// database and an in-memory limit is exact.
+func (s *Store) SharedRateBuckets() RateBuckets {
+	if s.pg == nil {
+		return nil
+	}
+	return s
+}
+
 // ClaimRateTokens takes up to want tokens from key's request-rate bucket,
 // shared by every replica on this database: the bucket holds at most
 // perMinute tokens and refills at perMinute/60 tokens a second on the
