@@ -69,7 +69,7 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	gate := guardrails.NewProxyGate(a.guard, guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge})
 	a.proxy = proxy.New(a.fleet, gate, e.store, proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody,
 		MaxResponseBody: pc.MaxResponseBody, UpstreamTimeout: pc.UpstreamTimeout,
-		AllowLoopbackEndpoints: sandboxProviders != nil, Charger: e.ledger, Metrics: metrics, Logger: log})
+		AllowNetworks: pc.networks(sandboxProviders != nil), Charger: e.ledger, Metrics: metrics, Logger: log})
 	return a, nil
 }
 
@@ -96,7 +96,7 @@ func (a *app) services() server.Services {
 		Ledger:      a.ledger,
 		Fleet:       a.fleet,
 		Store:       a.store,
-		RateLimiter: auth.NewRateLimiter(a.cfg.RateLimit),
+		RateLimiter: auth.NewSharedRateLimiter(a.cfg.RateLimit, auth.RateLimitOptions{Store: a.store.SharedRateBuckets(), Logger: a.log}),
 		Metrics:     a.metrics,
 		Mount:       []func(server.Registrar){a.proxy.Mount},
 	}
