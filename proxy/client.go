@@ -31,7 +31,6 @@ type leanClient struct {
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
 	maxIdle       int
-	allowLoopback bool
 
 	mu     sync.Mutex
 	idle   map[string][]*leanConn // by host:port, most recently used last
@@ -83,9 +82,6 @@ func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, er
 			continue
 		}
 		return pc, true, nil
-	}
-	if x.ep.loopback && lc.allowLoopback {
-		ctx = context.WithValue(ctx, loopbackKey{}, addr)
 	}
 	c, err := lc.dial(ctx, "tcp", addr)
 	if err != nil {

@@ -112,21 +112,61 @@ func (e refusedErr) Unwrap() []error {
 	return []error{e.err, errRefused}
 }
 
-// loopbackKey carries, in a request context, the host:port of a recorded
-// endpoint that is a literal loopback address, which the dialer may then
-// connect to when loopback endpoints are allowed.
-type loopbackKey struct{}
+// LoopbackNetworks returns 127.0.0.0/8 and ::1/128, the AllowNetworks of
+// a proxy whose instances are simulated on this machine (serve --sandbox,
+// gpuproxy sim, tests).
+func LoopbackNetworks() []netip.Prefix {
+	return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+}
+
+// allowlist is Options.AllowNetworks, normalized: masked, and IPv4-mapped
+// IPv6 prefixes (::ffff:10.0.0.0/104) turned into the IPv4 prefixes they
+// stand for, since addresses are checked unmapped.
+type allowlist []netip.Prefix
+
+func newAllowlist(nets []netip.Prefix) allowlist {
+	var out allowlist
+	for _, p := range nets {
+		if !p.IsValid() {
+			continue
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// refuses returns "" when ip may be dialed, else the class that makes it
+// unreachable (see AddressClass). An address that is not public is
+// admitted when a listed network contains it (as the address that is
+// dialed: IPv4-mapped addresses unmapped, zones dropped); metadata
+// addresses never are.
+func (a allowlist) refuses(ip netip.Addr) string {
+	c := AddressClass(ip)
+	if c == "" || c == "metadata" {
+		return c
+	}
+	u := ip.Unmap().WithZone("")
+	for _, p := range a {
+		if p.Contains(u) {
+			return ""
+		}
+	}
+	return c
+}
 
 // dialer resolves, checks and dials: the address that is checked is the
 // address that is dialed.
 type dialer struct {
-	resolver      Resolver
-	dial          DialFunc
-	allowLoopback bool
+	resolver Resolver
+	dial     DialFunc
+	allow    allowlist
 }
 
 func newDialer(o Options) *dialer {
-	d := &dialer{resolver: o.Resolver, dial: o.Dial, allowLoopback: o.AllowLoopbackEndpoints}
+	d := &dialer{resolver: o.Resolver, dial: o.Dial, allow: newAllowlist(o.AllowNetworks)}
 	if d.resolver == nil {
 		d.resolver = net.DefaultResolver
 	}
@@ -144,9 +184,8 @@ func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		return nil, err
 	}
 	var ips []netip.Addr
-	literal := false
 	if ip, err := netip.ParseAddr(host); err == nil {
-		ips, literal = []netip.Addr{ip}, true
+		ips = []netip.Addr{ip}
 	} else {
 		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
 		if err != nil {
@@ -156,13 +195,10 @@ func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
 		}
 	}
-	// Loopback only for a literal loopback endpoint the request was
-	// checked against; a name that resolves to loopback never qualifies.
-	loopOK := d.allowLoopback && literal && ctx.Value(loopbackKey{}) == addr
 	// Every address must pass, so a name that mixes a public address with
 	// a private one cannot be steered onto the private one.
 	for _, ip := range ips {
-		if c := AddressClass(ip); c != "" && !(c == "loopback" && loopOK) {
+		if c := d.allow.refuses(ip); c != "" {
 			return nil, refusedErr{refusal(host, ip, c)}
 		}
 	}

@@ -77,8 +77,8 @@ type ssrfCase struct {
 // TestSSRFRefused: every attempt is refused with a clear error, no
 // connection is even attempted to anything but the caller's instance, and
 // the caller's instance and the decoys see zero requests. The table runs
-// in production mode (no loopback at all) and in sandbox mode (loopback
-// only as a literal recorded endpoint).
+// in production mode (no allowed networks) and in sandbox mode (loopback
+// allowed, as serve --sandbox does).
 func TestSSRFRefused(t *testing.T) {
 	t.Parallel()
 	for _, sandbox := range []bool{false, true} {
@@ -123,19 +123,13 @@ func TestSSRFRefused(t *testing.T) {
 				{name: "multicast", endpoint: "http://224.0.0.251", code: "forbidden", class: "multicast"},
 				{name: "name resolving to the metadata address", endpoint: "http://metadata.google.internal",
 					names: map[string][]string{"metadata.google.internal": {"169.254.169.254"}}, code: "forbidden", class: "metadata"},
-				{name: "name resolving to loopback", endpoint: "http://evil.example:" + decoyPort,
-					names: map[string][]string{"evil.example": {"127.0.0.1"}}, code: "forbidden", class: "loopback"},
-				{name: "name resolving to ::1", endpoint: "http://evil6.example:" + decoyPort,
-					names: map[string][]string{"evil6.example": {"::1"}}, code: "forbidden", class: "loopback"},
-				{name: "localhost by name", endpoint: "http://localhost:" + decoyPort,
-					names: map[string][]string{"localhost": {"127.0.0.1", "::1"}}, code: "forbidden", class: "loopback"},
-				{name: "decimal IP as a name", endpoint: "http://2130706433:" + decoyPort,
-					names: map[string][]string{"2130706433": {"127.0.0.1"}}, code: "forbidden", class: "loopback"},
 				{name: "name resolving to public and private", endpoint: "http://mixed.example",
 					names: map[string][]string{"mixed.example": {"93.184.216.34", "10.0.0.1"}}, code: "forbidden", class: "private"},
 				{name: "name resolving to private", endpoint: "http://internal.example:8080",
 					names: map[string][]string{"internal.example": {"192.168.0.10"}}, code: "forbidden", class: "private"},
-				{name: "IPv4-mapped loopback", endpoint: "http://[::ffff:7f00:1]:" + decoyPort, code: "forbidden", class: "loopback"},
+				{name: "IPv4-mapped metadata", endpoint: "http://[::ffff:a9fe:a9fe]", code: "forbidden", class: "metadata"},
+				{name: "name resolving to loopback and public", endpoint: "http://mixed-lo.example:" + decoyPort,
+					names: map[string][]string{"mixed-lo.example": {"93.184.216.34", "10.0.0.1", "127.0.0.1"}}, code: "forbidden", class: "private"},
 
 				{name: "target: another account's instance endpoint", target: decoy.URL + "/v1/models", code: "forbidden"},
 				{name: "target: loopback, not an endpoint", target: "http://127.0.0.1:" + decoyPort + "/", code: "forbidden"},
@@ -150,9 +144,20 @@ func TestSSRFRefused(t *testing.T) {
 				{name: "target: climbing dot segments", target: s.URL() + "/v1/../../admin", code: gpuproxy.EINVALID},
 			}
 			if !sandbox {
+				// Loopback in any spelling is refused without an allowlist
+				// (with one, it reaches the decoy: TestAllowNetworks).
 				cases = append(cases,
 					ssrfCase{name: "loopback endpoint in production", endpoint: s.URL(), code: "forbidden", class: "loopback"},
 					ssrfCase{name: "IPv6 loopback endpoint in production", endpoint: "http://[::1]:" + simPort, code: "forbidden", class: "loopback"},
+					ssrfCase{name: "name resolving to loopback", endpoint: "http://evil.example:" + decoyPort,
+						names: map[string][]string{"evil.example": {"127.0.0.1"}}, code: "forbidden", class: "loopback"},
+					ssrfCase{name: "name resolving to ::1", endpoint: "http://evil6.example:" + decoyPort,
+						names: map[string][]string{"evil6.example": {"::1"}}, code: "forbidden", class: "loopback"},
+					ssrfCase{name: "localhost by name", endpoint: "http://localhost:" + decoyPort,
+						names: map[string][]string{"localhost": {"127.0.0.1", "::1"}}, code: "forbidden", class: "loopback"},
+					ssrfCase{name: "decimal IP as a name", endpoint: "http://2130706433:" + decoyPort,
+						names: map[string][]string{"2130706433": {"127.0.0.1"}}, code: "forbidden", class: "loopback"},
+					ssrfCase{name: "IPv4-mapped loopback", endpoint: "http://[::ffff:7f00:1]:" + decoyPort, code: "forbidden", class: "loopback"},
 				)
 			}
 			for i, tc := range cases {
@@ -284,5 +289,94 @@ func TestDialsTheCheckedAddress(t *testing.T) {
 	}
 	if e.resolver.calls.Load() != 1 {
 		t.Fatalf("resolved %d times", e.resolver.calls.Load())
+	}
+}
+
+// TestAllowNetworks: with AllowNetworks the proxy reaches exactly the
+// non-public addresses the listed networks contain, whether the endpoint
+// is a literal address, an IPv4-mapped IPv6 spelling of one, or a name
+// that resolves to it; metadata addresses stay refused even when a listed
+// network contains them. "" means admitted: the proxy dials the address
+// (the test dialer only connects on loopback, where port 1 refuses, so an
+// admitted call ends in 502 rather than 403).
+func TestAllowNetworks(t *testing.T) {
+	t.Parallel()
+	nets := func(ps ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, p := range ps {
+			out = append(out, netip.MustParsePrefix(p))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		allow []netip.Prefix
+		want  map[string]string // address → refused class, or "" when admitted
+	}{
+		{name: "default", allow: nil, want: map[string]string{
+			"127.0.0.1": "loopback", "127.9.9.9": "loopback", "::1": "loopback",
+			"10.1.2.3": "private", "172.16.0.1": "private", "192.168.1.1": "private", "100.64.0.1": "private",
+			"fd12::1": "private", "169.254.1.1": "link-local", "fe80::1": "link-local",
+			"169.254.169.254": "metadata", "fd00:ec2::254": "metadata", "100.100.100.200": "metadata",
+			"::ffff:127.0.0.1": "loopback", "::ffff:10.1.2.3": "private", "::ffff:169.254.169.254": "metadata",
+			"93.184.216.34": "", "2606:4700:4700::1111": "",
+		}},
+		{name: "loopback", allow: proxy.LoopbackNetworks(), want: map[string]string{
+			"127.0.0.1": "", "127.9.9.9": "", "::1": "", "::ffff:127.0.0.1": "",
+			"10.1.2.3": "private", "192.168.1.1": "private", "169.254.1.1": "link-local",
+			"169.254.169.254": "metadata", "::ffff:169.254.169.254": "metadata",
+			"::2": "reserved", "64:ff9b::7f00:1": "loopback", // NAT64 of 127.0.0.1 is not in 127.0.0.0/8
+		}},
+		{name: "private network", allow: nets("10.0.0.0/8", "fd12::/16"), want: map[string]string{
+			"10.1.2.3": "", "10.255.255.255": "", "::ffff:10.1.2.3": "", "fd12::1": "",
+			"11.0.0.1": "", "172.16.0.1": "private", "192.168.1.1": "private", "fd13::1": "private",
+			"127.0.0.1": "loopback", "::1": "loopback", "64:ff9b::a01:203": "private",
+		}},
+		{name: "unmasked and IPv4-mapped prefixes", allow: nets("192.168.7.9/24", "::ffff:10.0.0.0/104"), want: map[string]string{
+			"192.168.7.1": "", "192.168.8.1": "private", "10.1.2.3": "", "::ffff:10.1.2.3": "", "172.16.0.1": "private",
+		}},
+		{name: "everything listed", allow: nets("0.0.0.0/0", "::/0", "169.254.0.0/16", "fd00::/8"), want: map[string]string{
+			"127.0.0.1": "", "10.1.2.3": "", "169.254.1.1": "", "fe80::1": "", "fd12::1": "", "::ffff:192.168.1.1": "",
+			"169.254.169.254": "metadata", "169.254.170.2": "metadata", "100.100.100.200": "metadata",
+			"fd00:ec2::254": "metadata", "::ffff:169.254.169.254": "metadata",
+			"64:ff9b::a9fe:a9fe": "metadata", "2002:a9fe:a9fe::1": "metadata",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOpts{noLoopOK: tc.allow == nil, proxy: proxy.Options{AllowNetworks: tc.allow}})
+			pr := gpuproxy.Principal{AccountID: e.acct.ID, Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}}
+			i := 0
+			for addr, class := range tc.want {
+				ip := netip.MustParseAddr(addr)
+				dialAddr := netip.AddrPortFrom(ip.Unmap(), 1).String()
+				name := fmt.Sprintf("h%d.example", i)
+				e.resolver.set(name, addr)
+				for _, ep := range []string{"http://" + netip.AddrPortFrom(ip, 1).String(), "http://" + name + ":1"} {
+					i++
+					id := fmt.Sprintf("gpi_allow%d", i)
+					e.fleet.add(e.acct.ID, id, ep)
+					before := len(e.dials.dialed())
+					r := e.do(e.key, "GET", "/api/v1/proxy/"+id+"/v1/models", nil, nil)
+					dialed := e.dials.dialed()[before:]
+					_, _, _, callErr := e.proxy.Call(context.Background(), pr, ep+"/v1/models", "GET", nil, nil)
+					if class != "" {
+						if r.status != 403 || r.errDetails()["address_class"] != class || len(dialed) != 0 {
+							t.Errorf("%s (%s): %d %s, dialed %v; want refused as %s", ep, addr, r.status, r.body, dialed, class)
+						}
+						if gpuproxy.ErrorCode(callErr) != gpuproxy.EFORBIDDEN {
+							t.Errorf("Call %s (%s): %v, want forbidden", ep, addr, callErr)
+						}
+						continue
+					}
+					if r.status == 403 || len(dialed) != 1 || dialed[0] != dialAddr {
+						t.Errorf("%s (%s): %d %s, dialed %v; want %s dialed", ep, addr, r.status, r.body, dialed, dialAddr)
+					}
+					if gpuproxy.ErrorCode(callErr) == gpuproxy.EFORBIDDEN {
+						t.Errorf("Call %s (%s) refused: %v", ep, addr, callErr)
+					}
+				}
+			}
+		})
 	}
 }

@@ -15,9 +15,10 @@
 //     resolved address checked, and the checked address itself is dialed,
 //     so a second resolution cannot swap it (no time-of-check/time-of-use
 //     gap). Redirects are never followed; one that leaves the instance's
-//     endpoint is refused. Options.AllowLoopbackEndpoints (sandbox and
-//     tests only) admits a loopback address only when it is literally the
-//     recorded endpoint of the caller's running instance;
+//     endpoint is refused. Options.AllowNetworks (proxy.allow_networks:
+//     a VPN or cluster network; loopback for the sandbox, gpuproxy sim and
+//     tests) admits the addresses of the networks it lists, literal or
+//     resolved; metadata addresses never;
 //   - the spending guard rail (guardrails.ProxyGate: spent + held + request
 //     cost ≤ limit in every window, from a snapshot at most 1 s old) — a
 //     refusal is 402 with the window numbers;

@@ -35,12 +35,12 @@ type endpoint struct {
 	port     string // explicit or the scheme's default
 	addr     string // hostname:port as the transport dials it
 	base     string // escaped base path without a trailing slash ("" or "/x")
-	loopback bool   // a literal loopback address (allowed by option)
 }
 
 // parseEndpoint parses and checks a recorded endpoint. A literal address
-// is classified here; a name is resolved and checked when dialed.
-func parseEndpoint(raw string, allowLoopback bool) (*endpoint, error) {
+// is checked here against the allowlist; a name is resolved and checked
+// when dialed.
+func parseEndpoint(raw string, allow allowlist) (*endpoint, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || u.Host == "" || u.User != nil || u.Opaque != "" {
 		return nil, gpuproxy.Errorf(CodeUpstream, "the instance's recorded endpoint is not a usable URL")
@@ -64,11 +64,7 @@ func parseEndpoint(raw string, allowLoopback bool) (*endpoint, error) {
 	}
 	ep.addr = net.JoinHostPort(ep.hostname, ep.port)
 	if ip, err := netip.ParseAddr(ep.hostname); err == nil {
-		c := AddressClass(ip)
-		// Only the plain forms the sandbox records (127.x.y.z, ::1), not
-		// IPv4-mapped or other spellings of loopback.
-		ep.loopback = c == "loopback" && (ip.Is4() || ip == netip.IPv6Loopback())
-		if c != "" && !(ep.loopback && allowLoopback) {
+		if c := allow.refuses(ip); c != "" {
 			return nil, refusal(ep.hostname, ip, c)
 		}
 	}
@@ -95,11 +91,11 @@ func (ep *endpoint) sameOrigin(u *url.URL) bool {
 // TTL so the hot path does not query the database per request. Not-found
 // and not-running answers are cached too; store failures are not.
 type endpointCache struct {
-	fleet         Fleet
-	ttl           time.Duration
-	allowLoopback bool
-	one           sync.Map // epKey → *epEntry
-	all           sync.Map // int64 → *epListEntry
+	fleet Fleet
+	ttl   time.Duration
+	allow allowlist
+	one   sync.Map // epKey → *epEntry
+	all   sync.Map // int64 → *epListEntry
 }
 
 type epKey struct {
@@ -142,7 +138,7 @@ func (c *endpointCache) lookup(ctx context.Context, acct int64, id string, now t
 	raw, err := c.fleet.RunningEndpoint(ctx, acct, id)
 	var ep *endpoint
 	if err == nil {
-		ep, err = parseEndpoint(raw, c.allowLoopback)
+		ep, err = parseEndpoint(raw, c.allow)
 	} else if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
 		err = gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %s not found", id)
 	}
@@ -166,7 +162,7 @@ func (c *endpointCache) list(ctx context.Context, acct int64, now time.Time) ([]
 	}
 	out := make([]instEndpoint, 0, len(m))
 	for id, raw := range m {
-		if ep, err := parseEndpoint(raw, c.allowLoopback); err == nil {
+		if ep, err := parseEndpoint(raw, c.allow); err == nil {
 			out = append(out, instEndpoint{id, ep})
 		}
 	}

@@ -211,7 +211,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	gate := guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge})
 	po := o.proxy
-	po.AllowLoopbackEndpoints = !o.noLoopOK
+	if po.AllowNetworks == nil && !o.noLoopOK {
+		po.AllowNetworks = proxy.LoopbackNetworks()
+	}
 	if po.Dial == nil {
 		po.Dial = e.dials.dial
 	}

@@ -271,7 +271,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	other := dbtest.Open(t, dbtest.SQLite)
 	g := guardrails.NewProxyGate(guardrails.New(other, guardrails.Options{}), guardrails.ProxyGateOptions{MaxAge: -1})
 	other.Close()
-	p := proxy.New(e.fleet, g, e.store, proxy.Options{AllowLoopbackEndpoints: true, Dial: e.dials.dial, EndpointTTL: -1})
+	p := proxy.New(e.fleet, g, e.store, proxy.Options{AllowNetworks: proxy.LoopbackNetworks(), Dial: e.dials.dial, EndpointTTL: -1})
 	defer p.Close(context.Background())
 	_, _, _, err := p.Call(context.Background(), gpuproxy.Principal{AccountID: e.acct.ID,
 		Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}}, s.URL()+"/v1/models", "GET", nil, nil)

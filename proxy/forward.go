@@ -58,11 +58,7 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 	if x.ep.scheme == "http" && x.stream == nil {
 		resp, err = p.lean.roundTrip(ctx, x)
 	} else {
-		dctx := ctx
-		if x.ep.loopback && p.opts.AllowLoopbackEndpoints {
-			dctx = context.WithValue(ctx, loopbackKey{}, x.ep.addr)
-		}
-		resp, err = p.transport.RoundTrip(p.stdRequest(dctx, x))
+		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
 	}
 	switch {
 	case err != nil && (x.stream.failed() || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)):

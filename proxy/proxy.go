@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -69,11 +70,15 @@ type Options struct {
 	// EndpointTTL is how long an instance's endpoint lookup is reused
 	// (default 1s; negative: every request asks the fleet).
 	EndpointTTL time.Duration
-	// AllowLoopbackEndpoints admits loopback addresses when they are
-	// literally the recorded endpoint of the caller's running instance
-	// (the sandbox's simulated instances live on 127.0.0.1). Never set it
-	// in production. Names that resolve to loopback stay refused.
-	AllowLoopbackEndpoints bool
+	// AllowNetworks lists networks the proxy may reach although their
+	// addresses are not public (loopback, private, link-local, shared,
+	// reserved): instances on a VPN or a cluster network, or
+	// LoopbackNetworks for simulated instances. It applies to literal
+	// endpoints and to every address a name resolves to; addresses are
+	// checked as they are dialed (IPv4-mapped IPv6 as the IPv4 address).
+	// Metadata addresses (169.254.169.254, fd00:ec2::254, …) stay refused
+	// whatever it lists. Default none: only public addresses.
+	AllowNetworks []netip.Prefix
 	// Resolver resolves endpoint host names (default net.DefaultResolver).
 	Resolver Resolver
 	// Dial connects to an already checked address (default a net.Dialer).
@@ -175,7 +180,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	p := &Proxy{opts: o, gate: gate, store: store, log: o.Logger, idPrefix: "px" + hex.EncodeToString(b) + "-",
-		endpoints: &endpointCache{fleet: fleet, ttl: o.EndpointTTL, allowLoopback: o.AllowLoopbackEndpoints},
+		endpoints: &endpointCache{fleet: fleet, ttl: o.EndpointTTL, allow: newAllowlist(o.AllowNetworks)},
 		breakers:  &breakers{failures: uint32(o.BreakerFailures), openFor: o.BreakerOpen, metrics: o.Metrics},
 		stopSweep: make(chan struct{})}
 	d := newDialer(o)
@@ -196,7 +201,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 		ReadBufferSize:        16 << 10,
 	}
 	p.lean = &leanClient{dial: d.DialContext, headerTimeout: o.UpstreamTimeout, idleTimeout: 90 * time.Second,
-		maxIdle: o.MaxIdleConnsPerHost, allowLoopback: o.AllowLoopbackEndpoints}
+		maxIdle: o.MaxIdleConnsPerHost}
 	p.usage = newRecorder(store, o, hex.EncodeToString(b))
 	go p.sweep()
 	return p

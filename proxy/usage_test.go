@@ -67,7 +67,7 @@ func recorderProxy(t *testing.T, st proxy.UsageStore, o proxy.Options) (*proxy.P
 	f := &fakeFleet{}
 	f.add(1, "gpi_rec", s.URL())
 	m := &fakeMetrics{}
-	o.AllowLoopbackEndpoints, o.Metrics = true, m
+	o.AllowNetworks, o.Metrics = proxy.LoopbackNetworks(), m
 	p := proxy.New(f, openGate{}, st, o)
 	return p, s.URL(), m
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/proxy"
 )
 
 // config is gpuproxy.yaml, overridden by the environment. It is read once,
@@ -39,6 +41,35 @@ type proxyConf struct {
 	// KeepNetHTTP: never take keep-alive connections over from net/http
 	// after a proxied request (server.Options.KeepNetHTTP).
 	KeepNetHTTP bool `yaml:"keep_net_http"`
+	// AllowNetworks are CIDRs the proxy may reach although they are not
+	// public, e.g. a VPN or cluster network the instances live on
+	// (proxy.Options.AllowNetworks); metadata addresses stay refused.
+	// Default none; --sandbox adds loopback.
+	AllowNetworks []string `yaml:"allow_networks"`
+	allowNets     []netip.Prefix
+}
+
+// parseNetworks parses CIDRs ("10.0.0.0/8", "fd00:1::/64").
+func parseNetworks(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR network such as 10.0.0.0/8 or fd00::/8", s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// networks returns proxy.Options.AllowNetworks: the configured networks,
+// plus loopback when the instances are the sandbox's simulated ones.
+func (p proxyConf) networks(sandbox bool) []netip.Prefix {
+	out := append([]netip.Prefix(nil), p.allowNets...)
+	if sandbox {
+		out = append(out, proxy.LoopbackNetworks()...)
+	}
+	return out
 }
 
 type providersConf struct {
@@ -123,6 +154,16 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 			c.Proxy.RequestCost = f
 			return err
 		}},
+		{"GPUPROXY_PROXY_ALLOW_NETWORKS", func(v string) error {
+			c.Proxy.AllowNetworks = nil
+			for _, n := range strings.Split(v, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					c.Proxy.AllowNetworks = append(c.Proxy.AllowNetworks, n)
+				}
+			}
+			_, err := parseNetworks(c.Proxy.AllowNetworks)
+			return err
+		}},
 		{"GPUPROXY_HORIZON", dur(&c.Horizon)},
 		{"GPUPROXY_METERING_INTERVAL", dur(&c.MeteringInterval)},
 		{"GPUPROXY_RATE_LIMIT", func(v string) error {
@@ -155,6 +196,11 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 	if c.Proxy.MaxRequestBody > 1<<20 {
 		return c, fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
 	}
+	nets, err := parseNetworks(c.Proxy.AllowNetworks)
+	if err != nil {
+		return c, fmt.Errorf("proxy.allow_networks: %w", err)
+	}
+	c.Proxy.allowNets = nets
 	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
 		return c, fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
 	}

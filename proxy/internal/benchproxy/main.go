@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gate := guardrails.NewProxyGate(guard, guardrails.ProxyGateOptions{})
 	ledger := billing.NewLedger(store, nil)
 	fleet := fixedFleet{acct: acct.ID, eps: map[string]string{"gpi_bench": "http://" + *upstream}}
-	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowLoopbackEndpoints: true, Charger: ledger,
+	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowNetworks: proxy.LoopbackNetworks(), Charger: ledger,
 		Metrics: metrics, Logger: log, UsageBatch: *usageBatch})
 	srv := server.New(server.Services{Auth: authSvc, Guard: guard, Ledger: ledger, Store: store,
 		RateLimiter: auth.NewRateLimiter(1 << 30), Metrics: metrics, Mount: []func(server.Registrar){p.Mount}},
