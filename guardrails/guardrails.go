@@ -22,6 +22,12 @@ type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (AdmitResult, error)
 	ReleaseHold(ctx context.Context, accountID, holdID int64, now time.Time) (bool, error)
 	SetLimits(ctx context.Context, accountID int64, windows []Window, onExceed string) error
+	// SettleLease closes a proxy lease's hold (whether or not it is still
+	// open) and appends one charge per LeaseCharge, idempotently, in one
+	// transaction serialized with admissions.
+	SettleLease(ctx context.Context, accountID, holdID int64, charges []LeaseCharge, now time.Time) error
+	// ExpireLeases releases open proxy lease holds created before before.
+	ExpireLeases(ctx context.Context, before, now time.Time) (int, error)
 }
 
 // DefaultWindows are the limits an account without its own gets:
@@ -38,6 +44,9 @@ type Options struct {
 	Defaults []Window
 	// Horizon is how far ahead running instances are committed (default 1h).
 	Horizon time.Duration
+	// LeaseExpiry is the age after which the reconciler releases an open
+	// proxy lease, which only a crashed replica leaves (default 2m).
+	LeaseExpiry time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives refusal alerts (default slog.Default()).
@@ -62,6 +71,9 @@ func New(store Store, o Options) *Service {
 	}
 	if o.Horizon <= 0 {
 		o.Horizon = time.Hour
+	}
+	if o.LeaseExpiry <= 0 {
+		o.LeaseExpiry = 2 * time.Minute
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -18,22 +18,33 @@ type ProxyGateOptions struct {
 	// shared by every caller waiting for the account, so it does not end
 	// when the caller that started it goes away.
 	RefreshTimeout time.Duration
-	// Now is the clock that ages snapshots (default the service's clock).
+	// Now is the clock that ages snapshots and leases (default the
+	// service's clock).
 	Now func() time.Time
+	// LeaseSpan is how long a proxy budget lease admits calls before it is
+	// settled and a new one taken (default 2s); leases are sized to about
+	// this long at the replica's recent spend rate.
+	LeaseSpan time.Duration
+	// LeaseSettleWait is how long a retired lease waits for calls without
+	// an outcome before it is settled with them counted as charged
+	// (default 10s).
+	LeaseSettleWait time.Duration
 }
 
 // ProxyGate admits proxy calls (DESIGN.md: every window has
-// spent + held + request cost ≤ limit) from a per-account spend snapshot at
-// most MaxAge old, so the proxy's hot path does not wait on the database for
-// every request. Concurrent callers for one account share one store read;
-// when the store cannot be read the call is refused (fail closed). A gate
-// admits without holding anything: proxy costs are charged afterwards.
+// spent + held + request cost ≤ limit) without a database round trip per
+// call. A call that costs nothing is checked against a per-account spend
+// snapshot at most MaxAge old (Check); a call with a cost is admitted
+// against a budget lease (Admit, lease.go). Concurrent callers for one
+// account share one store read or lease admission; when the store cannot
+// be read the call is refused (fail closed).
 type ProxyGate struct {
 	svc      *Service
 	maxAge   time.Duration
 	timeout  time.Duration
 	now      func() time.Time
 	accounts sync.Map // int64 → *gateEntry
+	lz       leases
 }
 
 // gateEntry is one account's cached snapshot and its in-flight refresh.
@@ -67,7 +78,14 @@ func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
 	if o.Now == nil {
 		o.Now = svc.opts.Now
 	}
-	return &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now}
+	if o.LeaseSpan <= 0 {
+		o.LeaseSpan = 2 * time.Second
+	}
+	if o.LeaseSettleWait <= 0 {
+		o.LeaseSettleWait = 10 * time.Second
+	}
+	return &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
+		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait)}
 }
 
 // Check refuses a proxy call of cost for the account unless it fits every

@@ -45,6 +45,10 @@ func (s *spendStore) ReleaseHold(context.Context, int64, int64, time.Time) (bool
 	return false, nil
 }
 func (s *spendStore) SetLimits(context.Context, int64, []guardrails.Window, string) error { return nil }
+func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.LeaseCharge, time.Time) error {
+	return nil
+}
+func (s *spendStore) ExpireLeases(context.Context, time.Time, time.Time) (int, error) { return 0, nil }
 
 func (s *spendStore) set(spent, held gpuproxy.Micros, err error) {
 	s.mu.Lock()

@@ -44,6 +44,7 @@ type ReconcileReport struct {
 	Failed      []string // pending rows proven never created
 	Adjustments int      // truth-up entries appended
 	KillSwitch  []string // instances destroyed by on_exceed=destroy
+	LeasesFreed int      // expired proxy leases of crashed replicas released
 	Errors      []error
 }
 
@@ -59,7 +60,9 @@ type ReconcileReport struct {
 //   - where a provider reports actual cost, the difference from our ledger
 //     is appended as an adjustment (truth-up);
 //   - accounts with on_exceed=destroy whose spend reached a limit have their
-//     time-billed instances destroyed (the kill switch).
+//     time-billed instances destroyed (the kill switch);
+//   - proxy budget leases older than the lease expiry (a crashed replica's)
+//     are released.
 func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	var rep ReconcileReport
 	_, err := s.opts.Leader(ctx, "fleet-reconcile", func(ctx context.Context) error {
@@ -67,6 +70,11 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			s.reconcileProvider(ctx, p, &rep)
 		}
 		s.killSwitch(ctx, &rep)
+		n, err := s.guard.ExpireLeases(ctx)
+		rep.LeasesFreed = n
+		if err != nil {
+			rep.Errors = append(rep.Errors, err)
+		}
 		return nil
 	})
 	if err == nil {

@@ -1,0 +1,427 @@
+package guardrails
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// LeaseRefPrefix starts the ref of every hold that is a proxy budget lease;
+// the reconciler releases open ones older than the lease expiry.
+const LeaseRefPrefix = "lease:"
+
+// LeaseCharge is the used part of a lease for one instance: what its
+// requests cost, charged when the lease is settled.
+type LeaseCharge struct {
+	InstanceID string // empty for requests whose outcome was still unknown
+	Requests   int64
+	Amount     gpuproxy.Micros
+}
+
+// Pass is one proxy call admitted against a lease. Done must be called
+// once, with whether the call is charged (the instance answered); an
+// uncharged call's cost goes back to the lease. The zero Pass (a call that
+// costs nothing) has nothing to report.
+type Pass struct {
+	l    *lease
+	cost gpuproxy.Micros
+}
+
+// Done reports the call's outcome to its lease.
+func (p Pass) Done(instanceID string, charged bool) {
+	if p.l == nil {
+		return
+	}
+	la := p.l.acct
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if p.l.settled {
+		return // settled without waiting for this call: counted as charged
+	}
+	p.l.pending--
+	if !charged {
+		p.l.used -= p.cost
+		return
+	}
+	u := p.l.uses[instanceID]
+	if u == nil {
+		u = &LeaseCharge{InstanceID: instanceID}
+		p.l.uses[instanceID] = u
+	}
+	u.Requests++
+	u.Amount += p.cost
+}
+
+// lease is a hold this replica took through the atomic admission, spent
+// down in memory by proxy calls. Fields other than the first four are
+// guarded by acct.mu.
+type lease struct {
+	acct   *leaseAcct
+	holdID int64
+	amount gpuproxy.Micros
+	start  time.Time
+
+	used    gpuproxy.Micros // admitted: charged or undecided
+	pending int             // admitted calls without an outcome yet
+	uses    map[string]*LeaseCharge
+	retired time.Time // when it stopped admitting; zero while current
+	settled bool
+}
+
+// leaseAcct is one account's leases on this replica.
+type leaseAcct struct {
+	id int64
+
+	mu      sync.Mutex
+	cur     *lease
+	retired []*lease
+	flight  *leaseFlight
+	rate    gpuproxy.Micros // recent spend per second on this replica
+	snap    *Snapshot       // the last lease admission's snapshot (for sizing)
+	refusal *gateSnap       // the last refusal, reused for MaxAge
+}
+
+// leaseFlight is one lease admission that waiting callers share.
+type leaseFlight struct {
+	done   chan struct{}
+	demand gpuproxy.Micros // what the callers waiting on it need
+	cost   gpuproxy.Micros // one call's cost
+	err    error
+}
+
+// Lease sizing and settlement.
+const (
+	leaseInitialCalls = 16 // calls in an account's first lease on a replica
+	leaseShare        = 8  // a lease takes at most 1/leaseShare of the tightest window's remaining
+)
+
+// leases is the gate's lease machinery (ProxyGate embeds it).
+type leases struct {
+	span       time.Duration // how long a lease admits calls
+	settleWait time.Duration // how long a retired lease waits for undecided calls
+	ref        string        // this replica's hold ref
+	accounts   sync.Map      // int64 → *leaseAcct
+	startOnce  sync.Once // starts runLeases with the first lease
+	stop       chan struct{}
+	stopped    chan struct{}
+	closeOnce  sync.Once
+}
+
+func newLeases(span, settleWait time.Duration) leases {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return leases{span: span, settleWait: settleWait, ref: LeaseRefPrefix + hex.EncodeToString(b),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// Admit admits one proxy call of cost for the account. A call that costs
+// nothing is checked against the spend snapshot (Check). A call with a
+// cost is admitted in memory against this replica's lease for the account
+// — a hold taken through the atomic admission — and a new lease is taken
+// when it is used up or older than the lease span, so the sum of what all
+// replicas admit can never pass a limit.
+func (g *ProxyGate) Admit(ctx context.Context, accountID int64, cost gpuproxy.Micros) (Pass, error) {
+	if cost == 0 {
+		return Pass{}, g.Check(ctx, accountID, 0)
+	}
+	if err := validCost(cost); err != nil {
+		return Pass{}, err
+	}
+	v, ok := g.lz.accounts.Load(accountID)
+	if !ok {
+		v, _ = g.lz.accounts.LoadOrStore(accountID, &leaseAcct{id: accountID})
+	}
+	la := v.(*leaseAcct)
+	// Every lease admitted grants at least one call, and every refusal
+	// ends the wait, so this loop ends (or the caller's context does).
+	for {
+		now := g.now()
+		la.mu.Lock()
+		if l := la.cur; l != nil {
+			if now.Sub(l.start) < g.lz.span && l.used+cost <= l.amount {
+				l.used += cost
+				l.pending++
+				la.mu.Unlock()
+				g.svc.observe("proxy", true)
+				return Pass{l: l, cost: cost}, nil
+			}
+			la.retire(now)
+		}
+		if r := la.refusal; r != nil && g.fresh(r) && !r.snap.fitsProxy(cost) {
+			la.mu.Unlock()
+			return Pass{}, g.refuse(r, accountID, cost)
+		}
+		f := la.flight
+		if f == nil {
+			f = &leaseFlight{done: make(chan struct{}), cost: cost}
+			la.flight = f
+			go g.takeLease(la, f)
+		}
+		f.demand += cost
+		la.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return Pass{}, ctx.Err()
+		}
+		if f.err != nil {
+			if gpuproxy.ErrorCode(f.err) == gpuproxy.ELIMIT {
+				g.svc.observe("proxy", false)
+			}
+			return Pass{}, f.err
+		}
+	}
+}
+
+// refuse returns the refusal for cost against a cached refused snapshot.
+func (g *ProxyGate) refuse(r *gateSnap, accountID int64, cost gpuproxy.Micros) error {
+	g.svc.observe("proxy", false)
+	err := Refusal(r.snap, cost, true)
+	if !r.warned.Swap(true) {
+		g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
+			"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
+	}
+	return err
+}
+
+// retire stops the current lease admitting calls and learns the spend
+// rate from it; la.mu is held.
+func (la *leaseAcct) retire(now time.Time) {
+	l := la.cur
+	la.cur = nil
+	l.retired = now
+	la.retired = append(la.retired, l)
+	el := now.Sub(l.start)
+	if el < 50*time.Millisecond {
+		el = 50 * time.Millisecond
+	}
+	r := gpuproxy.Micros(int64(l.used) * int64(time.Second) / int64(el))
+	la.rate = (la.rate + r) / 2
+	if la.rate < r {
+		la.rate = r // speed up at once, slow down gradually
+	}
+}
+
+// takeLease admits a new lease for the callers waiting on f: sized to a
+// lease span of the recent spend rate (and at least what the waiters
+// need), at most a share of the tightest window's remaining, at least one
+// call. A refusal at that size is retried at the share the refusal's
+// snapshot allows, then at one call's cost.
+func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	la.mu.Lock()
+	size := g.leaseSize(la, f)
+	la.mu.Unlock()
+	var (
+		holdID int64
+		snap   Snapshot
+		err    error
+	)
+	for tried := gpuproxy.Micros(-1); ; {
+		tried = size
+		holdID, snap, err = g.svc.admitProxy(ctx, la.id, size, g.lz.ref)
+		if err == nil || gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT || size == f.cost {
+			break
+		}
+		size = roundCalls(min(size-1, remainingProxy(snap)/leaseShare), f.cost)
+		if size >= tried {
+			size = f.cost
+		}
+	}
+	now := g.now()
+	la.mu.Lock()
+	switch {
+	case err == nil:
+		la.cur = &lease{acct: la, holdID: holdID, amount: size, start: now, uses: map[string]*LeaseCharge{}}
+		la.snap, la.refusal = &snap, nil
+		g.lz.startOnce.Do(func() { go g.runLeases() })
+	case gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT:
+		// Refused at one call's cost: later calls reuse the refusal for
+		// MaxAge instead of asking the database again.
+		la.refusal = &gateSnap{snap: snap, readAt: now}
+		f.err = g.refuse(la.refusal, la.id, f.cost)
+	default:
+		f.err = err
+	}
+	la.flight = nil
+	la.mu.Unlock()
+	close(f.done)
+}
+
+// leaseSize is the size of the next lease; la.mu is held.
+func (g *ProxyGate) leaseSize(la *leaseAcct, f *leaseFlight) gpuproxy.Micros {
+	size := f.cost * leaseInitialCalls
+	if la.rate > 0 {
+		size = gpuproxy.Micros(int64(la.rate) * int64(g.lz.span) / int64(time.Second))
+	}
+	size = max(size, f.demand)
+	if la.snap != nil {
+		// The last snapshot counted that lease as held; it is settled or
+		// about to be, so its share is a fair guess of what is free.
+		size = min(size, remainingProxy(*la.snap)/leaseShare)
+	}
+	return roundCalls(size, f.cost)
+}
+
+// roundCalls rounds size down to whole calls of cost, at least one.
+func roundCalls(size, cost gpuproxy.Micros) gpuproxy.Micros {
+	return max(size/cost, 1) * cost
+}
+
+// remainingProxy is the tightest window's limit − spent − held.
+func remainingProxy(s Snapshot) gpuproxy.Micros {
+	r := gpuproxy.MaxMicros
+	for _, u := range s.Windows {
+		r = min(r, u.Limit-u.Spent-u.Held)
+	}
+	return max(r, 0)
+}
+
+// fitsProxy reports whether cost fits every window by the proxy rule.
+func (s Snapshot) fitsProxy(cost gpuproxy.Micros) bool {
+	for _, u := range s.Windows {
+		if !u.FitsProxy(cost) {
+			return false
+		}
+	}
+	return true
+}
+
+// runLeases retires leases older than the span and settles retired ones,
+// until Close.
+func (g *ProxyGate) runLeases() {
+	defer close(g.lz.stopped)
+	t := time.NewTicker(max(g.lz.span/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-g.lz.stop:
+			return
+		case <-t.C:
+			g.settleDue(false)
+		}
+	}
+}
+
+// settleDue retires leases past their span and settles every retired
+// lease whose calls all have an outcome (or that waited settleWait); with
+// all, every lease is retired first (shutdown). It returns the first error.
+func (g *ProxyGate) settleDue(all bool) error {
+	var first error
+	g.lz.accounts.Range(func(_, v any) bool {
+		la := v.(*leaseAcct)
+		now := g.now()
+		la.mu.Lock()
+		if l := la.cur; l != nil && (all || now.Sub(l.start) >= g.lz.span) {
+			la.retire(now)
+		}
+		var due []*lease
+		var charges [][]LeaseCharge
+		for _, l := range la.retired {
+			if l.pending > 0 && now.Sub(l.retired) < g.lz.settleWait && !all {
+				continue
+			}
+			due = append(due, l)
+			charges = append(charges, l.charges())
+		}
+		la.mu.Unlock()
+		for i, l := range due {
+			err := g.settle(la, l, charges[i], now)
+			if err != nil && first == nil {
+				first = err
+			}
+		}
+		return true
+	})
+	return first
+}
+
+// charges lists the lease's used part per instance, plus calls still
+// without an outcome (counted as charged); la.mu is held.
+func (l *lease) charges() []LeaseCharge {
+	out := make([]LeaseCharge, 0, len(l.uses)+1)
+	var charged gpuproxy.Micros
+	for _, u := range l.uses {
+		out = append(out, *u)
+		charged += u.Amount
+	}
+	if l.pending > 0 {
+		out = append(out, LeaseCharge{Requests: int64(l.pending), Amount: l.used - charged})
+	}
+	return out
+}
+
+// settle charges a retired lease's used part and releases the rest, in one
+// store transaction; on failure the lease stays retired and is tried again
+// at the next tick (its hold keeps counting meanwhile).
+func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	if err := g.svc.store.SettleLease(ctx, la.id, l.holdID, charges, now); err != nil {
+		g.svc.opts.Logger.Error("settling proxy lease; will retry", "account_id", la.id, "hold_id", l.holdID, "err", err)
+		return fmt.Errorf("settling lease %d: %w", l.holdID, err)
+	}
+	la.mu.Lock()
+	l.settled = true
+	for i, r := range la.retired {
+		if r == l {
+			la.retired = append(la.retired[:i], la.retired[i+1:]...)
+			break
+		}
+	}
+	la.mu.Unlock()
+	return nil
+}
+
+// Close stops taking leases' ticks and settles every lease: call it after
+// the server has drained (calls still without an outcome are charged).
+func (g *ProxyGate) Close(ctx context.Context) error {
+	g.lz.closeOnce.Do(func() { close(g.lz.stop) })
+	g.lz.startOnce.Do(func() { close(g.lz.stopped) }) // never started
+	<-g.lz.stopped
+	for {
+		err := g.settleDue(true)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ExpireLeases releases the open proxy leases of every replica taken
+// before the lease expiry (Options.LeaseExpiry), which only a crashed or
+// cut-off replica leaves behind; the reconciler calls it. It returns how
+// many it released.
+func (s *Service) ExpireLeases(ctx context.Context) (int, error) {
+	now := s.opts.Now()
+	n, err := s.store.ExpireLeases(ctx, now.Add(-s.opts.LeaseExpiry), now)
+	if n > 0 {
+		s.opts.Logger.Warn("released expired proxy leases (a replica stopped without settling them)", "leases", n)
+	}
+	return n, s.storeErr(err)
+}
+
+// admitProxy admits a lease of size by the proxy rule (spent + held + cost
+// ≤ limit: running instances' committed burn is not counted).
+func (s *Service) admitProxy(ctx context.Context, accountID int64, size gpuproxy.Micros, ref string) (int64, Snapshot, error) {
+	res, err := s.store.Admit(ctx, AdmitRequest{AccountID: accountID, Cost: size, Now: s.opts.Now(),
+		Defaults: s.opts.Defaults, Hold: true, Ref: ref})
+	if err = s.storeErr(err); err != nil {
+		return 0, res.Snapshot, err
+	}
+	if !res.Admitted {
+		return 0, res.Snapshot, &gpuproxy.Error{Code: gpuproxy.ELIMIT, Message: "lease refused"}
+	}
+	return res.HoldID, res.Snapshot, nil
+}
