@@ -107,7 +107,7 @@ type leases struct {
 	settleWait time.Duration // how long a retired lease waits for undecided calls
 	ref        string        // this replica's hold ref
 	accounts   sync.Map      // int64 → *leaseAcct
-	startOnce  sync.Once // starts runLeases with the first lease
+	startOnce  sync.Once     // starts runLeases with the first lease
 	stop       chan struct{}
 	stopped    chan struct{}
 	closeOnce  sync.Once
