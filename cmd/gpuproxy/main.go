@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return cmdServe(ctx, rest, getenv, stdout, stderr)
 	case "mcp":
 		return cmdMCP(ctx, rest, getenv, stdin, stdout, stderr)
+	case "sim":
+		return cmdSim(ctx, rest, stdout, stderr)
 	case "migrate":
 		return cmdMigrate(ctx, rest, getenv, stdout)
 	case "accounts":
@@ -70,6 +72,10 @@ const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; D
   serve [--listen ADDR] [--sandbox]           run the HTTP API and MCP (default 127.0.0.1:8080);
                                               --sandbox: simulated vast.ai and io.net, a demo account
   mcp                                         MCP on stdio as the account of GPUPROXY_API_KEY
+  sim [--listen HOST:PORT] [--vastai-key K] [--ionet-key K] [--start-delay 3s] [--env-file PATH]
+                                              serve simulated vast.ai (PORT) and io.net (PORT+1) for
+                                              other processes; prints VASTAI_BASE_URL, VASTAI_API_KEY,
+                                              IONET_BASE_URL, IONET_API_KEY lines for serve's environment
   migrate                                     apply database migrations
   accounts create NAME | accounts list
   keys create --account NAME (--scopes LIST | --preset assistant|engineer|finance|admin) [--name TEXT]

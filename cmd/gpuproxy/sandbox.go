@@ -13,9 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
-	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 	"github.com/aiserve/gpuproxy/providers/vastai"
-	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
 
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.
@@ -23,8 +21,7 @@ const sandboxDB = "data/sandbox.db"
 
 // sandboxEnv is the simulated marketplaces of --sandbox.
 type sandboxEnv struct {
-	vast      *vastaisim.Server
-	io        *ionetsim.Server
+	*simulators
 	providers []providers.Provider
 }
 
@@ -51,25 +48,14 @@ func startSandbox(cfg *config, onBreaker func(provider, from, to string)) (*sand
 	if cfg.Fleet.PendingGrace == 0 {
 		cfg.Fleet.PendingGrace = 30 * time.Second
 	}
-	vkey, ikey := randomHex(16), randomHex(16)
-	sb := &sandboxEnv{
-		vast: vastaisim.New(vastaisim.Options{APIKey: vkey, StartDelay: 3 * time.Second}),
-		io:   ionetsim.New(ionetsim.Options{APIKey: ikey, StartDelay: 3 * time.Second}),
-	}
-	vurl, err := sb.vast.Start("127.0.0.1:0")
+	sims, err := startSimulators(simOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("starting vast.ai simulator: %w", err)
+		return nil, err
 	}
-	iurl, err := sb.io.Start("127.0.0.1:0")
-	if err != nil {
-		sb.vast.Close()
-		return nil, fmt.Errorf("starting io.net simulator: %w", err)
-	}
-	sb.providers = []providers.Provider{
-		vastai.New(vastai.Options{BaseURL: vurl, APIKey: vkey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
-		ionet.New(ionet.Options{BaseURL: iurl, APIKey: ikey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
-	}
-	return sb, nil
+	return &sandboxEnv{simulators: sims, providers: []providers.Provider{
+		vastai.New(vastai.Options{BaseURL: sims.vastURL, APIKey: sims.vastKey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
+		ionet.New(ionet.Options{BaseURL: sims.ioURL, APIKey: sims.ioKey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
+	}}, nil
 }
 
 // seed creates the demo account (default limits, $500 credit) and prints
@@ -109,12 +95,6 @@ Then try:
 
 `, admin, asst, base, base, base, base, base)
 	return nil
-}
-
-// Close stops the simulators.
-func (sb *sandboxEnv) Close() {
-	sb.vast.Close()
-	sb.io.Close()
 }
 
 func randomHex(n int) string {

@@ -1,12 +1,316 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy/db/dbtest"
 )
+
+// simProc is an in-process `gpuproxy sim`.
+type simProc struct {
+	env    map[string]string // the four printed variables
+	stdout string            // everything it printed
+	cancel context.CancelFunc
+	done   chan error
+}
+
+var simLineRE = regexp.MustCompile(`^(VASTAI_BASE_URL=http://127\.0\.0\.1:\d+|VASTAI_API_KEY=\S+|IONET_BASE_URL=http://127\.0\.0\.1:\d+|IONET_API_KEY=\S+)$`)
+
+// startSim runs `gpuproxy sim args...` and reads its stdout to the end (the
+// sim closes it after the four lines), as a shell's "$(...)" would.
+func startSim(t *testing.T, args ...string) *simProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	p := &simProc{env: map[string]string{}, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		err := run(ctx, append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""), pw, io.Discard)
+		_ = pw.CloseWithError(fmt.Errorf("sim exited: %v", err))
+		p.done <- err
+	}()
+	t.Cleanup(p.stop(t))
+	read := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(pr); read <- b }()
+	select {
+	case b := <-read:
+		p.stdout = string(b)
+	case <-time.After(15 * time.Second):
+		t.Fatal("sim did not close its stdout")
+	}
+	lines := strings.Split(strings.TrimSuffix(p.stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("sim printed %q, want exactly four lines", p.stdout)
+	}
+	for i, want := range []string{"VASTAI_BASE_URL", "VASTAI_API_KEY", "IONET_BASE_URL", "IONET_API_KEY"} {
+		k, v, _ := strings.Cut(lines[i], "=")
+		if k != want || !simLineRE.MatchString(lines[i]) {
+			t.Fatalf("line %d is %q, want %s=…", i+1, lines[i], want)
+		}
+		p.env[k] = v
+	}
+	return p
+}
+
+// stop ends the sim as SIGTERM would and checks it exits cleanly.
+func (p *simProc) stop(t *testing.T) func() {
+	return func() {
+		p.cancel()
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("sim returned %v", err)
+			}
+			p.done <- err // for a second stop
+		case <-time.After(10 * time.Second):
+			t.Error("sim did not stop")
+		}
+	}
+}
+
+// TestSimSharedByReplicas runs `gpuproxy sim` and `serve` replicas pointed
+// at it through the printed environment, as separate deployments would:
+// offers from both providers, a vast.ai and an io.net instance created on
+// one replica, proxied to and destroyed through another. On Postgres a
+// third replica without proxy.allow_networks refuses to proxy to the
+// simulated instances on loopback.
+func TestSimSharedByReplicas(t *testing.T) {
+	sim := startSim(t, "--listen", "127.0.0.1:0", "--start-delay", "300ms")
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			env := map[string]string{"GPUPROXY_LOG_LEVEL": "warn"}
+			for name, v := range sim.env {
+				env[name] = v
+			}
+			replicas := 1
+			switch k {
+			case dbtest.SQLite:
+				env["DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "sim.db")
+			case dbtest.Postgres:
+				u, schema := dbtest.PostgresSchema(t)
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				env["DATABASE_URL"] = u + sep + "search_path=" + schema
+				replicas = 3
+			}
+			cli(t, env, "accounts", "create", "acme")
+			key := lastLine(cli(t, env, "keys", "create", "--account", "acme", "--preset", "engineer"))
+			cli(t, env, "credits", "add", "--account", "acme", "--amount", "100")
+
+			var bases []string
+			for i := range replicas {
+				renv := map[string]string{}
+				for n, v := range env {
+					renv[n] = v
+				}
+				if i < 2 {
+					renv["GPUPROXY_PROXY_ALLOW_NETWORKS"] = "127.0.0.0/8"
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				stdout := &syncBuffer{}
+				done := make(chan error, 1)
+				go func() {
+					done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0"}, envFunc(renv), strings.NewReader(""), stdout, io.Discard)
+				}()
+				bases = append(bases, waitListening(t, stdout, done))
+				t.Cleanup(func() {
+					cancel()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Errorf("serve returned %v", err)
+						}
+					case <-time.After(25 * time.Second):
+						t.Error("serve did not shut down")
+					}
+				})
+			}
+			a := client{t: t, base: bases[0]}
+			b := a
+			if len(bases) > 1 {
+				b.base = bases[1]
+			}
+
+			ids := map[string]string{}
+			for _, prov := range []string{"vast.ai", "io.net"} {
+				st, o := a.call("GET", "/api/v1/gpu/offers?provider="+prov+"&max_price=1&limit=1", key, "")
+				list, _ := o["offers"].([]any)
+				if st != 200 || len(list) != 1 || len(o["errors"].([]any)) != 0 {
+					t.Fatalf("%s offers: %d %v", prov, st, o)
+				}
+				off := list[0].(map[string]any)
+				body := `{"provider":"` + prov + `","offer_id":"` + off["offer_id"].(string) + `","image":"vllm/vllm-openai:latest","hours":1}`
+				if prov == "vast.ai" {
+					body = `{"provider":"` + prov + `","offer_id":"` + off["offer_id"].(string) + `","image":"vllm/vllm-openai:latest"}`
+				}
+				st, inst := a.call("POST", "/api/v1/gpu/instances", key, body, "Idempotency-Key", "sim-"+prov)
+				if st != 201 {
+					t.Fatalf("%s create: %d %v", prov, st, inst)
+				}
+				ids[prov] = inst["id"].(string)
+			}
+			for prov, id := range ids {
+				var inst map[string]any
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+					if _, inst = b.call("GET", "/api/v1/gpu/instances/"+id, key, ""); inst["status"] == "running" {
+						break
+					}
+				}
+				if inst["status"] != "running" || !strings.HasPrefix(inst["endpoint"].(string), "http://127.0.0.1:") {
+					t.Fatalf("%s instance not running: %v", prov, inst)
+				}
+				st, chat := b.call("POST", "/api/v1/proxy/"+id+"/v1/chat/completions", key,
+					`{"model":"x","messages":[{"role":"user","content":"ping"}]}`)
+				if st != 200 || len(chat["choices"].([]any)) != 1 {
+					t.Fatalf("%s proxied chat: %d %v", prov, st, chat)
+				}
+				if len(bases) > 2 {
+					c := client{t: t, base: bases[2]}
+					st, e := c.call("GET", "/api/v1/proxy/"+id+"/v1/models", key, "")
+					det, _ := e["error"].(map[string]any)["details"].(map[string]any)
+					if st != 403 || det["address_class"] != "loopback" {
+						t.Fatalf("%s without allow_networks: %d %v", prov, st, e)
+					}
+				}
+			}
+			for prov, id := range ids {
+				st, inst := b.call("DELETE", "/api/v1/gpu/instances/"+id, key, "")
+				if st != 200 || inst["status"] != "terminated" && inst["status"] != "terminating" {
+					t.Fatalf("%s delete: %d %v", prov, st, inst)
+				}
+				// io.net takes a moment to confirm a destroyed deployment.
+				for deadline := time.Now().Add(20 * time.Second); inst["status"] != "terminated" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+					_, inst = a.call("GET", "/api/v1/gpu/instances/"+id, key, "")
+				}
+				if inst["status"] != "terminated" {
+					t.Fatalf("%s not terminated: %v", prov, inst)
+				}
+			}
+		})
+	}
+}
+
+// TestSimFlags: a fixed port (vast.ai on it, io.net on the next), fixed
+// keys, --env-file, and refusals of bad flags.
+func TestSimFlags(t *testing.T) {
+	dir := t.TempDir()
+	envPath := filepath.Join(dir, "sim.env")
+	var sim *simProc
+	var port int
+	for try := 0; sim == nil; try++ {
+		port = freePortPair(t)
+		var err error
+		sim, err = runSimUntilPrinted(t, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--vastai-key", "vk",
+			"--ionet-key", "ik", "--env-file", envPath)
+		if err != nil && (try == 4 || !strings.Contains(err.Error(), "address already in use")) {
+			t.Fatalf("sim: %v", err)
+		}
+	}
+	t.Cleanup(sim.stop(t))
+	want := fmt.Sprintf("VASTAI_BASE_URL=http://127.0.0.1:%d\nVASTAI_API_KEY=vk\nIONET_BASE_URL=http://127.0.0.1:%d\nIONET_API_KEY=ik\n", port, port+1)
+	if sim.stdout != want {
+		t.Fatalf("stdout %q, want %q", sim.stdout, want)
+	}
+	if b, err := os.ReadFile(envPath); err != nil || string(b) != want {
+		t.Fatalf("env file: %q %v", b, err)
+	}
+	if fi, err := os.Stat(envPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("env file mode: %v %v", fi, err)
+	}
+	// Both answer the fixed keys, and only those, in their own wire formats.
+	for _, c := range []struct {
+		url, header, value string
+		status             int
+	}{
+		{fmt.Sprintf("http://127.0.0.1:%d/api/v0/users/current/", port), "Authorization", "Bearer vk", 200},
+		{fmt.Sprintf("http://127.0.0.1:%d/api/v0/users/current/", port), "Authorization", "Bearer ik", 401},
+		{fmt.Sprintf("http://127.0.0.1:%d/enterprise/v1/io-cloud/caas/deployments", port+1), "X-API-KEY", "ik", 200},
+		{fmt.Sprintf("http://127.0.0.1:%d/enterprise/v1/io-cloud/caas/deployments", port+1), "X-API-KEY", "vk", 401},
+	} {
+		req, _ := http.NewRequest("GET", c.url, nil)
+		req.Header.Set(c.header, c.value)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(res.Body).ReadString('\n')
+		res.Body.Close()
+		if res.StatusCode != c.status {
+			t.Fatalf("%s with %s: %d %s, want %d", c.url, c.value, res.StatusCode, line, c.status)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"--listen", "nope"}, {"--listen", "127.0.0.1:65535"}, {"--start-delay", "-1s"}, {"extra"},
+		{"--env-file", filepath.Join(dir, "missing", "sim.env")},
+	} {
+		if err := run(context.Background(), append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""),
+			io.Discard, io.Discard); err == nil {
+			t.Errorf("sim %v succeeded", args)
+		}
+	}
+}
+
+// runSimUntilPrinted runs `gpuproxy sim args...` with a stdout that is not
+// closed, until it has printed four lines; err is set if it exits first.
+func runSimUntilPrinted(t *testing.T, args ...string) (*simProc, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	p := &simProc{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		p.done <- run(ctx, append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""), out, io.Discard)
+	}()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-p.done:
+			cancel()
+			return nil, fmt.Errorf("exited: %w", err)
+		default:
+		}
+		if p.stdout = out.String(); strings.Count(p.stdout, "\n") >= 4 {
+			return p, nil
+		}
+	}
+	cancel()
+	<-p.done
+	return nil, fmt.Errorf("printed only %q", out.String())
+}
+
+// freePortPair returns a port p such that p and p+1 were free a moment ago.
+func freePortPair(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		ln.Close()
+		if err == nil {
+			ln2.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port pair")
+	return 0
+}
 
 // TestConfigAllowNetworks: proxy.allow_networks from the file and
 // GPUPROXY_PROXY_ALLOW_NETWORKS (which replaces it); a bad CIDR is an

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
+	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+)
+
+// simStartDelay is how long a simulated instance takes to start, unless
+// told otherwise (serve --sandbox, gpuproxy sim).
+const simStartDelay = 3 * time.Second
+
+// simulators is both marketplace simulators serving on their own ports:
+// what serve --sandbox runs in-process and gpuproxy sim serves for other
+// processes. Their running instances serve simllm's OpenAI-compatible
+// endpoint on 127.0.0.1, so they are reachable from any process on this
+// machine.
+type simulators struct {
+	vast    *vastaisim.Server
+	io      *ionetsim.Server
+	vastURL string // base URL of the vast.ai API (VASTAI_BASE_URL)
+	vastKey string // the key it accepts (VASTAI_API_KEY)
+	ioURL   string // base URL of the io.net API (IONET_BASE_URL)
+	ioKey   string // the key it accepts (IONET_API_KEY)
+}
+
+// simOptions configure startSimulators; zero values take the defaults.
+type simOptions struct {
+	vastAddr, ioAddr string        // listen addresses, default 127.0.0.1:0 (a free port)
+	vastKey, ioKey   string        // accepted API keys, default random
+	startDelay       time.Duration // default simStartDelay; negative: at once
+}
+
+// startSimulators starts both simulators. Close stops them.
+func startSimulators(o simOptions) (*simulators, error) {
+	if o.vastKey == "" {
+		o.vastKey = randomHex(16)
+	}
+	if o.ioKey == "" {
+		o.ioKey = randomHex(16)
+	}
+	vastDelay, ioDelay := o.startDelay, o.startDelay
+	switch {
+	case o.startDelay == 0:
+		vastDelay, ioDelay = simStartDelay, simStartDelay
+	case o.startDelay < 0:
+		// vastaisim: negative is "at once"; ionetsim takes 0 as its
+		// default, so the shortest positive delay instead.
+		vastDelay, ioDelay = -1, time.Nanosecond
+	}
+	s := &simulators{
+		vast:    vastaisim.New(vastaisim.Options{APIKey: o.vastKey, StartDelay: vastDelay}),
+		io:      ionetsim.New(ionetsim.Options{APIKey: o.ioKey, StartDelay: ioDelay}),
+		vastKey: o.vastKey, ioKey: o.ioKey,
+	}
+	var err error
+	if s.vastURL, err = s.vast.Start(o.vastAddr); err != nil {
+		return nil, fmt.Errorf("starting vast.ai simulator: %w", err)
+	}
+	if s.ioURL, err = s.io.Start(o.ioAddr); err != nil {
+		s.vast.Close()
+		return nil, fmt.Errorf("starting io.net simulator: %w", err)
+	}
+	s.vastURL, s.ioURL = dialableURL(s.vastURL), dialableURL(s.ioURL)
+	return s, nil
+}
+
+// dialableURL replaces an unspecified listen address (0.0.0.0, [::]) in a
+// base URL with 127.0.0.1, so that the printed URL can be used as is.
+func dialableURL(u string) string {
+	hostport := strings.TrimPrefix(u, "http://")
+	ap, err := netip.ParseAddrPort(hostport)
+	if err != nil || !ap.Addr().IsUnspecified() {
+		return u
+	}
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(ap.Port())))
+}
+
+// envLines is the environment that points serve at the simulators, one
+// NAME=value line each.
+func (s *simulators) envLines() string {
+	return "VASTAI_BASE_URL=" + s.vastURL + "\nVASTAI_API_KEY=" + s.vastKey +
+		"\nIONET_BASE_URL=" + s.ioURL + "\nIONET_API_KEY=" + s.ioKey + "\n"
+}
+
+// Close stops both simulators and their instances' inference servers.
+func (s *simulators) Close() {
+	s.vast.Close()
+	s.io.Close()
+}
+
+// cmdSim serves both simulators until ctx ends (SIGINT/SIGTERM). Before
+// serving, it prints exactly the four lines of envLines on stdout and
+// then closes stdout when it can (so `eval "$(gpuproxy sim &)"` returns);
+// logs go to stderr.
+func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("sim")
+	listen := f.String("listen", "127.0.0.1:0",
+		"vast.ai on HOST:PORT and io.net on HOST:PORT+1 (PORT 0: a free port each)")
+	vastKey := f.String("vastai-key", "", "API key the vast.ai simulator accepts (default random)")
+	ioKey := f.String("ionet-key", "", "API key the io.net simulator accepts (default random)")
+	delay := f.Duration("start-delay", simStartDelay, "how long a new instance takes to start running (0: at once)")
+	envFile := f.String("env-file", "", "also write the four NAME=value lines to this file (mode 0600) before serving")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if len(f.args) > 0 {
+		return fmt.Errorf("sim: unexpected argument %q", f.args[0])
+	}
+	host, portText, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return fmt.Errorf("sim: --listen: %w", err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65534 {
+		return fmt.Errorf("sim: --listen: port must be 0 or between 1 and 65534 (io.net takes PORT+1)")
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	o := simOptions{vastAddr: net.JoinHostPort(host, "0"), ioAddr: net.JoinHostPort(host, "0"),
+		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay}
+	if port != 0 {
+		o.vastAddr, o.ioAddr = net.JoinHostPort(host, strconv.Itoa(port)), net.JoinHostPort(host, strconv.Itoa(port+1))
+	}
+	if *delay == 0 {
+		o.startDelay = -1
+	} else if *delay < 0 {
+		return fmt.Errorf("sim: --start-delay must not be negative")
+	}
+	log := newLogger(stderr, "info")
+	sims, err := startSimulators(o)
+	if err != nil {
+		return err
+	}
+	defer sims.Close()
+	lines := sims.envLines()
+	if *envFile != "" {
+		if err := writeEnvFile(*envFile, lines); err != nil {
+			return err
+		}
+	}
+	if _, err := io.WriteString(stdout, lines); err != nil {
+		return fmt.Errorf("writing to stdout: %w", err)
+	}
+	if c, ok := stdout.(io.Closer); ok {
+		_ = c.Close()
+	}
+	log.Info("marketplace simulators serving", "vastai", sims.vastURL, "ionet", sims.ioURL,
+		"start_delay", max(*delay, 0).String(), "pid", os.Getpid())
+	<-ctx.Done()
+	log.Info("simulators stopped")
+	return nil
+}
+
+// writeEnvFile writes content to path through a temporary file and a
+// rename, so that a reader never sees it half written.
+func writeEnvFile(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".gpuproxy-sim-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(content); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
