@@ -1,0 +1,467 @@
+package attack
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// size is one size of the attack.
+type size struct {
+	replicas       int
+	waves          int
+	createsPerWave int
+	proxyPerWave   int
+	chaos          map[int]string // wave → "kill" | "pg" | "kill0"
+	budget         time.Duration  // deadline of the whole run, build included
+	settle         time.Duration
+}
+
+var sizes = map[string]size{
+	// ci: well under 3 minutes on a 2-core machine, build included.
+	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100,
+		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 170 * time.Second, settle: 30 * time.Second},
+	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250,
+		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second},
+}
+
+// The attack's settings: short intervals so the background loops run many
+// times during the attack.
+const (
+	requestCost  = 0.01 // USD per proxied request
+	leaseExpiry  = 5 * time.Second
+	reconcileInt = time.Second
+	meteringInt  = time.Second
+	horizon      = time.Hour
+	simStart     = time.Second // simulated instances run this long after create
+)
+
+// The two accounts: creates against $5 per 60 min, proxy bursts against
+// $2 per 60 min after some spend.
+const (
+	createAccount = "atk-create"
+	proxyAccount  = "atk-proxy"
+)
+
+var limits = map[string][]string{
+	createAccount: {"60m=5", "24h=20"},
+	proxyAccount:  {"60m=2"},
+}
+
+func TestAttack(t *testing.T) {
+	mode := os.Getenv("GPUPROXY_ATTACK")
+	if mode == "" {
+		t.Skip("the attack harness runs only with GPUPROXY_ATTACK=ci or full (scripts/attack)")
+	}
+	sz, ok := sizes[mode]
+	if !ok {
+		t.Fatalf("GPUPROXY_ATTACK=%q: want ci or full", mode)
+	}
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), sz.budget)
+	defer cancel()
+
+	dir, err := os.MkdirTemp("", "gpuproxy-attack-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("GPUPROXY_ATTACK_KEEP") != "" {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	bin := gpuproxyBinary(t, dir)
+	simBin := bin
+	if b := os.Getenv("GPUPROXY_SIM_BIN"); b != "" {
+		simBin = b
+	}
+
+	pg := startCluster(t, "gpuproxy")
+	dbURL := pg.url("gpuproxy")
+	t.Logf("own Postgres cluster on 127.0.0.1:%d (%s), data in %s", pg.port, pg.bin, pg.dir)
+
+	sim, senv, err := startSim(dir, simBin, simStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.stop(syscall.SIGTERM, 10*time.Second) })
+
+	cfgPath := filepath.Join(dir, "gpuproxy.yaml")
+	env := cleanEnv(append(senv.env(), "DATABASE_URL="+dbURL,
+		"GPUPROXY_PROXY_ALLOW_NETWORKS=127.0.0.0/8",
+		fmt.Sprintf("GPUPROXY_PROXY_REQUEST_COST=%g", requestCost),
+		"GPUPROXY_PROXY_LEASE_EXPIRY="+leaseExpiry.String(),
+		"GPUPROXY_RATE_LIMIT=0")...)
+	keys, dropped, err := migrateWithConfig(ctx, bin, cfgPath, env, []cfgKey{
+		{"", "metering_interval", meteringInt.String()},
+		{"", "rate_limit_per_minute", "0"},
+		{"", "horizon", horizon.String()},
+		{"fleet", "poll_interval", "200ms"},
+		{"fleet", "reconcile_interval", reconcileInt.String()},
+		{"fleet", "pending_grace", "3s"},
+		{"fleet", "offer_cache_ttl", "1s"},
+		{"proxy", "request_cost", fmt.Sprint(requestCost)},
+		{"proxy", "lease_expiry", leaseExpiry.String()},
+		{"proxy", "allow_networks", "[127.0.0.0/8]"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped) > 0 {
+		t.Logf("config keys this build does not know (dropped; env vars still set): %v", dropped)
+	}
+	// Lease ages are judged only when the build takes the expiry we set.
+	leaseAge, finalLeaseAge := leaseExpiry+2*reconcileInt+2*time.Second, time.Duration(0)
+	if !slices.ContainsFunc(keys, func(k cfgKey) bool { return k.key == "lease_expiry" }) {
+		leaseAge, finalLeaseAge = -1, -1
+		t.Logf("this build has no proxy.lease_expiry: proxy lease ages are not checked")
+	}
+
+	// Accounts, keys, limits and credits, through the CLI.
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := cli(ctx, bin, env, append(args, "-c", cfgPath)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	apiKeys := map[string]string{}
+	for _, acct := range []string{createAccount, proxyAccount} {
+		run("accounts", "create", acct)
+		run("keys", "create", "--account", acct, "--preset", "admin", "--name", "attack admin")
+		apiKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "assistant", "--name", "attack"))
+		args := []string{"limits", "set", "--account", acct}
+		for _, w := range limits[acct] {
+			args = append(args, "--window", w)
+		}
+		run(args...)
+		run("credits", "add", "--account", acct, "--amount", "1000")
+	}
+
+	// The replicas, all on the one database.
+	replicas := make([]*replica, sz.replicas)
+	for i := range replicas {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas[i] = &replica{idx: i, port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	}
+	var wg sync.WaitGroup
+	startErrs := make([]error, len(replicas))
+	for i, r := range replicas {
+		wg.Go(func() { startErrs[i] = r.start(dir, bin, cfgPath, env) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, r := range replicas {
+			if p := r.proc(); p != nil {
+				_ = p.stop(syscall.SIGKILL, 5*time.Second)
+			}
+		}
+	})
+	for _, err := range startErrs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("setup done in %s: %d replicas, sim %s / %s", time.Since(began).Round(time.Millisecond), len(replicas),
+		senv["VASTAI_BASE_URL"], senv["IONET_BASE_URL"])
+
+	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave)
+	rep := &report{mode: mode, bin: bin, replicas: len(replicas)}
+
+	// Offers, and the proxy account's running instance: io.net, prepaid
+	// for one hour, so the account starts the burst with spend already and
+	// no metered burn.
+	allOffers, err := a.offers(ctx, apiKeys[createAccount], 1.0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vast, ionet []offer
+	for _, o := range allOffers {
+		switch o.Provider {
+		case "vast.ai":
+			vast = append(vast, o)
+		case "io.net":
+			ionet = append(ionet, o)
+		}
+	}
+	if len(vast) == 0 || len(ionet) == 0 {
+		t.Fatalf("need offers of both providers under $1/h, got %d vast.ai and %d io.net", len(vast), len(ionet))
+	}
+	sort.Slice(ionet, func(i, j int) bool { return ionet[i].PricePerHour < ionet[j].PricePerHour })
+	proxyInst := prepareProxyInstance(ctx, t, a, apiKeys[proxyAccount], ionet[0])
+	st, err := readState(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.proxyPrior = st.accountSpend(proxyAccount)
+	rep.proxyLimit = st.byName[proxyAccount].limits[0].limit
+	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g",
+		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
+		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost)
+
+	// The attack: waves of concurrent creates and proxy bursts across the
+	// replicas, destroys in between, metering and reconciling all along,
+	// and chaos mid-burst.
+	samp := &sampler{}
+	sctx, stopSampler := context.WithCancel(ctx)
+	var sampWG sync.WaitGroup
+	sampWG.Go(func() { samp.run(sctx, dbURL, 100*time.Millisecond, horizon) })
+
+	destroyCh := make(chan string, sz.waves*sz.createsPerWave)
+	var destroyWG sync.WaitGroup
+	for w := range 4 {
+		destroyWG.Go(func() {
+			for id := range destroyCh {
+				time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
+				r := a.destroy(ctx, w, apiKeys[createAccount], id)
+				rep.destroys.add(outcome(r))
+			}
+		})
+	}
+	var chaosWG sync.WaitGroup
+	attackStart := time.Now()
+	for wave := range sz.waves {
+		if ctx.Err() != nil {
+			t.Fatalf("out of time before wave %d", wave)
+		}
+		var prog progress
+		total := int64(sz.createsPerWave + sz.proxyPerWave)
+		if action, ok := sz.chaos[wave]; ok {
+			chaosWG.Go(func() {
+				prog.waitFor(ctx, total/6) // mid-burst: a sixth of the wave has finished
+				rep.addChaos(strikeChaos(ctx, t, action, wave, replicas, pg, dir, bin, cfgPath, env))
+			})
+		}
+		gate := make(chan struct{})
+		var waveWG sync.WaitGroup
+		for i := range sz.createsPerWave {
+			n := wave*sz.createsPerWave + i
+			waveWG.Go(func() {
+				<-gate
+				o, hours := vast[rand.IntN(len(vast))], 0
+				if n%5 < 3 { // three in five on io.net, prepaid for 1-3 hours
+					o, hours = ionet[rand.IntN(len(ionet))], 1+rand.IntN(3)
+				}
+				res := a.create(ctx, n, apiKeys[createAccount], o, hours, fmt.Sprintf("atk-%d", n))
+				prog.done.Add(1)
+				rep.addCreate(res)
+				if res.inst.ID != "" && rand.IntN(100) < 40 { // destroyed early: io.net refunds
+					destroyCh <- res.inst.ID
+				}
+			})
+		}
+		for i := range sz.proxyPerWave {
+			n := wave*sz.proxyPerWave + i
+			waveWG.Go(func() {
+				<-gate
+				r := a.proxyCall(ctx, n, apiKeys[proxyAccount], proxyInst.ID, n)
+				prog.done.Add(1)
+				rep.proxy.add(outcome(r))
+			})
+		}
+		close(gate)
+		waveWG.Wait()
+		time.Sleep(200 * time.Millisecond) // destroys, metering and reconciling between waves
+	}
+	chaosWG.Wait()
+	close(destroyCh)
+	destroyWG.Wait()
+	rep.attackTime = time.Since(attackStart)
+
+	// Settle: nothing in flight, expired leases released, meters charged.
+	settleStart := time.Now()
+	settled := waitSettled(ctx, dbURL, sz.settle, leaseAge)
+	rep.settleTime = time.Since(settleStart)
+	stopSampler()
+	sampWG.Wait()
+	var v violations
+	if !settled {
+		v.add("did not settle within %s (instances in flight, stopped meters not charged, or expired leases open)", sz.settle)
+	}
+
+	// Holds while the replicas live: leases only as old as the expiry
+	// allows.
+	if st, err := readState(ctx, dbURL); err != nil {
+		t.Fatal(err)
+	} else {
+		rep.leasesLive = st.checkHolds(&v, leaseAge)
+	}
+
+	// Stop every replica gracefully: they settle their leases on the way out.
+	for _, r := range replicas {
+		wg.Go(func() {
+			if err := r.proc().stop(syscall.SIGTERM, 25*time.Second); err != nil {
+				v.add("%s did not shut down cleanly: %v", r.name(), err)
+			}
+		})
+	}
+	wg.Wait()
+
+	final, err := readState(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.final = final.checkWindows(&v, horizon)
+	final.checkLedger(&v)
+	final.checkSettled(&v)
+	final.checkHolds(&v, finalLeaseAge)
+	final.checkCreates(&v, createAccount, rep.creates)
+	var pis []providerInstance
+	for _, list := range []func(context.Context, simEnv) ([]providerInstance, error){listVastAI, listIONet} {
+		got, err := list(ctx, senv)
+		if err != nil {
+			t.Fatalf("listing provider instances: %v", err)
+		}
+		pis = append(pis, got...)
+	}
+	rep.providerLive = final.checkProviders(&v, pis)
+	rep.providerAll = len(pis)
+	rep.peak, rep.confirmed, rep.samples, rep.sampleErrs = samp.worst()
+	for _, c := range rep.confirmed {
+		if excess(c) > 0 {
+			v.add("overspend while running (two consecutive samples): %s %dm window: spent %s + held %s + committed %s - limit %s = %s beyond metered burn %s",
+				c.account, c.minutes, usd(c.spent), usd(c.held), usd(c.commit), usd(c.limit), usd(c.over), usd(c.metered))
+		}
+	}
+	// The proxy account: what was served and charged fits the room it had.
+	room := rep.proxyLimit - rep.proxyPrior
+	rep.proxyCharged = final.accountSpend(proxyAccount) - rep.proxyPrior
+	rep.proxyServed = rep.proxy.served()
+	if served := int64(rep.proxyServed) * int64(requestCost*1e6); served > room {
+		v.add("proxy overspend: %d requests served at $%g = %s, room was limit %s - prior spend %s = %s",
+			rep.proxyServed, requestCost, usd(served), usd(rep.proxyLimit), usd(rep.proxyPrior), usd(room))
+	}
+	if rep.proxyCharged > room {
+		v.add("proxy overspend: proxy charges %s > limit %s - prior spend %s = %s", usd(rep.proxyCharged),
+			usd(rep.proxyLimit), usd(rep.proxyPrior), usd(room))
+	}
+	rep.final2 = final
+	rep.wall = time.Since(began)
+	rep.violations = v.list
+	t.Log(rep.String())
+	if len(v.list) > 0 {
+		t.Errorf("%d invariant(s) broken; see the summary above (logs in %s)", len(v.list), dir)
+	}
+}
+
+// prepareProxyInstance creates the proxy account's instance and waits for
+// it to run.
+func prepareProxyInstance(ctx context.Context, t *testing.T, a *api, key string, o offer) instance {
+	t.Helper()
+	res := a.create(ctx, 0, key, o, 1, "atk-proxy-instance")
+	if res.inst.ID == "" {
+		t.Fatalf("creating the proxy account's instance on %s %s: %s", o.Provider, o.OfferID, res.final)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		inst, r := a.get(ctx, 0, key, res.inst.ID)
+		if r.status == http.StatusOK && inst.Status == "running" {
+			return inst
+		}
+		if inst.Status == "failed" || inst.Status == "terminated" {
+			t.Fatalf("proxy instance %s is %s: %s", inst.ID, inst.Status, r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
+	return instance{}
+}
+
+// strikeChaos kills a replica (and starts it again) or restarts Postgres.
+func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, replicas []*replica, pg *pgCluster,
+	dir, bin, cfg string, env []string) string {
+	switch action {
+	case "kill", "kill0":
+		r := replicas[len(replicas)-1]
+		if action == "kill0" {
+			r = replicas[0]
+		}
+		p := r.proc()
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		killed := time.Now()
+		time.Sleep(time.Second)
+		if err := r.start(dir, bin, cfg, env); err != nil {
+			t.Errorf("restarting %s after SIGKILL: %v", r.name(), err)
+			return fmt.Sprintf("wave %d: SIGKILL %s; restart FAILED: %v", wave, r.name(), err)
+		}
+		return fmt.Sprintf("wave %d: SIGKILL %s mid-burst, back after %s", wave, r.name(), time.Since(killed).Round(time.Millisecond))
+	case "pg":
+		took, err := pg.restart()
+		if err != nil {
+			t.Errorf("%v\n%s", err, pg.logTail(30))
+			return fmt.Sprintf("wave %d: pg_ctl restart -m fast FAILED", wave)
+		}
+		return fmt.Sprintf("wave %d: pg_ctl restart -m fast mid-burst, took %s", wave, took.Round(time.Millisecond))
+	}
+	return "unknown chaos " + action
+}
+
+// waitSettled polls until no instance is in flight, every stopped meter is
+// charged to its stop, and no lease older than the expiry (plus two
+// reconciler rounds) is open.
+func waitSettled(ctx context.Context, url string, limit, maxLeaseAge time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := readState(ctx, url)
+		if err == nil && st.settled(maxLeaseAge) {
+			// Once more after a metering round, so a last charge or a lease
+			// settlement in progress lands before the checks.
+			time.Sleep(meteringInt + 200*time.Millisecond)
+			return true
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return false
+}
+
+func (s *dbState) settled(maxLeaseAge time.Duration) bool {
+	for _, in := range s.instances {
+		if in.status == "pending" || in.status == "starting" || in.status == "terminating" {
+			return false
+		}
+	}
+	for _, m := range s.meters {
+		if m.stopped && m.chargedUntilUS < m.stopUS {
+			return false
+		}
+	}
+	for _, h := range s.holds {
+		if maxLeaseAge >= 0 && h.status == "open" && strings.HasPrefix(h.ref, "lease:") &&
+			time.Duration(s.nowUS-h.createdUS)*time.Microsecond > maxLeaseAge {
+			return false
+		}
+	}
+	return true
+}
+
+// accountSpend is the account's total spend over the whole run.
+func (s *dbState) accountSpend(name string) int64 {
+	a := s.byName[name]
+	if a == nil {
+		return 0
+	}
+	var sum int64
+	for _, e := range s.ledger {
+		if e.account == a.id {
+			sum += e.spend
+		}
+	}
+	return sum
+}

@@ -1,0 +1,486 @@
+package attack
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The invariants are read straight from the database (one repeatable-read
+// snapshot), never through gpuproxy: the harness trusts only the tables.
+
+const hourUS = int64(time.Hour / time.Microsecond)
+
+type accountRow struct {
+	id     int64
+	name   string
+	held   int64
+	limits []windowLimit
+}
+
+type windowLimit struct {
+	minutes int
+	limit   int64
+}
+
+type holdRow struct {
+	id, account, amount int64
+	ref, status         string
+	createdUS           int64
+}
+
+type ledgerRow struct {
+	id, account          int64
+	typ                  string
+	amount, spend, atUS  int64
+	provider, instanceID string
+	key, basis           string
+}
+
+type instanceRow struct {
+	id, provider, providerID, status, billing string
+	account                                   int64
+	hours                                     int
+	prepaid, price, holdID                    int64
+	createdUS, startedUS, terminatedUS        int64
+	idemKey                                   string
+}
+
+type meterRow struct {
+	id, instanceID                  string
+	account, price, startUS, stopUS int64
+	chargedUntilUS, chargedMicros   int64
+	stopped                         bool
+}
+
+// dbState is every row the invariants look at, read in one snapshot.
+type dbState struct {
+	nowUS     int64
+	accounts  map[int64]*accountRow
+	byName    map[string]*accountRow
+	holds     []holdRow
+	ledger    []ledgerRow
+	instances map[string]*instanceRow
+	meters    []meterRow
+}
+
+func readState(ctx context.Context, url string) (*dbState, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	s := &dbState{accounts: map[int64]*accountRow{}, byName: map[string]*accountRow{}, instances: map[string]*instanceRow{}}
+	if err := tx.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT").Scan(&s.nowUS); err != nil {
+		return nil, err
+	}
+	q := func(sql string, scan func(pgx.Rows) error) error {
+		rows, err := tx.Query(ctx, sql)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+	if err := q("SELECT id, name, held_micros FROM accounts", func(r pgx.Rows) error {
+		a := &accountRow{}
+		if err := r.Scan(&a.id, &a.name, &a.held); err != nil {
+			return err
+		}
+		s.accounts[a.id], s.byName[a.name] = a, a
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := q("SELECT account_id, window_minutes, limit_micros FROM account_limits ORDER BY window_minutes", func(r pgx.Rows) error {
+		var id int64
+		var w windowLimit
+		if err := r.Scan(&id, &w.minutes, &w.limit); err != nil {
+			return err
+		}
+		if a := s.accounts[id]; a != nil {
+			a.limits = append(a.limits, w)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := q("SELECT id, account_id, amount_micros, ref, status, created_us FROM holds ORDER BY id", func(r pgx.Rows) error {
+		var h holdRow
+		if err := r.Scan(&h.id, &h.account, &h.amount, &h.ref, &h.status, &h.createdUS); err != nil {
+			return err
+		}
+		s.holds = append(s.holds, h)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := q(`SELECT id, account_id, type, amount_micros, spend_micros, at_us, provider, instance_id,
+	                    COALESCE(idempotency_key, ''), basis FROM ledger ORDER BY id`, func(r pgx.Rows) error {
+		var e ledgerRow
+		if err := r.Scan(&e.id, &e.account, &e.typ, &e.amount, &e.spend, &e.atUS, &e.provider, &e.instanceID,
+			&e.key, &e.basis); err != nil {
+			return err
+		}
+		s.ledger = append(s.ledger, e)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := q(`SELECT id, account_id, provider, provider_instance_id, status, billing, hours, prepaid_total_micros,
+	                    price_micros, COALESCE(hold_id, 0), created_us, COALESCE(started_us, 0),
+	                    COALESCE(terminated_us, 0), COALESCE(idempotency_key, '') FROM instances`, func(r pgx.Rows) error {
+		i := &instanceRow{}
+		if err := r.Scan(&i.id, &i.account, &i.provider, &i.providerID, &i.status, &i.billing, &i.hours, &i.prepaid,
+			&i.price, &i.holdID, &i.createdUS, &i.startedUS, &i.terminatedUS, &i.idemKey); err != nil {
+			return err
+		}
+		s.instances[i.id] = i
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := q(`SELECT id, account_id, instance_id, price_micros, start_us, stop_us IS NOT NULL, COALESCE(stop_us, 0),
+	                    charged_until_us, charged_micros FROM meters`, func(r pgx.Rows) error {
+		var m meterRow
+		if err := r.Scan(&m.id, &m.account, &m.instanceID, &m.price, &m.startUS, &m.stopped, &m.stopUS,
+			&m.chargedUntilUS, &m.chargedMicros); err != nil {
+			return err
+		}
+		s.meters = append(s.meters, m)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return s, tx.Commit(ctx)
+}
+
+// usd renders micro-dollars as dollars.
+func usd(m int64) string {
+	sign := ""
+	if m < 0 {
+		sign, m = "-", -m
+	}
+	return fmt.Sprintf("%s$%d.%06d", sign, m/1_000_000, m%1_000_000)
+}
+
+// windowFigures is where one account's window stands.
+type windowFigures struct {
+	account                    string
+	minutes                    int
+	limit, spent, held, commit int64
+	metered                    int64 // metered time-billed charges in the window: the burn that passed
+	over                       int64 // spent + held + committed − limit
+}
+
+func (w windowFigures) String() string {
+	return fmt.Sprintf("%-12s %5dm  limit %s  spent %s  held %s  committed %s  metered burn %s  spent+held+committed-limit %s  overspend %s",
+		w.account, w.minutes, usd(w.limit), usd(w.spent), usd(w.held), usd(w.commit), usd(w.metered), usd(w.over),
+		usd(max(0, w.over-w.metered)))
+}
+
+// windows computes the guard-rail figures of every account and window the
+// way DESIGN.md defines them, counting every ledger row dated after the
+// window's start (also rows dated after "now"), with horizon H.
+func (s *dbState) windows(horizon time.Duration) []windowFigures {
+	var out []windowFigures
+	ids := make([]int64, 0, len(s.accounts))
+	for id := range s.accounts {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		a := s.accounts[id]
+		var held, burn int64
+		for _, h := range s.holds {
+			if h.account == id && h.status == "open" {
+				held += h.amount
+			}
+		}
+		for _, m := range s.meters {
+			if m.account == id && !m.stopped {
+				burn += m.price
+			}
+		}
+		for _, w := range a.limits {
+			wus := int64(w.minutes) * 60 * 1_000_000
+			f := windowFigures{account: a.name, minutes: w.minutes, limit: w.limit, held: held,
+				commit: burn * min(int64(horizon/time.Microsecond), wus) / hourUS}
+			for _, e := range s.ledger {
+				if e.account == id && e.atUS > s.nowUS-wus {
+					f.spent += e.spend
+					if e.typ == "charge" && strings.HasPrefix(e.key, "meter:") {
+						f.metered += e.spend
+					}
+				}
+			}
+			f.over = f.spent + f.held + f.commit - f.limit
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// violations collects broken invariants; safe for concurrent use.
+type violations struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (v *violations) add(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.list = append(v.list, fmt.Sprintf(format, args...))
+}
+
+// checkWindows: no window's spent + held + committed passes its limit by
+// more than the metered burn of the run.
+func (s *dbState) checkWindows(v *violations, horizon time.Duration) []windowFigures {
+	ws := s.windows(horizon)
+	for _, w := range ws {
+		if w.over > w.metered {
+			v.add("overspend: %s %dm window: spent %s + held %s + committed %s = %s > limit %s + metered burn %s (by %s)",
+				w.account, w.minutes, usd(w.spent), usd(w.held), usd(w.commit), usd(w.spent+w.held+w.commit),
+				usd(w.limit), usd(w.metered), usd(w.over-w.metered))
+		}
+	}
+	return ws
+}
+
+// checkLedger: no duplicate entries and none lost.
+func (s *dbState) checkLedger(v *violations) {
+	keys := map[string]int{}
+	prepaid := map[string][]ledgerRow{}
+	refunds := map[string][]ledgerRow{}
+	meterCharges := map[string][]ledgerRow{}
+	for _, e := range s.ledger {
+		if e.key != "" {
+			keys[strconv.FormatInt(e.account, 10)+"/"+e.key]++
+		}
+		switch {
+		case e.typ == "charge" && e.basis == "prepaid":
+			prepaid[e.instanceID] = append(prepaid[e.instanceID], e)
+		case e.typ == "refund":
+			refunds[e.instanceID] = append(refunds[e.instanceID], e)
+		case e.typ == "charge" && strings.HasPrefix(e.key, "meter:"):
+			id, _, _ := strings.Cut(strings.TrimPrefix(e.key, "meter:"), ":")
+			meterCharges[id] = append(meterCharges[id], e)
+		}
+	}
+	for k, n := range keys {
+		if n > 1 {
+			v.add("duplicate ledger idempotency key %s (%d entries)", k, n)
+		}
+	}
+	for id, es := range prepaid {
+		if len(es) > 1 {
+			v.add("instance %s has %d prepaid charges", id, len(es))
+		}
+	}
+	for id, es := range refunds {
+		if len(es) > 1 {
+			v.add("instance %s has %d refunds", id, len(es))
+		}
+	}
+	// Every io.net instance that reached the provider has exactly its
+	// prepaid charge; every one destroyed early its refund.
+	for _, in := range s.instances {
+		if in.billing != "prepaid" {
+			continue
+		}
+		reached := in.providerID != "" && in.status != "pending" && in.status != "failed"
+		es := prepaid[in.id]
+		switch {
+		case reached && len(es) == 0:
+			v.add("lost prepaid charge: %s instance %s (%s) has no prepaid charge of %s", in.provider, in.id, in.status, usd(in.prepaid))
+		case reached && es[0].amount != in.prepaid:
+			v.add("prepaid charge of %s is %s, quoted total %s", in.id, usd(es[0].amount), usd(in.prepaid))
+		case !reached && len(es) > 0 && len(refunds[in.id]) == 0:
+			v.add("instance %s is %s without a provider deployment, yet charged %s prepaid", in.id, in.status, usd(es[0].amount))
+		}
+		if in.status == "terminated" && reached && in.hours > 1 {
+			want := in.prepaid * int64(in.hours-1) / int64(in.hours)
+			if ran := in.terminatedUS - max(in.startedUS, in.createdUS); ran >= hourUS {
+				want = -1 // ran past the first hour: not expected in a short run, not checked
+			}
+			rs := refunds[in.id]
+			switch {
+			case want > 0 && len(rs) == 0:
+				v.add("lost refund: %s instance %s (%dh, %s prepaid) destroyed early without a refund (want %s)",
+					in.provider, in.id, in.hours, usd(in.prepaid), usd(want))
+			case want > 0 && rs[0].amount != want:
+				v.add("refund of %s is %s, io.net's rule gives %s", in.id, usd(rs[0].amount), usd(want))
+			}
+		}
+	}
+	// Meters: cumulative charges chain without gap or overlap, sum to what
+	// the meter says, never past the stop, and one meter per instance.
+	perInstance := map[string]int{}
+	for _, m := range s.meters {
+		perInstance[m.instanceID]++
+		es := meterCharges[m.id]
+		sort.Slice(es, func(i, j int) bool { return meterFrom(es[i]) < meterFrom(es[j]) })
+		var sum int64
+		cursor := m.startUS
+		for _, e := range es {
+			sum += e.amount
+			if from := meterFrom(e); from != cursor {
+				v.add("meter %s (instance %s): charge %s covers from %d, previous ended at %d (gap or overlap)",
+					m.id, m.instanceID, e.key, from, cursor)
+			}
+			cursor = e.atUS
+		}
+		if sum != m.chargedMicros {
+			v.add("meter %s (instance %s): ledger charges %s, meter says %s", m.id, m.instanceID, usd(sum), usd(m.chargedMicros))
+		}
+		if cursor != m.chargedUntilUS {
+			v.add("meter %s: ledger charged until %d, meter says %d", m.id, cursor, m.chargedUntilUS)
+		}
+		ms := (m.chargedUntilUS - m.startUS) / 1000
+		if want := m.price*(ms/3_600_000) + m.price*(ms%3_600_000)/3_600_000; want != m.chargedMicros {
+			v.add("meter %s: charged %s for %dms at %s/h, cumulative rule gives %s", m.id, usd(m.chargedMicros), ms,
+				usd(m.price), usd(want))
+		}
+		if m.stopped && m.chargedUntilUS > m.stopUS {
+			v.add("meter %s billed past its stop (%d > %d)", m.id, m.chargedUntilUS, m.stopUS)
+		}
+		if m.stopped && m.chargedUntilUS < m.stopUS {
+			v.add("meter %s: stopped at %d but charged only until %d (final charge missing)", m.id, m.stopUS, m.chargedUntilUS)
+		}
+	}
+	for id, n := range perInstance {
+		if n > 1 {
+			v.add("instance %s has %d meters", id, n)
+		}
+	}
+	// Every running time-billed instance is billed; every terminated one's
+	// meter is stopped.
+	for _, in := range s.instances {
+		if in.billing == "prepaid" || in.startedUS == 0 {
+			continue
+		}
+		var open, any bool
+		for _, m := range s.meters {
+			if m.instanceID == in.id {
+				any = true
+				open = open || !m.stopped
+			}
+		}
+		switch {
+		case in.status == "running" && !open:
+			v.add("unbilled: %s instance %s is running without an open meter", in.provider, in.id)
+		case (in.status == "terminated" || in.status == "failed") && open:
+			v.add("billed after stop: %s instance %s is %s with an open meter", in.provider, in.id, in.status)
+		case in.status == "terminated" && !any:
+			v.add("%s instance %s ran and was terminated without ever being metered", in.provider, in.id)
+		}
+	}
+}
+
+func meterFrom(e ledgerRow) int64 {
+	parts := strings.Split(e.key, ":")
+	n, _ := strconv.ParseInt(parts[len(parts)-1], 10, 64)
+	return n
+}
+
+// checkSettled: after the settle wait nothing is in flight.
+func (s *dbState) checkSettled(v *violations) {
+	for _, in := range s.instances {
+		switch in.status {
+		case "pending", "starting", "terminating":
+			v.add("not settled: instance %s (%s) still %s", in.id, in.provider, in.status)
+		}
+	}
+}
+
+// checkHolds: every open hold has an owner — an instance still pending or
+// starting, or a proxy lease younger than maxLeaseAge (0: no lease may be
+// open; negative: leases are not judged, the expiry being unknown) — and
+// each account's held_micros is the sum of its open holds.
+func (s *dbState) checkHolds(v *violations, maxLeaseAge time.Duration) (openLeases int) {
+	sums := map[int64]int64{}
+	for _, h := range s.holds {
+		if h.status != "open" {
+			continue
+		}
+		sums[h.account] += h.amount
+		age := time.Duration(s.nowUS-h.createdUS) * time.Microsecond
+		if strings.HasPrefix(h.ref, "lease:") {
+			openLeases++
+			if maxLeaseAge < 0 {
+				continue
+			}
+			if maxLeaseAge == 0 {
+				v.add("open proxy lease after every replica stopped: hold %d %s %s (age %s)", h.id, h.ref, usd(h.amount), age.Round(time.Millisecond))
+			} else if age > maxLeaseAge {
+				v.add("expired proxy lease not released: hold %d %s %s, age %s > %s", h.id, h.ref, usd(h.amount),
+					age.Round(time.Millisecond), maxLeaseAge)
+			}
+			continue
+		}
+		in := s.instances[h.ref]
+		switch {
+		case in == nil:
+			v.add("open hold %d (%s, %s) owned by nothing", h.id, h.ref, usd(h.amount))
+		case in.status != "pending" && in.status != "starting":
+			v.add("open hold %d (%s) of instance %s, which is %s", h.id, usd(h.amount), in.id, in.status)
+		case in.holdID != h.id:
+			v.add("open hold %d of instance %s, whose hold is %d", h.id, in.id, in.holdID)
+		}
+	}
+	for id, a := range s.accounts {
+		if a.held != sums[id] {
+			v.add("account %s: held_micros %s, open holds sum to %s", a.name, usd(a.held), usd(sums[id]))
+		}
+	}
+	return openLeases
+}
+
+// checkCreates: every create the client saw succeed has its row, and no
+// Idempotency-Key made two.
+func (s *dbState) checkCreates(v *violations, account string, results []createResult) {
+	a := s.byName[account]
+	if a == nil {
+		v.add("account %s missing", account)
+		return
+	}
+	perKey := map[string]int{}
+	for _, in := range s.instances {
+		if in.account == a.id && in.idemKey != "" {
+			perKey[in.idemKey]++
+		}
+	}
+	for k, n := range perKey {
+		if n > 1 {
+			v.add("Idempotency-Key %s made %d instances", k, n)
+		}
+	}
+	for _, r := range results {
+		if r.inst.ID == "" {
+			continue
+		}
+		in := s.instances[r.inst.ID]
+		switch {
+		case in == nil:
+			v.add("create %s answered %d with instance %s, which has no row", r.key, r.final.status, r.inst.ID)
+		case in.account != a.id || in.idemKey != r.key:
+			v.add("instance %s belongs to account %d key %q, not %s key %s", in.id, in.account, in.idemKey, account, r.key)
+		}
+	}
+}

@@ -1,0 +1,12 @@
+// Package attack attacks gpuproxy's money guarantees from outside, the way
+// they break in production (STYLE.md, "Attack it from outside"): several
+// real `gpuproxy serve` replicas on one Postgres cluster of its own, sharing
+// one `gpuproxy sim`, under concurrent creates, destroys and proxy bursts,
+// while one replica is killed with SIGKILL and the database is restarted.
+// Afterwards it checks invariants read from the database and from the
+// simulators' own APIs.
+//
+// The package holds only the test (attack_test.go and its helpers); it is
+// skipped unless GPUPROXY_ATTACK is set. See README.md here, or run
+// scripts/attack.
+package attack
