@@ -207,6 +207,9 @@ func scanDecimal(s string) (neg bool, digits string, exp int64, ok bool) {
 		exp += int64(len(whole) - len(t))
 		whole = t
 	}
+	if whole == "" && frac == "" {
+		return neg, "", 0, true // zero, whatever its exponent
+	}
 	return neg, whole + frac, exp, true
 }
 
