@@ -122,7 +122,7 @@ func authError(w http.ResponseWriter, err error) (int, *jsonrpc.Error) {
 		if d, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
 			w.Header().Set("Retry-After", strconv.Itoa(d))
 		}
-		return http.StatusTooManyRequests, rpcErr(CodeRateLimited, "%s", gpuproxy.ErrorMessage(err))
+		return http.StatusTooManyRequests, rateLimitError(err)
 	case gpuproxy.EFORBIDDEN:
 		return http.StatusForbidden, rpcErr(CodeForbidden, "%s", gpuproxy.ErrorMessage(err))
 	}

@@ -39,19 +39,20 @@ type authenticator interface {
 // Mount registers the HTTP transports on r: /mcp (Streamable HTTP),
 // GET /api/v1/mcp/sse with POST /api/v1/mcp/messages (legacy SSE) and
 // POST /api/v1/mcp (plain JSON-RPC). They share REST's body limit, auth,
-// scopes and per-key rate limit.
+// scopes and per-key rate limit; a rate-limited request gets HTTP 429 with
+// Retry-After and a JSON-RPC error (CodeRateLimited) answering its id.
 func (s *Server) Mount(r server.Registrar) {
 	authn := s.opts.Authenticate
 	if a, ok := r.(authenticator); ok && authn == nil {
 		authn = a.Authenticate
 	}
-	r.Handle("*", StreamablePath, s.guard(http.HandlerFunc(s.serveStreamable)), true)
-	r.Handle(http.MethodGet, SSEPath, s.guard(http.HandlerFunc(s.serveSSE)), true)
-	r.Handle(http.MethodPost, MessagesPath, s.guard(http.HandlerFunc(s.serveSSEMessage)), true)
+	r.Handle("*", StreamablePath, answersRateLimits{s.guard(http.HandlerFunc(s.serveStreamable))}, true)
+	r.Handle(http.MethodGet, SSEPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSE))}, true)
+	r.Handle(http.MethodPost, MessagesPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSEMessage))}, true)
 	if authn != nil {
 		r.Handle(http.MethodPost, PlainPath, s.plainHandler(authn), false)
 	} else {
-		r.Handle(http.MethodPost, PlainPath, s.plainHandler(nil), true)
+		r.Handle(http.MethodPost, PlainPath, answersRateLimits{s.plainHandler(nil)}, true)
 	}
 }
 

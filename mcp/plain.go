@@ -32,7 +32,11 @@ func (s *Server) plainHandler(authn func(*http.Request) (gpuproxy.Principal, err
 			var err error
 			if p, err = authn(r); err != nil {
 				status, e := authError(w, err)
-				writeRPCError(w, status, noID, e)
+				id := noID
+				if status == http.StatusTooManyRequests {
+					id = peekID(r)
+				}
+				writeRPCError(w, status, id, e)
 				return
 			}
 			ok = true

@@ -194,7 +194,7 @@ func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
 	}
 	if ok, wait := s.svc.RateLimiter.Allow(p.KeyID, s.opts.Now()); !ok {
 		s.svc.Metrics.RateLimited()
-		secs := int(wait/time.Second) + 1
+		secs := max(int((wait+time.Second-1)/time.Second), 1) // Retry-After rounds up
 		return p, &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
 			Message: "rate limit exceeded for this key; retry after " + strconv.Itoa(secs) + "s",
 			Details: map[string]any{"retry_after_seconds": secs}}
@@ -204,16 +204,36 @@ func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
 
 // authn authenticates REST requests and stores the principal.
 func (s *Server) authn(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		p, err := s.Authenticate(c.Request())
-		if err != nil {
-			if d := gpuproxy.ErrorDetails(err); d != nil && d["retry_after_seconds"] != nil {
-				c.Response().Header().Set("Retry-After", strconv.Itoa(d["retry_after_seconds"].(int)))
+	return s.authnAnswering(nil)(next)
+}
+
+// RateLimitWriter is implemented by a handler mounted with Registrar.Handle
+// that answers a rate-limited request in its own format (MCP: a JSON-RPC
+// error). WriteRateLimited gets the rate_limited error, with Retry-After
+// already set on w; it writes the whole response (status 429). Requests to
+// other handlers get the REST error shape.
+type RateLimitWriter interface {
+	WriteRateLimited(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// authnAnswering is authn whose rate-limit refusals rw writes, when set.
+func (s *Server) authnAnswering(rw RateLimitWriter) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p, err := s.Authenticate(c.Request())
+			if err != nil {
+				if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
+					c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+					if rw != nil {
+						rw.WriteRateLimited(c.Response(), c.Request(), err)
+						return nil
+					}
+				}
+				return err
 			}
-			return err
+			c.Set(principalKey, p)
+			return next(c)
 		}
-		c.Set(principalKey, p)
-		return next(c)
 	}
 }
 
@@ -248,6 +268,8 @@ type principalCtxKey struct{}
 type Registrar interface {
 	// Handle mounts h for method (or "*" for any) on path; path may end in
 	// "/*". When authenticated is false, the handler runs without auth.
+	// A rate-limited request gets the REST error shape unless h is a
+	// RateLimitWriter.
 	Handle(method, path string, h http.Handler, authenticated bool)
 	// HandlePrefix serves every request whose path starts with prefix,
 	// except paths added with Handle, with h ahead of the router: the
@@ -271,7 +293,9 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 	// oversize body reaches them as a read error rather than being refused
 	// here in the REST shape.
 	mw := []echo.MiddlewareFunc{r.s.capBody}
-	if authenticated {
+	if rw, ok := h.(RateLimitWriter); ok && authenticated {
+		mw = append(mw, r.s.authnAnswering(rw))
+	} else if authenticated {
 		mw = append(mw, r.s.authn)
 	}
 	eh := func(c echo.Context) error {
