@@ -174,6 +174,7 @@ type env struct {
 	dials    *dialLog
 	resolver *fakeResolver
 	guard    *guardrails.Service
+	gate     *guardrails.ProxyGate
 	auth     *auth.Service
 	metrics  *fakeMetrics
 	ledger   *billing.Ledger
@@ -187,6 +188,7 @@ type envOpts struct {
 	proxy    proxy.Options
 	windows  []guardrails.Window
 	gateAge  time.Duration
+	lease    time.Duration // the gate's lease span (default the gate's)
 	maxBody  int64
 	noLoopOK bool
 	authTTL  time.Duration // auth's key cache (default: off, so revocations are immediate)
@@ -209,7 +211,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.gateAge == 0 {
 		o.gateAge = -1 // tests change spend between requests
 	}
-	gate := guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge})
+	e.gate = guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge, LeaseSpan: o.lease})
 	po := o.proxy
 	if po.AllowNetworks == nil && !o.noLoopOK {
 		po.AllowNetworks = proxy.LoopbackNetworks()
@@ -227,15 +229,15 @@ func newEnv(t testing.TB, o envOpts) *env {
 		po.UsageFlushInterval = 10 * time.Millisecond
 	}
 	e.ledger = billing.NewLedger(st, nil)
-	if po.Cost > 0 && po.Charger == nil {
-		po.Charger = e.ledger
-	}
-	e.proxy = proxy.New(e.fleet, gate, st, po)
+	e.proxy = proxy.New(e.fleet, e.gate, st, po)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := e.proxy.Close(ctx); err != nil {
 			t.Errorf("closing proxy: %v", err)
+		}
+		if err := e.gate.Close(ctx); err != nil {
+			t.Errorf("closing the gate: %v", err)
 		}
 	})
 	srv := server.New(server.Services{Auth: e.auth, Guard: e.guard, Ledger: e.ledger, Store: st,

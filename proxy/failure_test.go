@@ -232,7 +232,9 @@ func TestOverLimitRefusedBeforeUpstream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, envOpts{kind: tc.kind, proxy: proxy.Options{Cost: tc.cost},
+			// A short lease span: the charge below (made outside any
+			// admission) is seen by the next lease, not after 2s.
+			e := newEnv(t, envOpts{kind: tc.kind, proxy: proxy.Options{Cost: tc.cost}, lease: time.Millisecond,
 				windows: []guardrails.Window{{Minutes: 60, Limit: 10 * usd}, {Minutes: 1440, Limit: 100 * usd}}})
 			s := sim(t)
 			e.fleet.add(e.acct.ID, "gpi_limit", s.URL())
@@ -243,6 +245,7 @@ func TestOverLimitRefusedBeforeUpstream(t *testing.T) {
 				Amount: tc.charge, Basis: billing.Manual}); err != nil {
 				t.Fatal(err)
 			}
+			waitSettled(t, e)
 			dialsBefore := len(e.dials.dialed())
 			reqsBefore := s.Requests()
 			r := e.do(e.key, "POST", "/api/v1/proxy/gpi_limit/v1/chat/completions", chatBody(true, "hi"), nil)
@@ -280,5 +283,25 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 	if s.Requests() != 0 {
 		t.Fatal("request sent with the spend store down")
+	}
+}
+
+// waitSettled waits until the account holds nothing: the gate has settled
+// its budget leases.
+func waitSettled(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		snap, err := e.guard.Spending(context.Background(), e.acct.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Held == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still holding %s after 10s", snap.Held)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

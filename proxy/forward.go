@@ -47,11 +47,13 @@ type exchange struct {
 // an in-memory body take the lean client; the rest (https, streamed bodies)
 // the tuned http.Transport.
 func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
-	if err := p.gate.Check(ctx, x.acct, p.opts.Cost); err != nil {
+	pass, err := p.gate.Admit(ctx, x.acct, p.opts.Cost)
+	if err != nil {
 		return nil, err
 	}
 	done, err := p.breakers.allow(x.instanceID)
 	if err != nil {
+		pass.Done(x.instanceID, false)
 		return nil, err
 	}
 	var resp *http.Response
@@ -60,6 +62,8 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 	} else {
 		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
 	}
+	// Only a call the instance answered is charged (as in finish).
+	pass.Done(x.instanceID, err == nil)
 	switch {
 	case err != nil && (x.stream.failed() || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)):
 		// The caller went away or sent a bad body: says nothing about

@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/server"
 )
 
 // Gate is the spending guard rail for proxy calls
-// (*guardrails.ProxyGate implements it).
+// (*guardrails.ProxyGate implements it): Admit admits one call's cost, and
+// the returned pass's Done reports whether the call is charged.
 type Gate interface {
-	Check(ctx context.Context, accountID int64, cost gpuproxy.Micros) error
+	Admit(ctx context.Context, accountID int64, cost gpuproxy.Micros) (guardrails.Pass, error)
 }
 
 // Metrics observes the proxy (for Prometheus); every method must be cheap
@@ -40,8 +42,9 @@ type Metrics interface {
 
 // Options configure a Proxy. Zero values take the documented defaults.
 type Options struct {
-	// Cost is the price of one proxied request, checked against the
-	// guard rails before the call and charged afterwards (default 0).
+	// Cost is the price of one proxied request (default 0), admitted by
+	// the gate before the call (against a budget lease) and charged,
+	// when the instance answered, as the lease is settled.
 	Cost gpuproxy.Micros
 	// MaxRequestBody bounds a request body (default 1 MiB): a larger
 	// declared length is refused (413) before anything is sent; a chunked
@@ -98,8 +101,6 @@ type Options struct {
 	UsageBatch int
 	// UsageFlushInterval is the longest a record waits (default 500ms).
 	UsageFlushInterval time.Duration
-	// Charger, when set with a positive Cost, receives the charges.
-	Charger Charger
 	// Metrics, when set, observes requests, breakers and lost records.
 	Metrics Metrics
 	// Logger (default slog.Default()).
@@ -202,7 +203,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 	}
 	p.lean = &leanClient{dial: d.DialContext, headerTimeout: o.UpstreamTimeout, idleTimeout: 90 * time.Second,
 		maxIdle: o.MaxIdleConnsPerHost}
-	p.usage = newRecorder(store, o, hex.EncodeToString(b))
+	p.usage = newRecorder(store, o)
 	go p.sweep()
 	return p
 }

@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/billing"
 )
 
 // Usage is the record of one proxied request.
@@ -61,20 +58,12 @@ type UsageStore interface {
 	UsageTotals(ctx context.Context, f UsageFilter) (UsageTotals, error)
 }
 
-// Charger appends ledger entries (billing.Ledger implements it); the proxy
-// charges the per-request cost through it, one entry per account, instance
-// and flushed batch.
-type Charger interface {
-	Append(ctx context.Context, e billing.Entry) (billing.Entry, error)
-}
-
 // recorder queues usage records without blocking the request and writes
 // them in batches from one goroutine. Records go into a mutex-guarded
 // buffer (no goroutine hand-off per request); the flusher is woken when a
 // batch is full, on a tick, and at close.
 type recorder struct {
 	store    UsageStore
-	charger  Charger
 	metrics  Metrics
 	log      *slog.Logger
 	batch    int
@@ -90,16 +79,13 @@ type recorder struct {
 	closing chan struct{}
 	done    chan struct{}
 	once    sync.Once
-	seq     atomic.Int64 // batch numbers, for charge idempotency keys
-	prefix  string
-	charges []billing.Entry // charges not yet appended (flusher goroutine only)
 }
 
-func newRecorder(store UsageStore, o Options, prefix string) *recorder {
-	r := &recorder{store: store, charger: o.Charger, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch,
+func newRecorder(store UsageStore, o Options) *recorder {
+	r := &recorder{store: store, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch,
 		maxBuf: o.UsageBuffer, interval: o.UsageFlushInterval, maxKeep: 8 * o.UsageBatch,
 		buf: make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{}),
-		done: make(chan struct{}), prefix: prefix}
+		done: make(chan struct{})}
 	go r.run()
 	return r
 }
@@ -179,10 +165,6 @@ func (r *recorder) run() {
 		}
 		if len(pending) > 0 {
 			pending = r.flush(pending)
-		} else if len(r.charges) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			r.retryCharges(ctx)
-			cancel()
 		}
 		if !closing {
 			continue
@@ -190,10 +172,6 @@ func (r *recorder) run() {
 		if len(pending) > 0 {
 			r.dropped(len(pending))
 			r.log.Error("proxy usage records lost at shutdown", "records", len(pending))
-		}
-		for _, e := range r.charges {
-			r.log.Error("proxy charge lost at shutdown", "account_id", e.AccountID, "instance_id", e.InstanceID,
-				"amount", e.Amount.String(), "idempotency_key", e.IdempotencyKey)
 		}
 		return
 	}
@@ -208,9 +186,6 @@ func (r *recorder) flush(pending []Usage) []Usage {
 		part := pending[:n]
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := r.store.InsertUsage(ctx, part)
-		if err == nil {
-			r.charge(ctx, part)
-		}
 		cancel()
 		if err != nil {
 			r.log.Error("writing proxy usage records; will retry", "records", len(pending), "err", err)
@@ -223,66 +198,4 @@ func (r *recorder) flush(pending []Usage) []Usage {
 		pending = pending[n:]
 	}
 	return pending[:0]
-}
-
-// charge appends one ledger charge per account and instance of a written
-// batch whose records carry a cost. The idempotency key names the batch, so
-// a retried append never charges twice; failed appends are retried at the
-// next flush (and at Close).
-func (r *recorder) charge(ctx context.Context, part []Usage) {
-	if r.charger == nil {
-		return
-	}
-	type key struct {
-		acct int64
-		inst string
-	}
-	type sum struct {
-		n    int64
-		cost gpuproxy.Micros
-		last time.Time
-	}
-	sums := map[key]*sum{}
-	var order []key
-	for _, u := range part {
-		if u.Cost <= 0 {
-			continue
-		}
-		k := key{u.AccountID, u.InstanceID}
-		s := sums[k]
-		if s == nil {
-			s = &sum{}
-			sums[k] = s
-			order = append(order, k)
-		}
-		s.n++
-		s.cost += u.Cost
-		if u.At.After(s.last) {
-			s.last = u.At
-		}
-	}
-	if len(order) > 0 {
-		batch := strconv.FormatInt(r.seq.Add(1), 10)
-		for _, k := range order {
-			s := sums[k]
-			r.charges = append(r.charges, billing.Entry{AccountID: k.acct, Type: billing.Charge, Amount: s.cost,
-				At: s.last, InstanceID: k.inst, Basis: billing.Metered,
-				Description:    "proxy requests: " + strconv.FormatInt(s.n, 10),
-				IdempotencyKey: "proxy:" + r.prefix + ":" + batch + ":" + k.inst})
-		}
-	}
-	r.retryCharges(ctx)
-}
-
-// retryCharges appends the pending charges, keeping those that fail.
-func (r *recorder) retryCharges(ctx context.Context) {
-	left := r.charges[:0]
-	for _, e := range r.charges {
-		if _, err := r.charger.Append(ctx, e); err != nil {
-			r.log.Error("charging proxy requests; will retry", "account_id", e.AccountID, "instance_id", e.InstanceID,
-				"amount", e.Amount.String(), "err", err)
-			left = append(left, e)
-		}
-	}
-	r.charges = left
 }

@@ -57,7 +57,9 @@ func (s *usageStore) setFail(v bool) { s.mu.Lock(); s.fail = v; s.mu.Unlock() }
 
 type openGate struct{}
 
-func (openGate) Check(context.Context, int64, gpuproxy.Micros) error { return nil }
+func (openGate) Admit(context.Context, int64, gpuproxy.Micros) (guardrails.Pass, error) {
+	return guardrails.Pass{}, nil
+}
 
 // recorderProxy is a proxy over the fake usage store whose only instance is
 // the simulator, for driving usage records through Call.
@@ -172,8 +174,9 @@ func TestCloseBoundedByContext(t *testing.T) {
 }
 
 // TestPerRequestCostIsCharged: with a per-request cost, the guard rail
-// checks it, the usage records carry it and the ledger is charged for
-// exactly the requests the instance answered (refused ones are free).
+// admits it against a budget lease, the usage records carry it and the
+// ledger is charged, when the lease is settled, for exactly the requests
+// the instance answered (refused ones are free).
 func TestPerRequestCostIsCharged(t *testing.T) {
 	t.Parallel()
 	const cost = gpuproxy.Micros(2500) // $0.0025
@@ -194,6 +197,10 @@ func TestPerRequestCostIsCharged(t *testing.T) {
 		t.Fatalf("usage totals = %+v", page.Totals)
 	}
 	if err := e.proxy.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The ledger is charged when the gate settles its budget lease.
+	if err := e.gate.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	tot, err := e.store.Totals(context.Background(), billing.Filter{AccountID: e.acct.ID, InstanceID: "gpi_paid"})

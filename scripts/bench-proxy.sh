@@ -19,6 +19,7 @@
 # installed with apt-get when missing.
 #
 # Environment: DURATION (default 5s), ROUNDS (3), WARMUP (2s), CONNS (64),
+# COST (per-request cost in USD, default 0; non-zero exercises budget leases),
 # BENCH_DATABASE_URL (a Postgres URL: store on Postgres instead of SQLite),
 # LOGS=on|off (request logs in both proxies; default on: gpuproxy's JSON
 # request log and nginx's access log, each to a file), PROFILE (path).
@@ -83,6 +84,8 @@ gpargs=(-upstream "$UP" -dir "$tmp/gp" -log "$gplog")
 # (a temporary schema) instead of the embedded SQLite default.
 [ -n "${BENCH_DATABASE_URL:-}" ] && gpargs+=(-db "$BENCH_DATABASE_URL")
 [ -n "${PROFILE:-}" ] && gpargs+=(-cpuprofile "$PROFILE")
+# COST=0.0001: a per-request cost, admitted against budget leases.
+[ -n "${COST:-}" ] && gpargs+=(-cost "$COST")
 "$tmp/benchproxy" "${gpargs[@]}" >"$tmp/gp.out" 2>&1 &
 gppid=$!
 pids+=($gppid)

@@ -29,6 +29,7 @@ type app struct {
 	meterer   *billing.Meterer
 	fleet     *fleet.Service
 	providers []providers.Provider
+	gate      *guardrails.ProxyGate
 	proxy     *proxy.Proxy
 	closers   []io.Closer
 }
@@ -46,6 +47,7 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 		return nil, err
 	}
 	a.guard = guardrails.New(e.store, guardrails.Options{Defaults: ws, Horizon: e.cfg.Horizon, Logger: log,
+		LeaseExpiry: e.cfg.Proxy.LeaseExpiry,
 		OnDecision: a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError})
 	a.meterer = billing.NewMeterer(e.store, billing.MeterOptions{Interval: e.cfg.MeteringInterval, Logger: log,
 		OnCharge: func(m gpuproxy.Micros) { a.metrics.MeteredCharge(int64(m)) }})
@@ -66,10 +68,11 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	if err != nil {
 		return nil, fmt.Errorf("proxy.request_cost: %w", err)
 	}
-	gate := guardrails.NewProxyGate(a.guard, guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge})
-	a.proxy = proxy.New(a.fleet, gate, e.store, proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody,
+	a.gate = guardrails.NewProxyGate(a.guard, guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge,
+		LeaseSpan: pc.LeaseSpan})
+	a.proxy = proxy.New(a.fleet, a.gate, e.store, proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody,
 		MaxResponseBody: pc.MaxResponseBody, UpstreamTimeout: pc.UpstreamTimeout,
-		AllowNetworks: pc.networks(sandboxProviders != nil), Charger: e.ledger, Metrics: metrics, Logger: log})
+		AllowNetworks: pc.networks(sandboxProviders != nil), Metrics: metrics, Logger: log})
 	return a, nil
 }
 
@@ -111,13 +114,16 @@ func (a *app) services() server.Services {
 	return svc
 }
 
-// Close flushes proxy usage records and closes other resources; call it
-// after the HTTP server has stopped.
+// Close flushes proxy usage records, settles the proxy's budget leases
+// and closes other resources; call it after the HTTP server has stopped.
 func (a *app) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.proxy.Close(ctx); err != nil {
 		a.log.Error("flushing proxy usage", "err", err)
+	}
+	if err := a.gate.Close(ctx); err != nil {
+		a.log.Error("settling proxy budget leases", "err", err)
 	}
 	for _, c := range a.closers {
 		_ = c.Close()

@@ -38,6 +38,11 @@ type proxyConf struct {
 	MaxResponseBody int64         `yaml:"max_response_body"` // bytes, default 64 MiB
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`  // default 60s
 	SnapshotMaxAge  time.Duration `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
+	// LeaseSpan is how long a replica's proxy budget lease admits calls
+	// before it is settled (default 2s); LeaseExpiry is the age after which
+	// the reconciler releases a lease a crashed replica left (default 2m).
+	LeaseSpan   time.Duration `yaml:"lease_span"`
+	LeaseExpiry time.Duration `yaml:"lease_expiry"`
 	// KeepNetHTTP: never take keep-alive connections over from net/http
 	// after a proxied request (server.Options.KeepNetHTTP).
 	KeepNetHTTP bool `yaml:"keep_net_http"`
@@ -164,6 +169,7 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 			_, err := parseNetworks(c.Proxy.AllowNetworks)
 			return err
 		}},
+		{"GPUPROXY_PROXY_LEASE_EXPIRY", dur(&c.Proxy.LeaseExpiry)},
 		{"GPUPROXY_HORIZON", dur(&c.Horizon)},
 		{"GPUPROXY_METERING_INTERVAL", dur(&c.MeteringInterval)},
 		{"GPUPROXY_RATE_LIMIT", func(v string) error {

@@ -172,10 +172,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	metrics := server.NewMetrics()
 	guard := guardrails.New(store, guardrails.Options{Logger: log, OnDecision: metrics.ObserveAdmission,
 		OnStoreError: metrics.StoreError})
+	// Limits far above what a run spends: a non-zero request cost is
+	// admitted against budget leases all run long.
+	if err := guard.SetLimits(ctx, acct.ID, []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}, ""); err != nil {
+		return err
+	}
 	gate := guardrails.NewProxyGate(guard, guardrails.ProxyGateOptions{})
 	ledger := billing.NewLedger(store, nil)
 	fleet := fixedFleet{acct: acct.ID, eps: map[string]string{"gpi_bench": "http://" + *upstream}}
-	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowNetworks: proxy.LoopbackNetworks(), Charger: ledger,
+	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowNetworks: proxy.LoopbackNetworks(),
 		Metrics: metrics, Logger: log, UsageBatch: *usageBatch})
 	srv := server.New(server.Services{Auth: authSvc, Guard: guard, Ledger: ledger, Store: store,
 		RateLimiter: auth.NewRateLimiter(1 << 30), Metrics: metrics, Mount: []func(server.Registrar){p.Mount}},
@@ -211,13 +216,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := p.Close(sctx); err != nil {
 		return err
 	}
+	if err := gate.Close(sctx); err != nil {
+		return err
+	}
 	tot, err := store.UsageTotals(context.Background(), proxy.UsageFilter{AccountID: acct.ID})
+	if err != nil {
+		return err
+	}
+	led, err := store.Totals(context.Background(), billing.Filter{AccountID: acct.ID})
 	if err != nil {
 		return err
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fmt.Fprintf(stdout, "usage records written: %d (errors %d); heap %d MiB; GC cycles %d\n",
-		tot.Requests, tot.Errors, ms.HeapAlloc>>20, ms.NumGC)
+	fmt.Fprintf(stdout, "usage records written: %d (errors %d, cost %s; ledger charges %s); heap %d MiB; GC cycles %d\n",
+		tot.Requests, tot.Errors, tot.Cost, led.Charges, ms.HeapAlloc>>20, ms.NumGC)
 	return nil
 }
