@@ -48,7 +48,7 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	}
 	a.guard = guardrails.New(e.store, guardrails.Options{Defaults: ws, Horizon: e.cfg.Horizon, Logger: log,
 		LeaseExpiry: e.cfg.Proxy.LeaseExpiry,
-		OnDecision: a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError})
+		OnDecision:  a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError})
 	a.meterer = billing.NewMeterer(e.store, billing.MeterOptions{Interval: e.cfg.MeteringInterval, Logger: log,
 		OnCharge: func(m gpuproxy.Micros) { a.metrics.MeteredCharge(int64(m)) }})
 	a.providers = sandboxProviders
