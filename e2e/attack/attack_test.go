@@ -396,12 +396,23 @@ func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, rep
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		killed := time.Now()
-		time.Sleep(time.Second)
-		if err := r.start(dir, bin, cfg, env); err != nil {
-			t.Errorf("restarting %s after SIGKILL: %v", r.name(), err)
-			return fmt.Sprintf("wave %d: SIGKILL %s; restart FAILED: %v", wave, r.name(), err)
+		// Started again a second later and, like a supervisor would, again
+		// while it exits at start-up (the database may be restarting too).
+		tries := 0
+		for {
+			time.Sleep(time.Second)
+			tries++
+			err := r.start(dir, bin, cfg, env)
+			if err == nil {
+				break
+			}
+			if time.Since(killed) > 30*time.Second || ctx.Err() != nil {
+				t.Errorf("restarting %s after SIGKILL: %v", r.name(), err)
+				return fmt.Sprintf("wave %d: SIGKILL %s; restart FAILED: %v", wave, r.name(), err)
+			}
 		}
-		return fmt.Sprintf("wave %d: SIGKILL %s mid-burst, back after %s", wave, r.name(), time.Since(killed).Round(time.Millisecond))
+		return fmt.Sprintf("wave %d: SIGKILL %s mid-burst, back after %s (%d start(s))", wave, r.name(),
+			time.Since(killed).Round(time.Millisecond), tries)
 	case "pg":
 		took, err := pg.restart()
 		if err != nil {

@@ -338,24 +338,34 @@ func (s *dbState) checkLedger(v *violations) {
 		sort.Slice(es, func(i, j int) bool { return meterFrom(es[i]) < meterFrom(es[j]) })
 		var sum int64
 		cursor := m.startUS
+		// A period whose cumulative charge rounds to nothing advances the
+		// meter without a ledger entry: a gap is fine only when the
+		// cumulative total at both ends is the same.
+		cum := func(tUS int64) int64 { return cumulative(m.price, m.startUS, tUS) }
 		for _, e := range es {
 			sum += e.amount
-			if from := meterFrom(e); from != cursor {
-				v.add("meter %s (instance %s): charge %s covers from %d, previous ended at %d (gap or overlap)",
+			switch from := meterFrom(e); {
+			case from < cursor:
+				v.add("meter %s (instance %s): charge %s covers from %d, but %d was already charged (overlap)",
 					m.id, m.instanceID, e.key, from, cursor)
+			case from > cursor && cum(from) != cum(cursor):
+				v.add("meter %s (instance %s): charge %s covers from %d, previous ended at %d: %s never charged",
+					m.id, m.instanceID, e.key, from, cursor, usd(cum(from)-cum(cursor)))
+			}
+			if want := cum(e.atUS) - cum(meterFrom(e)); e.amount != want {
+				v.add("meter charge %s is %s, the cumulative rule gives %s", e.key, usd(e.amount), usd(want))
 			}
 			cursor = e.atUS
 		}
 		if sum != m.chargedMicros {
 			v.add("meter %s (instance %s): ledger charges %s, meter says %s", m.id, m.instanceID, usd(sum), usd(m.chargedMicros))
 		}
-		if cursor != m.chargedUntilUS {
+		if cursor != m.chargedUntilUS && cum(cursor) != cum(m.chargedUntilUS) {
 			v.add("meter %s: ledger charged until %d, meter says %d", m.id, cursor, m.chargedUntilUS)
 		}
-		ms := (m.chargedUntilUS - m.startUS) / 1000
-		if want := m.price*(ms/3_600_000) + m.price*(ms%3_600_000)/3_600_000; want != m.chargedMicros {
-			v.add("meter %s: charged %s for %dms at %s/h, cumulative rule gives %s", m.id, usd(m.chargedMicros), ms,
-				usd(m.price), usd(want))
+		if want := cum(m.chargedUntilUS); want != m.chargedMicros {
+			v.add("meter %s: charged %s until %d at %s/h, cumulative rule gives %s", m.id, usd(m.chargedMicros),
+				m.chargedUntilUS, usd(m.price), usd(want))
 		}
 		if m.stopped && m.chargedUntilUS > m.stopUS {
 			v.add("meter %s billed past its stop (%d > %d)", m.id, m.chargedUntilUS, m.stopUS)
@@ -391,6 +401,13 @@ func (s *dbState) checkLedger(v *violations) {
 			v.add("%s instance %s ran and was terminated without ever being metered", in.provider, in.id)
 		}
 	}
+}
+
+// cumulative is what a meter has charged in all from its start to t:
+// price × whole milliseconds elapsed, rounded down (billing.Due).
+func cumulative(price, startUS, tUS int64) int64 {
+	ms := (tUS - startUS) / 1000
+	return price*(ms/3_600_000) + price*(ms%3_600_000)/3_600_000
 }
 
 func meterFrom(e ledgerRow) int64 {
