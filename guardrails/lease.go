@@ -224,16 +224,13 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 		snap   Snapshot
 		err    error
 	)
-	for tried := gpuproxy.Micros(-1); ; {
-		tried = size
+	for {
 		holdID, snap, err = g.svc.admitProxy(ctx, la.id, size, g.lz.ref)
 		if err == nil || gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT || size == f.cost {
 			break
 		}
+		// Smaller each time (whole calls below size), down to one call.
 		size = roundCalls(min(size-1, remainingProxy(snap)/leaseShare), f.cost)
-		if size >= tried {
-			size = f.cost
-		}
 	}
 	now := g.now()
 	la.mu.Lock()
