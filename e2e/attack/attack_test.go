@@ -286,7 +286,19 @@ func TestAttack(t *testing.T) {
 
 	// Settle: nothing in flight, expired leases released, meters charged.
 	settleStart := time.Now()
-	settled := waitSettled(ctx, dbURL, sz.settle, leaseAge)
+	// A killed replica's leases are released only by the reconciler, once
+	// older than the expiry: wait for that before the others shut down.
+	var notBefore time.Time
+	if leaseAge >= 0 {
+		for _, r := range replicas {
+			r.mu.Lock()
+			if t := r.lastKill.Add(leaseExpiry + 2*reconcileInt + 500*time.Millisecond); t.After(notBefore) {
+				notBefore = t
+			}
+			r.mu.Unlock()
+		}
+	}
+	settled := waitSettled(ctx, dbURL, sz.settle, leaseAge, notBefore)
 	rep.settleTime = time.Since(settleStart)
 	stopSampler()
 	sampWG.Wait()
@@ -396,6 +408,9 @@ func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, rep
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 		killed := time.Now()
+		r.mu.Lock()
+		r.lastKill = killed
+		r.mu.Unlock()
 		// Started again a second later and, like a supervisor would, again
 		// while it exits at start-up (the database may be restarting too).
 		tries := 0
@@ -425,13 +440,13 @@ func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, rep
 }
 
 // waitSettled polls until no instance is in flight, every stopped meter is
-// charged to its stop, and no lease older than the expiry (plus two
-// reconciler rounds) is open.
-func waitSettled(ctx context.Context, url string, limit, maxLeaseAge time.Duration) bool {
+// charged to its stop, no lease older than maxLeaseAge is open, and
+// notBefore has passed.
+func waitSettled(ctx context.Context, url string, limit, maxLeaseAge time.Duration, notBefore time.Time) bool {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		st, err := readState(ctx, url)
-		if err == nil && st.settled(maxLeaseAge) {
+		if err == nil && st.settled(maxLeaseAge) && time.Now().After(notBefore) {
 			// Once more after a metering round, so a last charge or a lease
 			// settlement in progress lands before the checks.
 			time.Sleep(meteringInt + 200*time.Millisecond)
