@@ -58,6 +58,10 @@ var limits = map[string][]string{
 	proxyAccount:  {"60m=2"},
 }
 
+// The proxy account's limit is raised by proxyRaise before every wave
+// after the first.
+const proxyLimit, proxyRaise = 2.0, 0.5
+
 func TestAttack(t *testing.T) {
 	mode := os.Getenv("GPUPROXY_ATTACK")
 	if mode == "" {
@@ -138,10 +142,10 @@ func TestAttack(t *testing.T) {
 		}
 		return out
 	}
-	apiKeys := map[string]string{}
+	apiKeys, adminKeys := map[string]string{}, map[string]string{}
 	for _, acct := range []string{createAccount, proxyAccount} {
 		run("accounts", "create", acct)
-		run("keys", "create", "--account", acct, "--preset", "admin", "--name", "attack admin")
+		adminKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "admin", "--name", "attack admin"))
 		apiKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "assistant", "--name", "attack"))
 		args := []string{"limits", "set", "--account", acct}
 		for _, w := range limits[acct] {
@@ -211,9 +215,9 @@ func TestAttack(t *testing.T) {
 	}
 	rep.proxyPrior = st.accountSpend(proxyAccount)
 	rep.proxyLimit = st.byName[proxyAccount].limits[0].limit
-	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g",
+	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
-		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost)
+		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, proxyRaise)
 
 	// The attack: waves of concurrent creates and proxy bursts across the
 	// replicas, destroys in between, metering and reconciling all along,
@@ -248,6 +252,23 @@ func TestAttack(t *testing.T) {
 				rep.addChaos(strikeChaos(ctx, t, action, wave, replicas, pg, dir, bin, cfgPath, env))
 			})
 		}
+		if wave > 0 {
+			// New proxy room for this wave's burst, so every wave (the
+			// chaos ones too) spends leases up to a limit under contention.
+			lim := proxyLimit + proxyRaise*float64(wave)
+			var r reply
+			for try := range 6 { // any replica: the last one may be down
+				r = a.do(ctx, wave+try, http.MethodPut, "/api/v1/accounts/"+proxyAccount+"/limits", adminKeys[proxyAccount],
+					map[string]any{"windows": []map[string]any{{"window_minutes": 60, "limit": lim}}}, nil)
+				if !r.retryable() {
+					break
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			if r.err != nil || r.status != http.StatusOK {
+				t.Fatalf("raising %s's limit to $%g: %s", proxyAccount, lim, r)
+			}
+		}
 		gate := make(chan struct{})
 		var waveWG sync.WaitGroup
 		for i := range sz.createsPerWave {
@@ -273,6 +294,9 @@ func TestAttack(t *testing.T) {
 				r := a.proxyCall(ctx, n, apiKeys[proxyAccount], proxyInst.ID, n)
 				prog.done.Add(1)
 				rep.proxy.add(outcome(r))
+				if r.err == nil && r.status/100 == 2 {
+					rep.proxyByProc.add(r.proc)
+				}
 			})
 		}
 		close(gate)
@@ -352,16 +376,39 @@ func TestAttack(t *testing.T) {
 		}
 	}
 	// The proxy account: what was served and charged fits the room it had.
+	// A SIGKILLed replica's served calls are never charged (its lease is
+	// released at expiry, by design), so that room is given out again:
+	// the calls of the processes that were not killed must fit the room,
+	// and be charged in full.
+	rep.proxyLimit = final.byName[proxyAccount].limits[0].limit
 	room := rep.proxyLimit - rep.proxyPrior
+	cost := int64(requestCost * 1e6)
 	rep.proxyCharged = final.accountSpend(proxyAccount) - rep.proxyPrior
 	rep.proxyServed = rep.proxy.served()
-	if served := int64(rep.proxyServed) * int64(requestCost*1e6); served > room {
+	for _, r := range replicas {
+		rep.killedProcs = append(rep.killedProcs, r.killed...)
+	}
+	rep.proxyByKilled = 0
+	for _, name := range rep.killedProcs {
+		rep.proxyByKilled += rep.proxyByProc.get(name)
+	}
+	rep.proxyUnknown = rep.proxyByProc.get("")
+	survivors := int64(rep.proxyServed - rep.proxyByKilled)
+	if served := int64(rep.proxyServed) * cost; served > room && rep.proxyByKilled == 0 {
 		v.add("proxy overspend: %d requests served at $%g = %s, room was limit %s - prior spend %s = %s",
 			rep.proxyServed, requestCost, usd(served), usd(rep.proxyLimit), usd(rep.proxyPrior), usd(room))
+	}
+	if survivors*cost > room {
+		v.add("proxy overspend: %d requests served by replica processes never killed, at $%g = %s > room %s (limit %s - prior spend %s)",
+			survivors, requestCost, usd(survivors*cost), usd(room), usd(rep.proxyLimit), usd(rep.proxyPrior))
 	}
 	if rep.proxyCharged > room {
 		v.add("proxy overspend: proxy charges %s > limit %s - prior spend %s = %s", usd(rep.proxyCharged),
 			usd(rep.proxyLimit), usd(rep.proxyPrior), usd(room))
+	}
+	if unknown := int64(rep.proxyUnknown); rep.proxyCharged < (survivors-unknown)*cost {
+		v.add("lost proxy charges: %d requests served by replica processes never killed, charged only %s (want at least %s)",
+			survivors, usd(rep.proxyCharged), usd((survivors-unknown)*cost))
 	}
 	rep.final2 = final
 	rep.wall = time.Since(began)
@@ -410,6 +457,7 @@ func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, rep
 		killed := time.Now()
 		r.mu.Lock()
 		r.lastKill = killed
+		r.killed = append(r.killed, fmt.Sprintf("%s#%d", r.name(), r.starts))
 		r.mu.Unlock()
 		// Started again a second later and, like a supervisor would, again
 		// while it exits at start-up (the database may be restarting too).

@@ -38,6 +38,7 @@ type reply struct {
 	status int
 	body   []byte
 	err    error
+	proc   string // the replica process that answered: "replica2#1" (second start)
 }
 
 func (r reply) String() string {
@@ -72,6 +73,7 @@ func (a *api) do(ctx context.Context, replica int, method, path, key string, bod
 		rd = bytes.NewReader(b)
 	}
 	r := a.replicas[replica%len(a.replicas)]
+	gen := r.generation()
 	req, err := http.NewRequestWithContext(ctx, method, r.base+path, rd)
 	if err != nil {
 		return reply{err: err}
@@ -89,7 +91,11 @@ func (a *api) do(ctx context.Context, replica int, method, path, key string, bod
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return reply{status: resp.StatusCode, body: b, err: err}
+	out := reply{status: resp.StatusCode, body: b, err: err}
+	if r.generation() == gen { // else the process changed under the request: unknown
+		out.proc = fmt.Sprintf("%s#%d", r.name(), gen)
+	}
+	return out
 }
 
 // retryable: the request may not have been processed (transport error, the

@@ -310,20 +310,21 @@ type replica struct {
 	p        *proc
 	starts   int
 	lastKill time.Time
+	killed   []string // processes killed with SIGKILL, "replica2#1"
 }
 
 func (r *replica) name() string { return fmt.Sprintf("replica%d", r.idx) }
 
 // start starts the replica and waits until /health answers.
 func (r *replica) start(dir, bin, cfg string, env []string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.starts++
 	p, err := startProc(dir, r.name(), bin, []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", r.port), "-c", cfg}, env)
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.starts++
 	r.p = p
+	r.mu.Unlock()
 	deadline := time.Now().Add(45 * time.Second)
 	client := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
@@ -339,6 +340,14 @@ func (r *replica) start(dir, bin, cfg string, env []string) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%s: /health did not answer within 45s:\n%s", r.name(), p.tail(30))
+}
+
+// generation counts the replica's starts: a process is named by replica
+// and generation.
+func (r *replica) generation() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts
 }
 
 // proc returns the current process.

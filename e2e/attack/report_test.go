@@ -15,17 +15,20 @@ type report struct {
 	bin      string
 	replicas int
 
-	creates      []createResult
-	createOut    tally
-	admittedUSD  map[string]float64 // provider → what admitted creates were asked to hold
-	admittedN    map[string]int
-	destroys     tally
-	proxy        tally
-	chaos        []string
-	proxyPrior   int64
-	proxyLimit   int64
-	proxyCharged int64
-	proxyServed  int
+	creates                     []createResult
+	createOut                   tally
+	admittedUSD                 map[string]float64 // provider → what admitted creates were asked to hold
+	admittedN                   map[string]int
+	destroys                    tally
+	proxy                       tally
+	chaos                       []string
+	proxyPrior                  int64
+	proxyLimit                  int64
+	proxyCharged                int64
+	proxyServed                 int
+	proxyByProc                 tally // 2xx proxy replies by answering process
+	killedProcs                 []string
+	proxyByKilled, proxyUnknown int
 
 	attackTime, settleTime, wall time.Duration
 	leasesLive                   int
@@ -129,11 +132,14 @@ func (r *report) String() string {
 		}
 	}
 	p("")
-	p("proxy (%s, limits %v, $%g per request): %d sent", proxyAccount, limits[proxyAccount], requestCost, r.proxyTotal())
+	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],
+		proxyRaise, usd(r.proxyLimit), requestCost, r.proxyTotal())
 	p("  outcomes: %s", r.proxy.String())
 	room := r.proxyLimit - r.proxyPrior
 	p("  prior spend %s, room %s = %d requests; served (2xx) %d = %s; charged %s", usd(r.proxyPrior), usd(room),
 		room/int64(requestCost*1e6), r.proxyServed, usd(int64(r.proxyServed)*int64(requestCost*1e6)), usd(r.proxyCharged))
+	p("  served by process: %s; by SIGKILLed processes %v: %d (never charged: their leases expire)", r.proxyByProc.String(),
+		r.killedProcs, r.proxyByKilled)
 	p("")
 	p("windows at the end (spent counts every row dated after the window's start, also later than now):")
 	for _, w := range r.final {
