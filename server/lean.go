@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
@@ -26,13 +28,18 @@ import (
 // and reads the next requests itself:
 //
 //   - a request for a prefix route is parsed by net/http's own parser
-//     (http.ReadRequest) and served on the connection's goroutine through
-//     serveDirect, so authentication, limits, logs and metrics are the
-//     same; the response is framed here (Content-Length or chunked);
-//   - anything else — another route, or a request this loop does not
-//     handle (Expect, Transfer-Encoding, Upgrade, HTTP/1.0, Connection:
-//     close, a head over the buffer) — is handed back to net/http with its
-//     bytes unread, and net/http serves the connection from then on;
+//     (http.ReadRequest) and checked as net/http's server checks what that
+//     parser returns (Host, header names and values, MaxHeaderBytes, the
+//     CR/LF tolerated after a POST: see parse), then served on the
+//     connection's goroutine through serveDirect, so authentication,
+//     limits, logs and metrics are the same; the response is framed here
+//     (Content-Length or chunked);
+//   - anything else — another route, a head net/http's server would
+//     refuse, or a request this loop does not handle (Expect,
+//     Transfer-Encoding, Upgrade, HTTP/1.0, Connection: close, a target
+//     not in origin form, an empty Host, a head over the buffer) — is
+//     handed back to net/http with its bytes unread, and net/http serves
+//     (or refuses) it and the connection from then on;
 //   - a client that goes away while its request runs still cancels the
 //     request: a read on the connection watches for it once the request
 //     has run for watchAfter (short requests never pay for it);
@@ -67,6 +74,9 @@ type leanConn struct {
 	base   context.Context
 	remote string
 	state  atomic.Int32
+
+	headMax  int  // the largest head served here (MaxHeaderBytes, the buffer)
+	lastPost bool // the last request was a POST: CR/LF may precede the next
 
 	rdl h1.Deadline // the read deadline in force
 
@@ -141,19 +151,14 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	pc := &prefixConn{Conn: c}
+	var pending []byte
 	if n := brw.Reader.Buffered(); n > 0 {
 		p, _ := brw.Reader.Peek(n)
-		pc.pending = append([]byte(nil), p...)
+		pending = append([]byte(nil), p...)
 	}
 	base := context.WithValue(context.Background(), http.ServerContextKey, hs)
 	base = context.WithValue(base, http.LocalAddrContextKey, c.LocalAddr())
-	lc := &leanConn{s: s, hs: hs, c: c, pc: pc, br: bufio.NewReaderSize(pc, leanHeadMax),
-		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String(),
-		rdl: h1.NewDeadline(c.SetReadDeadline)}
-	lc.hr = bufio.NewReaderSize(&lc.hb, 4096)
-	lc.timer = time.AfterFunc(time.Hour, lc.startWatch)
-	lc.timer.Stop()
+	lc := newLeanConn(s, hs, c, pending, base, r.Method)
 	if !s.track(lc, hs) {
 		_ = c.Close()
 		return
@@ -165,6 +170,24 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	lc.serve()
+}
+
+// newLeanConn prepares a taken-over connection c, whose bytes pending were
+// read but not consumed, after a request with method lastMethod.
+func newLeanConn(s *Server, hs *http.Server, c net.Conn, pending []byte, base context.Context,
+	lastMethod string) *leanConn {
+	pc := &prefixConn{Conn: c, pending: pending}
+	lc := &leanConn{s: s, hs: hs, c: c, pc: pc, br: bufio.NewReaderSize(pc, leanHeadMax),
+		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String(),
+		headMax: leanHeadMax, lastPost: lastMethod == http.MethodPost,
+		rdl: h1.NewDeadline(c.SetReadDeadline)}
+	if m := hs.MaxHeaderBytes; m > 0 && m < lc.headMax {
+		lc.headMax = m // net/http refuses heads larger than about this
+	}
+	lc.hr = bufio.NewReaderSize(&lc.hb, 4096)
+	lc.timer = time.AfterFunc(time.Hour, lc.startWatch)
+	lc.timer.Stop()
+	return lc
 }
 
 // track registers a taken-over connection for Shutdown and Drain.
@@ -267,17 +290,16 @@ func (lc *leanConn) serve() {
 			lc.close()
 			return
 		}
-		head, ok := lc.head()
+		req, d, n, ok := lc.next()
 		if !ok {
 			lc.close()
 			return
 		}
-		req, d := lc.parse(head)
 		if req == nil {
 			lc.handBack()
 			return
 		}
-		_, _ = lc.br.Discard(len(head))
+		_, _ = lc.br.Discard(n)
 		if !lc.serveOne(d, req) || !lc.state.CompareAndSwap(leanBusy, leanIdle) {
 			lc.close()
 			return
@@ -285,9 +307,37 @@ func (lc *leanConn) serve() {
 	}
 }
 
+// next reads the next request head and returns the request this loop
+// serves and the length of its head; a nil request (ok) hands the
+// connection back to net/http with the head unread; !ok closes it (the
+// client went away or timed out).
+func (lc *leanConn) next() (req *http.Request, d *directRoute, n int, ok bool) {
+	if lc.lastPost {
+		// As net/http: up to 4 CR or LF after a POST are skipped (RFC 7230
+		// section 3.5, old clients).
+		p, _ := lc.br.Peek(4)
+		i := 0
+		for i < len(p) && (p[i] == '\r' || p[i] == '\n') {
+			i++
+		}
+		_, _ = lc.br.Discard(i)
+	}
+	head, ok := lc.head()
+	if !ok {
+		return nil, nil, 0, false
+	}
+	req, d = lc.parse(head)
+	if req == nil {
+		return nil, nil, 0, true
+	}
+	lc.lastPost = req.Method == http.MethodPost
+	return req, d, len(head), true
+}
+
 // head returns the request head (through the blank line) from the read
-// buffer without consuming it; false when the client went away, timed out
-// or the head does not fit (then the connection goes back to net/http).
+// buffer without consuming it; false when the client went away or timed
+// out. A head that does not fit is returned as it is (parse refuses it:
+// the connection goes back to net/http).
 func (lc *leanConn) head() ([]byte, bool) {
 	extended := false
 	for {
@@ -301,14 +351,17 @@ func (lc *leanConn) head() ([]byte, bool) {
 		if j := bytes.Index(buf, []byte("\n\n")); j >= 0 {
 			return buf[:j+2], true
 		}
-		if len(buf) >= leanHeadMax {
-			return buf, true // parse refuses it: handed back
+		if len(buf) > lc.headMax {
+			return buf, true
 		}
 		if !extended {
 			extended = true
 			_ = lc.rdl.Set(time.Now().Add(lc.headerTimeout()), time.Second)
 		}
 		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return buf, true
+			}
 			return nil, false
 		}
 	}
@@ -317,15 +370,15 @@ func (lc *leanConn) head() ([]byte, bool) {
 // parse reads a request head with net/http's parser and returns the
 // request when this loop serves it; nil hands the connection back.
 func (lc *leanConn) parse(head []byte) (*http.Request, *directRoute) {
-	if !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+	if len(head) > lc.headMax || !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
 		return nil, nil
 	}
 	lc.hb.Reset(head)
 	lc.hr.Reset(&lc.hb)
 	req, err := http.ReadRequest(lc.hr)
 	if err != nil || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
-		len(req.TransferEncoding) > 0 || req.Host == "" || req.Method == http.MethodConnect ||
-		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil {
+		len(req.TransferEncoding) > 0 || req.Method == http.MethodConnect ||
+		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil || !serverAccepts(req) {
 		return nil, nil
 	}
 	d := lc.s.direct(req.URL.Path)
@@ -334,6 +387,31 @@ func (lc *leanConn) parse(head []byte) (*http.Request, *directRoute) {
 	}
 	req.RemoteAddr = lc.remote
 	return req, d
+}
+
+// serverAccepts reports whether net/http's server accepts an HTTP/1.1
+// request head that http.ReadRequest accepted, with the checks its
+// conn.readRequest adds: a valid Host, valid header names (ReadRequest
+// lets "Name : value" through, with the space in the name) and values.
+// ReadRequest has taken Host out of the header; for a target in origin
+// form (the only one served here) req.Host is its value. An empty Host,
+// which net/http accepts, is handed back all the same.
+func serverAccepts(req *http.Request) bool {
+	if req.RequestURI == "" || req.RequestURI[0] != '/' || req.URL.Host != "" || req.Host == "" ||
+		!httpguts.ValidHostHeader(req.Host) {
+		return false
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // handBack gives the connection, with every byte read but not consumed,

@@ -1,0 +1,26 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"testing"
+)
+
+// BenchmarkTakeoverParse measures reading and checking one proxied
+// request head on a taken-over connection (parse: http.ReadRequest and
+// the checks net/http's server adds).
+//
+//	go test -run '^$' -bench TakeoverParse -benchmem ./server/
+func BenchmarkTakeoverParse(b *testing.B) {
+	head := []byte("POST /api/v1/proxy/gpi_bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:40123\r\n" +
+		"User-Agent: Go-http-client/1.1\r\nContent-Length: 80\r\nContent-Type: application/json\r\n" +
+		"X-Api-Key: gpx_0123456789abcdef_0123456789abcdef0123456789abcdef\r\nAccept-Encoding: gzip\r\n\r\n")
+	s := &Server{prefixes: []directRoute{{prefix: "/api/v1/proxy/", route: "/api/v1/proxy/*"}}}
+	lc := newLeanConn(s, &http.Server{}, newMemConn(nil), nil, context.Background(), http.MethodPost)
+	b.ReportAllocs()
+	for b.Loop() {
+		if req, _ := lc.parse(head); req == nil {
+			b.Fatal("head not served")
+		}
+	}
+}
