@@ -43,8 +43,15 @@ import (
 //   - a client that goes away while its request runs still cancels the
 //     request: a read on the connection watches for it once the request
 //     has run for watchAfter (short requests never pay for it);
-//   - http.Server's IdleTimeout and ReadHeaderTimeout apply, and Shutdown
-//     closes idle taken-over connections (Drain waits for busy ones).
+//   - http.Server's IdleTimeout, ReadHeaderTimeout, ReadTimeout and
+//     WriteTimeout apply as net/http applies them; a request's context
+//     carries the values of BaseContext and ConnContext (those of the
+//     connection's first request); Shutdown closes idle taken-over
+//     connections, and responses it interrupts say Connection: close, but
+//     only Drain waits for busy ones.
+//
+// A connection is taken over only when the Server is the http.Server's
+// Handler: the takeover would bypass any handler wrapped around it.
 
 // watchAfter is how long a request runs before its connection is watched
 // for the client going away.
@@ -79,6 +86,7 @@ type leanConn struct {
 	lastPost bool // the last request was a POST: CR/LF may precede the next
 
 	rdl h1.Deadline // the read deadline in force
+	wdl h1.Deadline // the write deadline in force
 
 	// The close watcher of the current request.
 	mu       sync.Mutex
@@ -143,6 +151,9 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 	if hs == nil || s.closing.Load() {
 		return
 	}
+	if h, _ := hs.Handler.(*Server); h != s {
+		return // a handler around s would not see the next requests
+	}
 	rc := http.NewResponseController(w)
 	if rc.Flush() != nil {
 		return
@@ -156,9 +167,11 @@ func (s *Server) takeOver(w http.ResponseWriter, r *http.Request) {
 		p, _ := brw.Reader.Peek(n)
 		pending = append([]byte(nil), p...)
 	}
-	base := context.WithValue(context.Background(), http.ServerContextKey, hs)
-	base = context.WithValue(base, http.LocalAddrContextKey, c.LocalAddr())
-	lc := newLeanConn(s, hs, c, pending, base, r.Method)
+	// r's context holds what net/http gives every request on this
+	// connection (BaseContext, the Server, ConnContext, the local address)
+	// and nothing of r's own; it is not cancelled while r's handler, which
+	// runs this connection, has not returned.
+	lc := newLeanConn(s, hs, c, pending, context.WithoutCancel(r.Context()), r.Method)
 	if !s.track(lc, hs) {
 		_ = c.Close()
 		return
@@ -180,7 +193,7 @@ func newLeanConn(s *Server, hs *http.Server, c net.Conn, pending []byte, base co
 	lc := &leanConn{s: s, hs: hs, c: c, pc: pc, br: bufio.NewReaderSize(pc, leanHeadMax),
 		bw: bufio.NewWriterSize(c, 16<<10), base: base, remote: c.RemoteAddr().String(),
 		headMax: leanHeadMax, lastPost: lastMethod == http.MethodPost,
-		rdl: h1.NewDeadline(c.SetReadDeadline)}
+		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}
 	if m := hs.MaxHeaderBytes; m > 0 && m < lc.headMax {
 		lc.headMax = m // net/http refuses heads larger than about this
 	}
@@ -259,24 +272,29 @@ func (lc *leanConn) close() {
 	lc.s.untrack(lc)
 }
 
+// idleTimeout and headerTimeout are net/http's: none when zero.
 func (lc *leanConn) idleTimeout() time.Duration {
 	if lc.hs.IdleTimeout > 0 {
 		return lc.hs.IdleTimeout
 	}
-	if lc.hs.ReadTimeout > 0 {
-		return lc.hs.ReadTimeout
-	}
-	return 2 * time.Minute
+	return lc.hs.ReadTimeout
 }
 
 func (lc *leanConn) headerTimeout() time.Duration {
 	if lc.hs.ReadHeaderTimeout > 0 {
 		return lc.hs.ReadHeaderTimeout
 	}
-	if lc.hs.ReadTimeout > 0 {
-		return lc.hs.ReadTimeout
+	return lc.hs.ReadTimeout
+}
+
+// readWithin sets the read deadline d from now (none when d is zero).
+func (lc *leanConn) readWithin(d time.Duration) {
+	switch {
+	case d > 0:
+		_ = lc.rdl.Set(time.Now().Add(d), min(d/16, time.Second))
+	case lc.rdl.Active():
+		_ = lc.rdl.Clear()
 	}
-	return 10 * time.Second
 }
 
 func (lc *leanConn) serve() {
@@ -285,10 +303,14 @@ func (lc *leanConn) serve() {
 			lc.close()
 			return
 		}
-		_ = lc.rdl.Set(time.Now().Add(lc.idleTimeout()), time.Second)
+		lc.readWithin(lc.idleTimeout())
 		if _, err := lc.br.Peek(1); err != nil || !lc.state.CompareAndSwap(leanIdle, leanBusy) {
 			lc.close()
 			return
+		}
+		var t0 time.Time
+		if lc.hs.ReadTimeout > 0 {
+			t0 = time.Now()
 		}
 		req, d, n, ok := lc.next()
 		if !ok {
@@ -300,6 +322,7 @@ func (lc *leanConn) serve() {
 			return
 		}
 		_, _ = lc.br.Discard(n)
+		lc.deadlines(t0, req.ContentLength)
 		if !lc.serveOne(d, req) || !lc.state.CompareAndSwap(leanBusy, leanIdle) {
 			lc.close()
 			return
@@ -334,6 +357,23 @@ func (lc *leanConn) next() (req *http.Request, d *directRoute, n int, ok bool) {
 	return req, d, len(head), true
 }
 
+// deadlines sets, once a head is read at t0, the deadlines net/http sets:
+// the body must arrive by t0+ReadTimeout (no deadline without one), the
+// response be written within WriteTimeout. The read deadline matters only
+// for a body not yet buffered.
+func (lc *leanConn) deadlines(t0 time.Time, contentLength int64) {
+	if contentLength > int64(lc.br.Buffered()) {
+		if rt := lc.hs.ReadTimeout; rt > 0 {
+			_ = lc.rdl.Set(t0.Add(rt), min(rt/16, time.Second))
+		} else if lc.rdl.Active() {
+			_ = lc.rdl.Clear()
+		}
+	}
+	if wt := lc.hs.WriteTimeout; wt > 0 {
+		_ = lc.wdl.Set(time.Now().Add(wt), min(wt/16, time.Second))
+	}
+}
+
 // head returns the request head (through the blank line) from the read
 // buffer without consuming it; false when the client went away or timed
 // out. A head that does not fit is returned as it is (parse refuses it:
@@ -356,7 +396,7 @@ func (lc *leanConn) head() ([]byte, bool) {
 		}
 		if !extended {
 			extended = true
-			_ = lc.rdl.Set(time.Now().Add(lc.headerTimeout()), time.Second)
+			lc.readWithin(lc.headerTimeout())
 		}
 		if _, err := lc.br.Peek(len(buf) + 1); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
@@ -576,7 +616,7 @@ func (lc *leanConn) stopWatch() bool {
 	lc.mu.Lock()
 	lc.watching = false
 	lc.mu.Unlock()
-	lc.rdl.Forget() // set afresh before the next read
+	_ = lc.rdl.Clear() // no deadline is in force: as rdl says when it has none
 	return true
 }
 
@@ -641,13 +681,21 @@ func (w *leanResponse) commit(first []byte) {
 			w.close = true
 		}
 	}
+	if w.lc.s.closing.Load() {
+		// Shutting down: as net/http, the connection closes after this.
+		w.close = true
+		w.h["Connection"] = connectionClose
+	}
 	if w.h["Date"] == nil {
 		w.h["Date"] = []string{httpDate()}
 	}
 	w.writeHead(code)
 }
 
-var chunkedTE = []string{"chunked"}
+var (
+	chunkedTE       = []string{"chunked"}
+	connectionClose = []string{"close"}
+)
 
 func (w *leanResponse) writeHead(code int) {
 	bw := w.lc.bw
