@@ -269,8 +269,11 @@ func cmdCredits(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("usage: credits add --account NAME --amount USD [--description TEXT]")
 	}
 	amt, err := gpuproxy.ParseUSD(*amount)
-	if err != nil || amt <= 0 {
-		return fmt.Errorf("--amount must be a positive number of US dollars")
+	switch {
+	case err != nil:
+		return cliErr(gpuproxy.Invalid("--amount", "%v", err))
+	case amt <= 0:
+		return cliErr(gpuproxy.Invalid("--amount", "must be greater than 0"))
 	}
 	e, err := openEnv(ctx, *f.config, getenv)
 	if err != nil {

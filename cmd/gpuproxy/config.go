@@ -102,7 +102,22 @@ type fleetConf struct {
 
 type limitConfig struct {
 	Window string  `yaml:"window"` // "60m", "24h", or minutes
-	Limit  float64 `yaml:"limit"`  // USD
+	Limit  usdText `yaml:"limit"`  // USD
+}
+
+// usdText is a YAML number of US dollars kept as written, so that it is
+// parsed exactly by gpuproxy.ParseUSD (as the CLI and the API do), never
+// through a float.
+type usdText string
+
+// UnmarshalYAML keeps a scalar's text; quoted strings and collections are
+// refused.
+func (u *usdText) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		return fmt.Errorf("line %d: limit must be a number of US dollars", n.Line)
+	}
+	*u = usdText(n.Value)
+	return nil
 }
 
 func defaultConfig() config {
@@ -181,7 +196,7 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 			ls, err := parseWindowFlags(strings.Split(v, ","))
 			c.Limits = nil
 			for _, w := range ls {
-				c.Limits = append(c.Limits, limitConfig{Window: strconv.Itoa(w.Minutes), Limit: w.Limit.USD()})
+				c.Limits = append(c.Limits, limitConfig{Window: strconv.Itoa(w.Minutes), Limit: usdText(w.Limit.String())})
 			}
 			return err
 		}},
@@ -220,12 +235,14 @@ func (c config) windows() ([]guardrails.Window, error) {
 	}
 	var specs []string
 	for _, l := range c.Limits {
-		specs = append(specs, l.Window+"="+strconv.FormatFloat(l.Limit, 'f', -1, 64))
+		specs = append(specs, l.Window+"="+string(l.Limit))
 	}
 	return parseWindowFlags(specs)
 }
 
-// parseWindowFlags parses "60m=50", "24h=1000" or "1440=1000" (minutes).
+// parseWindowFlags parses "60m=50", "24h=1000" or "1440=1000" (minutes):
+// a Go duration of whole minutes or a bare count of minutes, "=", and a
+// limit in gpuproxy.ParseUSD's grammar (exact, at most 6 decimal places).
 func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 	var out []guardrails.Window
 	for _, s := range specs {
@@ -234,8 +251,8 @@ func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 			return nil, fmt.Errorf("window %q: want DURATION=USD, e.g. 60m=50", s)
 		}
 		var minutes int
-		if n, err := strconv.Atoi(w); err == nil {
-			minutes = n
+		if n, err := strconv.Atoi(w); err == nil && w[0] >= '0' && w[0] <= '9' {
+			minutes = n // a bare count of minutes: digits only, no sign
 		} else {
 			d, err := time.ParseDuration(w)
 			if err != nil || d%time.Minute != 0 {
