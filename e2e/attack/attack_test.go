@@ -225,14 +225,16 @@ func TestAttack(t *testing.T) {
 	samp := &sampler{}
 	sctx, stopSampler := context.WithCancel(ctx)
 	var sampWG sync.WaitGroup
-	sampWG.Go(func() { samp.run(sctx, dbURL, 100*time.Millisecond, horizon) })
+	sampWG.Go(func() { samp.run(sctx, dbURL, 50*time.Millisecond, horizon) })
 
 	destroyCh := make(chan string, sz.waves*sz.createsPerWave)
 	var destroyWG sync.WaitGroup
 	for w := range 4 {
 		destroyWG.Go(func() {
 			for id := range destroyCh {
-				time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
+				// Soon, but not at once: an overspend lasts long enough
+				// for the sampler to see it before a refund hides it.
+				time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 				r := a.destroy(ctx, w, apiKeys[createAccount], id)
 				rep.destroys.add(outcome(r))
 			}
@@ -276,13 +278,13 @@ func TestAttack(t *testing.T) {
 			waveWG.Go(func() {
 				<-gate
 				o, hours := vast[rand.IntN(len(vast))], 0
-				if n%5 < 3 { // three in five on io.net, prepaid for 1-3 hours
+				if n%10 < 7 { // seven in ten on io.net, prepaid for 1-3 hours
 					o, hours = ionet[rand.IntN(len(ionet))], 1+rand.IntN(3)
 				}
 				res := a.create(ctx, n, apiKeys[createAccount], o, hours, fmt.Sprintf("atk-%d", n))
 				prog.done.Add(1)
 				rep.addCreate(res)
-				if res.inst.ID != "" && rand.IntN(100) < 40 { // destroyed early: io.net refunds
+				if res.inst.ID != "" && rand.IntN(100) < 60 { // destroyed early: io.net refunds, room for more
 					destroyCh <- res.inst.ID
 				}
 			})
