@@ -64,7 +64,7 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 		StartTimeout: fc.StartTimeout, OrphanPolicy: fc.OrphanPolicy, Logger: log, Leader: e.store.WithLeader,
 		Ledger: e.ledger})
 	pc := e.cfg.Proxy
-	cost, err := gpuproxy.FromUSD(pc.RequestCost)
+	cost, err := pc.requestCost()
 	if err != nil {
 		return nil, fmt.Errorf("proxy.request_cost: %w", err)
 	}

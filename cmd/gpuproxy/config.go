@@ -33,7 +33,7 @@ type config struct {
 
 // proxyConf configures the inference proxy.
 type proxyConf struct {
-	RequestCost     float64       `yaml:"request_cost"`      // USD per proxied request, default 0
+	RequestCost     usdText       `yaml:"request_cost"`      // USD per proxied request, default 0
 	MaxRequestBody  int64         `yaml:"max_request_body"`  // bytes, default 1 MiB (the server's body limit)
 	MaxResponseBody int64         `yaml:"max_response_body"` // bytes, default 64 MiB
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`  // default 60s
@@ -170,8 +170,8 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"GPUPROXY_ORPHAN_POLICY", str(&c.Fleet.OrphanPolicy)},
 		{"GPUPROXY_OFFER_CACHE_TTL", dur(&c.Fleet.OfferCacheTTL)},
 		{"GPUPROXY_PROXY_REQUEST_COST", func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			c.Proxy.RequestCost = f
+			c.Proxy.RequestCost = usdText(v)
+			_, err := c.Proxy.requestCost()
 			return err
 		}},
 		{"GPUPROXY_PROXY_ALLOW_NETWORKS", func(v string) error {
@@ -211,8 +211,8 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 	if c.MeteringInterval <= 0 {
 		return c, fmt.Errorf("metering_interval must be positive")
 	}
-	if c.Proxy.RequestCost < 0 || c.Proxy.RequestCost > 1000 {
-		return c, fmt.Errorf("proxy.request_cost must be between 0 and 1000 USD")
+	if _, err := c.Proxy.requestCost(); err != nil {
+		return c, fmt.Errorf("proxy.request_cost: %w", err)
 	}
 	if c.Proxy.MaxRequestBody > 1<<20 {
 		return c, fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
@@ -270,4 +270,20 @@ func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// requestCost parses proxy.request_cost exactly (gpuproxy.ParseUSD's
+// grammar): 0 when unset, at most $1000.
+func (p proxyConf) requestCost() (gpuproxy.Micros, error) {
+	if p.RequestCost == "" {
+		return 0, nil
+	}
+	m, err := gpuproxy.ParseUSD(string(p.RequestCost))
+	if err != nil {
+		return 0, err
+	}
+	if m < 0 || m > 1000*gpuproxy.MicrosPerUSD {
+		return 0, fmt.Errorf("must be between 0 and 1000 USD")
+	}
+	return m, nil
 }

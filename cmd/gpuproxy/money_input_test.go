@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"path/filepath"
 	"reflect"
@@ -111,6 +112,44 @@ func TestConfigLimitsExact(t *testing.T) {
 		if tc.err == "" && (err != nil || !reflect.DeepEqual(ws, tc.want)) ||
 			tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%d: windows %v, %v; want %v, error %q", i, ws, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestConfigRequestCostExact: proxy.request_cost is read exactly, in YAML
+// and from the environment, and refused past six decimal places or $1000.
+func TestConfigRequestCostExact(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		yaml, env string
+		want      gpuproxy.Micros
+		err       string
+	}{
+		{want: 0},
+		{yaml: "proxy:\n  request_cost: 0.000001\n", want: 1},
+		{yaml: "proxy:\n  request_cost: 0.01\n", want: 10_000},
+		{env: "0.0025", want: 2500},
+		{env: "0.0000001", err: "GPUPROXY_PROXY_REQUEST_COST: must have at most 6 decimal places"},
+		{yaml: "proxy:\n  request_cost: 1000.5\n", err: "proxy.request_cost: must be between 0 and 1000"},
+		{env: "-0.01", err: "GPUPROXY_PROXY_REQUEST_COST: must be between 0 and 1000"},
+		{yaml: "proxy:\n  request_cost: \"0.01\"\n", err: "must be a number"},
+	} {
+		path := ""
+		if tc.yaml != "" {
+			path = filepath.Join(dir, fmt.Sprintf("rc%d.yaml", i))
+			if err := writeFile(path, tc.yaml); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := loadConfig(path, envFunc(map[string]string{"GPUPROXY_PROXY_REQUEST_COST": tc.env}))
+		var got gpuproxy.Micros
+		if err == nil {
+			got, err = c.Proxy.requestCost()
+		}
+		if tc.err == "" && (err != nil || got != tc.want) ||
+			tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%d: cost %s, %v; want %s, error %q", i, got, err, tc.want, tc.err)
 		}
 	}
 }
