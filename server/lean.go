@@ -377,23 +377,19 @@ func (lc *leanConn) deadlines(t0 time.Time, contentLength int64) {
 // head returns the request head (through the blank line) from the read
 // buffer without consuming it; false when the client went away or timed
 // out. A head that does not fit is returned as it is (parse refuses it:
-// the connection goes back to net/http).
+// the connection goes back to net/http). A head arriving in pieces is
+// searched only where its end can be: past what was searched before.
 func (lc *leanConn) head() ([]byte, bool) {
 	extended := false
-	for {
+	for from := 0; ; {
 		buf, _ := lc.br.Peek(lc.br.Buffered())
-		if i := bytes.Index(buf, []byte("\n\r\n")); i >= 0 {
-			if j := bytes.Index(buf[:i], []byte("\n\n")); j >= 0 {
-				return buf[:j+2], true // bare-LF head: parse hands it back
-			}
-			return buf[:i+3], true
-		}
-		if j := bytes.Index(buf, []byte("\n\n")); j >= 0 {
-			return buf[:j+2], true
+		if n := headLen(buf, from); n > 0 {
+			return buf[:n], true
 		}
 		if len(buf) > lc.headMax {
 			return buf, true
 		}
+		from = max(len(buf)-2, 0)
 		if !extended {
 			extended = true
 			lc.readWithin(lc.headerTimeout())
@@ -407,8 +403,29 @@ func (lc *leanConn) head() ([]byte, bool) {
 	}
 }
 
+// headLen returns the length of the head at the start of buf through its
+// first blank line, "\r\n" or a bare "\n" after a "\n", or 0 when buf
+// holds none that ends after from+2. (A head with bare-LF line ends is
+// handed back by parse.)
+func headLen(buf []byte, from int) int {
+	b := buf[from:]
+	i := bytes.Index(b, []byte("\n\r\n"))
+	if i >= 0 {
+		b = b[:i+2] // where a bare blank line before it would be
+	}
+	if j := bytes.Index(b, []byte("\n\n")); j >= 0 {
+		return from + j + 2
+	}
+	if i >= 0 {
+		return from + i + 3
+	}
+	return 0
+}
+
 // parse reads a request head with net/http's parser and returns the
-// request when this loop serves it; nil hands the connection back.
+// request when this loop serves it; nil hands the connection back. The
+// parser must have read the head to its end, no less: the body starts
+// there.
 func (lc *leanConn) parse(head []byte) (*http.Request, *directRoute) {
 	if len(head) > lc.headMax || !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
 		return nil, nil
@@ -416,7 +433,7 @@ func (lc *leanConn) parse(head []byte) (*http.Request, *directRoute) {
 	lc.hb.Reset(head)
 	lc.hr.Reset(&lc.hb)
 	req, err := http.ReadRequest(lc.hr)
-	if err != nil || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
+	if err != nil || lc.hr.Buffered() > 0 || lc.hb.Len() > 0 || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
 		len(req.TransferEncoding) > 0 || req.Method == http.MethodConnect ||
 		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil || !serverAccepts(req) {
 		return nil, nil

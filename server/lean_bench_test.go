@@ -16,7 +16,7 @@ func BenchmarkTakeoverParse(b *testing.B) {
 		"User-Agent: Go-http-client/1.1\r\nContent-Length: 80\r\nContent-Type: application/json\r\n" +
 		"X-Api-Key: gpx_0123456789abcdef_0123456789abcdef0123456789abcdef\r\nAccept-Encoding: gzip\r\n\r\n")
 	s := &Server{prefixes: []directRoute{{prefix: "/api/v1/proxy/", route: "/api/v1/proxy/*"}}}
-	lc := newLeanConn(s, &http.Server{}, newMemConn(nil), nil, context.Background(), http.MethodPost)
+	lc := newLeanConn(s, &http.Server{}, newMemConn(nil, 0), nil, context.Background(), http.MethodPost)
 	b.ReportAllocs()
 	for b.Loop() {
 		if req, _ := lc.parse(head); req == nil {

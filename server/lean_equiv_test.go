@@ -95,7 +95,7 @@ func (rc *rawConn) tryRead(method string) (*http.Response, string, error) {
 
 func TestTakeoverWriteTimeout(t *testing.T) {
 	t.Parallel()
-	const limit = 300 * time.Millisecond
+	const limit = 500 * time.Millisecond
 	h := func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/v1/x/slow" {
 			time.Sleep(2 * limit) // the response is written after WriteTimeout
@@ -127,7 +127,7 @@ func TestTakeoverWriteTimeout(t *testing.T) {
 
 func TestTakeoverReadTimeout(t *testing.T) {
 	t.Parallel()
-	const limit = 300 * time.Millisecond
+	const limit = 500 * time.Millisecond
 	h := func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {

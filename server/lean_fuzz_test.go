@@ -18,7 +18,8 @@ import (
 // FuzzTakeoverHead differentially fuzzes the request heads a taken-over
 // connection serves against net/http's own server. data is what a client
 // sends on a connection after a first request (a POST when afterPost,
-// which lets net/http skip a few CR/LF before the next head).
+// which lets net/http skip a few CR/LF before the next head), arriving in
+// reads of at most chunk bytes (any size when 0).
 //
 // The takeover side is the loop's own reading (newLeanConn, next, leanBody)
 // over a connection that holds data and then ends. The net/http side is a
@@ -32,9 +33,9 @@ import (
 //	go test -run '^$' -fuzz '^FuzzTakeoverHead$' -fuzztime 2m ./server/
 func FuzzTakeoverHead(f *testing.F) {
 	ns := newNetHTTPSide(f)
-	f.Fuzz(func(t *testing.T, afterPost bool, data []byte) {
-		lean, served := leanParse(afterPost, data)
-		seen, accepted := ns.parse(t, afterPost, data)
+	f.Fuzz(func(t *testing.T, afterPost bool, chunk uint8, data []byte) {
+		lean, served := leanParse(afterPost, int(chunk), data)
+		seen, accepted := ns.parse(t, afterPost, int(chunk), data)
 		if !served {
 			return
 		}
@@ -56,12 +57,13 @@ func TestTakeoverHeadOutcomes(t *testing.T) {
 	t.Parallel()
 	ns := newNetHTTPSide(t)
 	const h = "Host: test\r\nX-API-Key: k\r\n"
-	for _, tc := range []struct {
+	type testCase = struct {
 		name            string
 		afterPost       bool
 		data            string
 		served, accepts bool
-	}{
+	}
+	for _, tc := range []testCase{
 		{"get", false, "GET /v1/models HTTP/1.1\r\n" + h + "\r\n", true, true},
 		{"post", false, "POST /v1/chat HTTP/1.1\r\n" + h + "Content-Length: 5\r\n\r\nhello", true, true},
 		{"short body", false, "POST /v1/chat HTTP/1.1\r\n" + h + "Content-Length: 9\r\n\r\nhel", true, true},
@@ -81,13 +83,16 @@ func TestTakeoverHeadOutcomes(t *testing.T) {
 		{"bare LF", false, "GET /x HTTP/1.1\nHost: test\n\n", false, true},
 		{"head over MaxHeaderBytes", false, "GET /x HTTP/1.1\r\n" + h + "X-Big: " + strings.Repeat("b", fuzzHeadMax) + "\r\n\r\n", false, true},
 	} {
-		lean, served := leanParse(tc.afterPost, []byte(tc.data))
-		seen, accepts := ns.parse(t, tc.afterPost, []byte(tc.data))
-		if served != tc.served || accepts != tc.accepts {
-			t.Errorf("%s: takeover serves %v, net/http accepts %v; want %v, %v", tc.name, served, accepts, tc.served, tc.accepts)
-		}
-		if served && accepts && !reflect.DeepEqual(lean, seen) {
-			t.Errorf("%s: takeover %+v, net/http %+v", tc.name, lean, seen)
+		for _, chunk := range []int{0, 1} { // at once, and a byte at a time
+			lean, served := leanParse(tc.afterPost, chunk, []byte(tc.data))
+			seen, accepts := ns.parse(t, tc.afterPost, chunk, []byte(tc.data))
+			if served != tc.served || accepts != tc.accepts {
+				t.Errorf("%s (reads of %d): takeover serves %v, net/http accepts %v; want %v, %v",
+					tc.name, chunk, served, accepts, tc.served, tc.accepts)
+			}
+			if served && accepts && !reflect.DeepEqual(lean, seen) {
+				t.Errorf("%s (reads of %d): takeover %+v, net/http %+v", tc.name, chunk, lean, seen)
+			}
 		}
 	}
 }
@@ -122,14 +127,14 @@ const fuzzHeadMax = 4096
 // leanParse reads data's first request as a taken-over connection would
 // (serve: wait for a byte, next, then the body as serveOne gives it) and
 // reports whether the connection would serve it.
-func leanParse(afterPost bool, data []byte) (parsed, bool) {
+func leanParse(afterPost bool, chunk int, data []byte) (parsed, bool) {
 	s := &Server{prefixes: []directRoute{{prefix: "/", route: "/*"}}}
 	hs := &http.Server{MaxHeaderBytes: fuzzHeadMax}
 	last := http.MethodGet
 	if afterPost {
 		last = http.MethodPost
 	}
-	lc := newLeanConn(s, hs, newMemConn(data), nil, context.Background(), last)
+	lc := newLeanConn(s, hs, newMemConn(data, chunk), nil, context.Background(), last)
 	if _, err := lc.br.Peek(1); err != nil {
 		return parsed{}, false
 	}
@@ -179,12 +184,12 @@ func newNetHTTPSide(tb testing.TB) *netHTTPSide {
 
 // parse sends a first request and then data on one connection and
 // returns the second request as net/http's handler saw it, if it did.
-func (ns *netHTTPSide) parse(t *testing.T, afterPost bool, data []byte) (parsed, bool) {
+func (ns *netHTTPSide) parse(t *testing.T, afterPost bool, chunk int, data []byte) (parsed, bool) {
 	first := "GET /first HTTP/1.1\r\nHost: first\r\n\r\n"
 	if afterPost {
 		first = "POST /first HTTP/1.1\r\nHost: first\r\nContent-Length: 0\r\n\r\n"
 	}
-	mc := newMemConn(append([]byte(first), data...))
+	mc := newMemConn(append([]byte(first), data...), chunk)
 	ns.conns <- mc
 	select {
 	case <-mc.decided:
@@ -197,11 +202,13 @@ func (ns *netHTTPSide) parse(t *testing.T, afterPost bool, data []byte) (parsed,
 	return *mc.seen, true
 }
 
-// memConn is a connection that reads data, then EOF. It is decided when
+// memConn is a connection that reads data, at most chunk bytes at a time
+// (when not 0), then EOF. It is decided when
 // net/http's handler has recorded the second request, or net/http has
 // refused a request (a 4xx or 5xx head) or closed the connection.
 type memConn struct {
 	r       *bytes.Reader
+	chunk   int
 	mu      sync.Mutex
 	once    sync.Once
 	decided chan struct{}
@@ -210,8 +217,8 @@ type memConn struct {
 	seen     *parsed
 }
 
-func newMemConn(data []byte) *memConn {
-	return &memConn{r: bytes.NewReader(data), decided: make(chan struct{})}
+func newMemConn(data []byte, chunk int) *memConn {
+	return &memConn{r: bytes.NewReader(data), chunk: chunk, decided: make(chan struct{})}
 }
 
 func (c *memConn) decide(p *parsed) {
@@ -224,6 +231,9 @@ func (c *memConn) decide(p *parsed) {
 func (c *memConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.chunk > 0 && len(b) > c.chunk {
+		b = b[:c.chunk]
+	}
 	return c.r.Read(b)
 }
 
