@@ -138,7 +138,7 @@ func (r *report) String() string {
 	room := r.proxyLimit - r.proxyPrior
 	p("  prior spend %s, room %s = %d requests; served (2xx) %d = %s; charged %s", usd(r.proxyPrior), usd(room),
 		room/int64(requestCost*1e6), r.proxyServed, usd(int64(r.proxyServed)*int64(requestCost*1e6)), usd(r.proxyCharged))
-	p("  served by process: %s; by SIGKILLed processes %v: %d (never charged: their leases expire)", r.proxyByProc.String(),
+	p("  served by process: %s; by SIGKILLed processes %v: %d (a killed replica's unsettled lease is released at expiry: those calls go uncharged)", r.proxyByProc.String(),
 		r.killedProcs, r.proxyByKilled)
 	p("")
 	p("windows at the end (spent counts every row dated after the window's start, also later than now):")
