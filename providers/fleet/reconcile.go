@@ -45,11 +45,19 @@ type ReconcileReport struct {
 	Adjustments int      // truth-up entries appended
 	KillSwitch  []string // instances destroyed by on_exceed=destroy
 	LeasesFreed int      // expired proxy leases of crashed replicas released
+	// TagMismatch lists rows whose provider id is now worn by a provider
+	// instance with another tag, or none: that instance is not ours, so it
+	// was neither adopted nor metered nor destroyed for the row (a row
+	// whose own instance is gone is terminated as such).
+	TagMismatch []string
 	Errors      []error
 }
 
 // Reconcile matches every provider's complete instance list to our rows by
-// tag, once, on one replica at a time:
+// tag, once, on one replica at a time. A provider instance is a row's only
+// when it carries the row's tag: one that merely has the row's stored
+// provider id under another tag, or none (a provider that reuses ids, such
+// as a restarted simulator), is not ours and is reported in TagMismatch.
 //   - a pending row (ambiguous create or a crash after the provider call)
 //     whose tagged instance exists is adopted (it then runs and is metered);
 //     one past PendingGrace with no instance is failed and its hold released;
@@ -111,8 +119,12 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		}
 		live[row.ID] = true
 		pi, found := byTag[row.ID]
-		if !found && row.ProviderInstanceID != "" {
-			pi, found = byID[row.ProviderInstanceID]
+		if other, ok := byID[row.ProviderInstanceID]; !found && ok && row.ProviderInstanceID != "" {
+			// Our provider id, another tag: never taken as ours. Our own
+			// instance is absent from the complete listing, so the row is
+			// resolved as gone below.
+			s.tagMismatch(p.Name(), row, other, "reconciler")
+			rep.TagMismatch = append(rep.TagMismatch, row.ID)
 		}
 		switch {
 		case row.Status == Pending && found:
@@ -189,6 +201,26 @@ func (s *Service) truthUp(ctx context.Context, row Instance, pi providers.Instan
 		return false
 	}
 	return true
+}
+
+// tagMismatch reports a provider instance found under a row's provider id
+// that carries another tag (or none), so it is not the row's: a log line
+// and the OnTagMismatch hook.
+func (s *Service) tagMismatch(provider string, row Instance, pi providers.Instance, where string) {
+	s.opts.Logger.Error(where+": the provider instance with our stored id carries another tag; not ours, left alone",
+		"instance", row.ID, "account_id", row.AccountID, "provider", provider,
+		"provider_id", row.ProviderInstanceID, "provider_tag", pi.Tag)
+	if s.opts.OnTagMismatch != nil {
+		s.opts.OnTagMismatch(provider)
+	}
+}
+
+// otherTag reports whether a provider instance fetched by a row's provider
+// id carries a tag that is not the row's. An empty tag is not proof here:
+// io.net's instance details carry no name (the complete listing, which
+// the reconciler reads, always has the tag).
+func otherTag(row Instance, pi providers.Instance) bool {
+	return pi.Tag != "" && pi.Tag != row.ID
 }
 
 // killSwitch destroys the time-billed instances of accounts whose policy is

@@ -57,6 +57,9 @@ type Options struct {
 	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
 	// Ledger receives truth-up adjustments (none when nil).
 	Ledger *billing.Ledger
+	// OnTagMismatch, when set, observes each provider instance found under
+	// one of our rows' provider ids but tagged otherwise (metrics).
+	OnTagMismatch func(provider string)
 	// AfterProviderCreate is a fault hook for tests: called after the
 	// provider created an instance and before our row records it; an error
 	// aborts there, as a crash would.
@@ -326,6 +329,10 @@ func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) 
 		return s.store.MarkTerminated(ctx, inst.ID, now, nil)
 	case err != nil:
 		return inst, err
+	case otherTag(inst, pi):
+		// Our provider id now names someone else's instance: ours is gone.
+		s.tagMismatch(p.Name(), inst, pi, "poll")
+		return s.store.MarkTerminated(ctx, inst.ID, now, nil)
 	}
 	switch {
 	case pi.Status == providers.StatusRunning && pi.Endpoint != "":
@@ -379,10 +386,22 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 		// destroys any instance carrying our tag; nothing to charge here.
 		return s.store.MarkTerminated(ctx, inst.ID, s.opts.Now(), nil)
 	}
-	if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
-		return inst, providers.AsAppError(err)
-	}
+	// Look before destroying: the instance under our stored id must be
+	// ours. One with another tag is not (a provider that reused the id),
+	// and destroying it would destroy another row's instance.
 	pi, err := p.Get(ctx, inst.ProviderInstanceID)
+	switch {
+	case err == nil && otherTag(inst, pi):
+		s.tagMismatch(p.Name(), inst, pi, "destroy")
+		return s.store.MarkTerminated(ctx, inst.ID, s.opts.Now(), nil)
+	case err != nil && providers.KindOf(err) != providers.KindGone:
+		return inst, providers.AsAppError(err)
+	case err == nil && pi.Status != providers.StatusTerminated:
+		if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
+			return inst, providers.AsAppError(err)
+		}
+		pi, err = p.Get(ctx, inst.ProviderInstanceID)
+	}
 	gone := providers.KindOf(err) == providers.KindGone || (err == nil && pi.Status == providers.StatusTerminated)
 	if !gone {
 		// Destroy accepted but not yet confirmed: stay terminating; the
