@@ -236,3 +236,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// BenchmarkProxyGate compares a free call (the snapshot check) with a
+// call that has a cost (admitted against a lease and reported done), many
+// callers on one account, on SQLite.
+func BenchmarkProxyGate(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		cost gpuproxy.Micros
+	}{{"free", 0}, {"leased", 100}} {
+		b.Run(tc.name, func(b *testing.B) {
+			st := dbtest.Open(b, dbtest.SQLite)
+			ctx := context.Background()
+			a, err := st.CreateAccount(ctx, "bench", time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			svc := guardrails.New(st, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}})
+			g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{})
+			defer g.Close(ctx)
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					p, err := g.Admit(ctx, a.ID, tc.cost)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					p.Done("gpi_bench", true)
+				}
+			})
+		})
+	}
+}
