@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/providers"
 )
@@ -67,8 +67,8 @@ type ReconcileReport struct {
 //     terminated and its metering stopped;
 //   - where a provider reports actual cost, the difference from our ledger
 //     is appended as an adjustment (truth-up);
-//   - accounts with on_exceed=destroy whose spend reached a limit have their
-//     time-billed instances destroyed (the kill switch);
+//   - the kill switch evaluates once more (a backstop to its own loop,
+//     see KillSwitch);
 //   - proxy budget leases older than the lease expiry (a crashed replica's)
 //     are released.
 func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
@@ -77,7 +77,7 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		for _, p := range s.providers {
 			s.reconcileProvider(ctx, p, &rep)
 		}
-		s.killSwitch(ctx, &rep)
+		s.reconcileKillSwitch(ctx, &rep)
 		n, err := s.guard.ExpireLeases(ctx)
 		rep.LeasesFreed = n
 		if err != nil {
@@ -223,45 +223,13 @@ func otherTag(row Instance, pi providers.Instance) bool {
 	return pi.Tag != "" && pi.Tag != row.ID
 }
 
-// killSwitch destroys the time-billed instances of accounts whose policy is
-// destroy once a window's actual spend reaches its limit.
-func (s *Service) killSwitch(ctx context.Context, rep *ReconcileReport) {
-	rows, err := s.store.InstancesInStatus(ctx, Starting, Running)
-	if err != nil {
-		rep.Errors = append(rep.Errors, err)
-		return
-	}
-	checked := map[int64]bool{}
-	for _, row := range rows {
-		if row.Billing != string(providers.BillingHourly) {
-			continue
-		}
-		if _, done := checked[row.AccountID]; !done {
-			snap, err := s.guard.Spending(ctx, row.AccountID)
-			if err != nil {
-				rep.Errors = append(rep.Errors, err)
-				continue
-			}
-			u, reached := snap.Reached()
-			checked[row.AccountID] = snap.OnExceed == gpuproxy.OnExceedDestroy && reached
-			if checked[row.AccountID] {
-				s.opts.Logger.Error("spending limit reached with on_exceed=destroy: destroying time-billed instances",
-					"account_id", row.AccountID, "window_minutes", u.Minutes, "limit", u.Limit.String(), "spent", u.Spent.String())
-			}
-		}
-		if !checked[row.AccountID] {
-			continue
-		}
-		if _, err := s.Destroy(ctx, row.AccountID, row.ID); err != nil {
-			rep.Errors = append(rep.Errors, err)
-			continue
-		}
-		rep.KillSwitch = append(rep.KillSwitch, row.ID)
-	}
-}
-
-// Run polls and reconciles until ctx ends.
+// Run polls, reconciles and runs the kill switch until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// The kill switch keeps its own time: a slow poll or reconciliation
+	// must not delay a destroy that is due.
+	wg.Go(func() { s.runKillSwitch(ctx) })
 	poll := time.NewTicker(s.opts.PollInterval)
 	rec := time.NewTicker(s.opts.ReconcileInterval)
 	defer poll.Stop()

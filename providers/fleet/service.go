@@ -57,6 +57,20 @@ type Options struct {
 	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
 	// Ledger receives truth-up adjustments (none when nil).
 	Ledger *billing.Ledger
+	// KillMargin is the least time before a window of an on_exceed=destroy
+	// account would reach its limit at which the kill switch destroys the
+	// account's time-billed instances (default 2s). The margin used is the
+	// larger of this and the provider's measured destroy latency (a
+	// smoothed mean plus four mean deviations of recent destroys, from
+	// terminating to the termination time the final charge runs to).
+	KillMargin time.Duration
+	// KillSwitchInterval is how often the kill switch re-reads spend and
+	// running instances from the database (default 1s); between reads it
+	// also wakes at the next computed deadline.
+	KillSwitchInterval time.Duration
+	// OnKillSwitch, when set, observes each instance the kill switch
+	// destroys (metrics).
+	OnKillSwitch func(accountID int64, instanceID string)
 	// OnTagMismatch, when set, observes each provider instance found under
 	// one of our rows' provider ids but tagged otherwise (metrics).
 	OnTagMismatch func(provider string)
@@ -74,6 +88,7 @@ type Service struct {
 	guard     *guardrails.Service
 	opts      Options
 	cache     *offerCache
+	destroys  *destroyTimes
 }
 
 // New returns a Service over the given providers.
@@ -99,6 +114,12 @@ func New(store Store, guard *guardrails.Service, provs []providers.Provider, o O
 	if o.ReconcileInterval <= 0 {
 		o.ReconcileInterval = time.Minute
 	}
+	if o.KillMargin <= 0 {
+		o.KillMargin = 2 * time.Second
+	}
+	if o.KillSwitchInterval <= 0 {
+		o.KillSwitchInterval = time.Second
+	}
 	if o.OrphanPolicy == "" {
 		o.OrphanPolicy = "destroy"
 	}
@@ -114,7 +135,7 @@ func New(store Store, guard *guardrails.Service, provs []providers.Provider, o O
 		}
 	}
 	s := &Service{store: store, guard: guard, opts: o, byName: map[string]providers.Provider{},
-		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}}
+		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}, destroys: newDestroyTimes()}
 	for _, p := range provs {
 		s.providers = append(s.providers, p)
 		s.byName[p.Name()] = p
@@ -412,7 +433,13 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 	if !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(at) && pi.StoppedAt.After(inst.CreatedAt) {
 		at = pi.StoppedAt
 	}
-	return s.store.MarkTerminated(ctx, inst.ID, at, s.refundFor(inst, p, at))
+	out, err := s.store.MarkTerminated(ctx, inst.ID, at, s.refundFor(inst, p, at))
+	if err == nil {
+		// Destroy timing: from terminating (UpdatedAt) to the termination
+		// time the final charge runs to; the kill switch's margin.
+		s.destroys.observe(inst.Provider, at.Sub(inst.UpdatedAt))
+	}
+	return out, err
 }
 
 // refundFor is the refund a prepaid provider gives for destroying early.
