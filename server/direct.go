@@ -13,11 +13,15 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/h1"
+	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
 // directRoute is a path prefix served ahead of the router (see
-// Registrar.HandlePrefix).
+// Registrar.HandlePrefix), on net/http's connections and on taken-over
+// ones.
 type directRoute struct {
+	s      *Server
 	prefix string
 	route  string
 	h      http.Handler
@@ -32,6 +36,21 @@ func (s *Server) direct(path string) *directRoute {
 		}
 	}
 	return nil
+}
+
+// takeoverRoute is the takeover's Router: a taken-over connection serves
+// the prefix routes' requests and hands every other back to net/http.
+func (s *Server) takeoverRoute(path string) takeover.Route {
+	if d := s.direct(path); d != nil {
+		return d
+	}
+	return nil
+}
+
+// ServeTakenOver serves r on a taken-over connection (takeover.Route).
+func (d *directRoute) ServeTakenOver(w http.ResponseWriter, r *http.Request) bool {
+	_, ok := d.s.serveDirect(d, w, r)
+	return ok
 }
 
 // serveDirect serves r on a prefix route with what the router's
@@ -119,16 +138,12 @@ func (w *statusWriter) WriteHeader(code int) {
 			w.declared = n
 		}
 	}
-	if w.declared < 0 && !w.head && bodyAllowed(code) {
+	if w.declared < 0 && !w.head && h1.BodyAllowed(code) {
 		w.held = true
 		return
 	}
 	w.sent = true
 	w.ResponseWriter.WriteHeader(code)
-}
-
-func bodyAllowed(code int) bool {
-	return code != http.StatusNoContent && code != http.StatusNotModified
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
@@ -201,7 +216,7 @@ func (w *statusWriter) complete(r *http.Request) bool {
 	switch {
 	case !w.sent:
 		return false
-	case r.Method == http.MethodHead || !bodyAllowed(w.status):
+	case r.Method == http.MethodHead || !h1.BodyAllowed(w.status):
 		return true
 	}
 	return w.declared >= 0 && w.declared == w.size

@@ -1,8 +1,4 @@
 package server
 
-// LeanConns returns how many connections the server has taken over.
-func LeanConns(s *Server) int {
-	s.leanMu.Lock()
-	defer s.leanMu.Unlock()
-	return len(s.leanConns)
-}
+// TakenOver returns how many connections the server has taken over.
+func TakenOver(s *Server) int { return s.taken.Len() }

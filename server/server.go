@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -21,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/takeover"
 	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
@@ -50,7 +49,7 @@ type Options struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// KeepNetHTTP keeps every connection with net/http: no connection is
-	// taken over after a prefix-route request (see lean.go).
+	// taken over after a prefix-route request (see internal/takeover).
 	KeepNetHTTP bool
 }
 
@@ -79,11 +78,9 @@ type Server struct {
 	prefixes []directRoute   // served ahead of the router (HandlePrefix)
 	static   map[string]bool // paths added with Handle, which prefixes leave alone
 
-	// Connections taken over after a prefix-route request (lean.go).
-	closing    atomic.Bool
-	leanMu     sync.Mutex
-	leanConns  map[*leanConn]struct{}
-	leanHooked map[*http.Server]bool
+	// Connections taken over after a prefix-route request, which serve
+	// the prefix routes' next requests (internal/takeover).
+	taken *takeover.Conns
 }
 
 // New builds the echo application with every route.
@@ -101,6 +98,7 @@ func New(svc Services, o Options) *Server {
 		svc.Metrics = NewMetrics()
 	}
 	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger}
+	s.taken = takeover.New(s, takeover.RouterFunc(s.takeoverRoute))
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
 	s.e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
@@ -116,14 +114,19 @@ func New(svc Services, o Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(s.prefixes) > 0 {
 		if d := s.direct(r.URL.Path); d != nil {
-			if sw, ok := s.serveDirect(d, w, r); ok && s.canTakeOver(sw, r) {
-				s.takeOver(w, r)
+			if sw, ok := s.serveDirect(d, w, r); ok && !s.opts.KeepNetHTTP && sw.complete(r) {
+				s.taken.TakeOver(w, r)
 			}
 			return
 		}
 	}
 	s.e.ServeHTTP(w, r)
 }
+
+// Drain closes idle taken-over connections and waits, until ctx ends, for
+// the requests still running on the others. Call it after
+// http.Server.Shutdown, which does not wait for hijacked connections.
+func (s *Server) Drain(ctx context.Context) error { return s.taken.Drain(ctx) }
 
 const principalKey = "gpuproxy.principal"
 
@@ -320,5 +323,5 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 }
 
 func (r registrar) HandlePrefix(prefix, route string, h http.Handler) {
-	r.s.prefixes = append(r.s.prefixes, directRoute{prefix: prefix, route: route, h: h})
+	r.s.prefixes = append(r.s.prefixes, directRoute{s: r.s, prefix: prefix, route: route, h: h})
 }

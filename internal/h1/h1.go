@@ -1,15 +1,16 @@
 // Package h1 holds the pieces of HTTP/1.1 connection handling shared by the
-// two places gpuproxy speaks the wire format itself: the server's
-// taken-over keep-alive connections and the proxy's lean upstream client.
-// Deadlines there are set per exchange, so they are coalesced: a deadline
-// close enough to the one wanted is kept rather than reset (resetting one
-// is a timer operation, and under load a connection would do it on every
-// request). Header fields are written with CR and LF replaced, so a value
-// can never start another field.
+// two places gpuproxy speaks the wire format itself: the keep-alive
+// connections the server takes over (internal/takeover) and the proxy's
+// upstream client. Deadlines there are set per exchange, so they are
+// coalesced: a deadline close enough to the one wanted is kept rather than
+// reset (resetting one is a timer operation, and under load a connection
+// would do it on every request). Header fields are written with CR and LF
+// replaced, so a value can never start another field.
 package h1
 
 import (
 	"bufio"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -62,3 +63,9 @@ func WriteField(w *bufio.Writer, k, v string) {
 }
 
 var fieldReplacer = strings.NewReplacer("\r", " ", "\n", " ")
+
+// BodyAllowed reports whether a final response with status code may have
+// a body: all but 204 No Content and 304 Not Modified.
+func BodyAllowed(code int) bool {
+	return code != http.StatusNoContent && code != http.StatusNotModified
+}

@@ -1,4 +1,4 @@
-package server
+package takeover
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // which lets net/http skip a few CR/LF before the next head), arriving in
 // reads of at most chunk bytes (any size when 0).
 //
-// The takeover side is the loop's own reading (newLeanConn, next, leanBody)
+// The takeover side is the loop's own reading (newConn, next, requestBody)
 // over a connection that holds data and then ends. The net/http side is a
 // real http.Server reading the first request and then data on one
 // connection, whose handler records the second request as it sees it.
@@ -30,7 +30,7 @@ import (
 // Host, headers, length and body. When the takeover hands it back (or
 // closes) there is nothing to compare: net/http serves or refuses it.
 //
-//	go test -run '^$' -fuzz '^FuzzTakeoverHead$' -fuzztime 2m ./server/
+//	go test -run '^$' -fuzz '^FuzzTakeoverHead$' -fuzztime 2m ./internal/takeover/
 func FuzzTakeoverHead(f *testing.F) {
 	ns := newNetHTTPSide(f)
 	f.Fuzz(func(t *testing.T, afterPost bool, chunk uint8, data []byte) {
@@ -128,25 +128,37 @@ const fuzzHeadMax = 4096
 // (serve: wait for a byte, next, then the body as serveOne gives it) and
 // reports whether the connection would serve it.
 func leanParse(afterPost bool, chunk int, data []byte) (parsed, bool) {
-	s := &Server{prefixes: []directRoute{{prefix: "/", route: "/*"}}}
+	t := New(nil, everyPath)
 	hs := &http.Server{MaxHeaderBytes: fuzzHeadMax}
 	last := http.MethodGet
 	if afterPost {
 		last = http.MethodPost
 	}
-	lc := newLeanConn(s, hs, newMemConn(data, chunk), nil, context.Background(), last)
-	if _, err := lc.br.Peek(1); err != nil {
+	c := newConn(t, hs, newMemConn(data, chunk), nil, context.Background(), last)
+	if _, err := c.br.Peek(1); err != nil {
 		return parsed{}, false
 	}
-	req, _, n, ok := lc.next()
+	req, _, n, ok := c.next()
 	if !ok || req == nil {
 		return parsed{}, false
 	}
-	_, _ = lc.br.Discard(n)
-	body := &leanBody{lc: lc}
+	_, _ = c.br.Discard(n)
+	body := &requestBody{c: c}
 	body.remain.Store(req.ContentLength)
 	req.Body = body
 	return parsedOf(req), true
+}
+
+// everyPath serves every request on taken-over connections, with an
+// empty 200.
+var everyPath = RouterFunc(func(string) Route { return serveFunc(func(http.ResponseWriter, *http.Request) {}) })
+
+// serveFunc is a function used as a Route; it returns normally.
+type serveFunc func(w http.ResponseWriter, r *http.Request)
+
+func (f serveFunc) ServeTakenOver(w http.ResponseWriter, r *http.Request) bool {
+	f(w, r)
+	return true
 }
 
 // netHTTPSide is a real net/http server whose connections are memConns.

@@ -1,8 +1,9 @@
-package server
+package takeover
 
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -10,16 +11,22 @@ import (
 // request head on a taken-over connection (parse: http.ReadRequest and
 // the checks net/http's server adds).
 //
-//	go test -run '^$' -bench TakeoverParse -benchmem ./server/
+//	go test -run '^$' -bench TakeoverParse -benchmem ./internal/takeover/
 func BenchmarkTakeoverParse(b *testing.B) {
 	head := []byte("POST /api/v1/proxy/gpi_bench/v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:40123\r\n" +
 		"User-Agent: Go-http-client/1.1\r\nContent-Length: 80\r\nContent-Type: application/json\r\n" +
 		"X-Api-Key: gpx_0123456789abcdef_0123456789abcdef0123456789abcdef\r\nAccept-Encoding: gzip\r\n\r\n")
-	s := &Server{prefixes: []directRoute{{prefix: "/api/v1/proxy/", route: "/api/v1/proxy/*"}}}
-	lc := newLeanConn(s, &http.Server{}, newMemConn(nil, 0), nil, context.Background(), http.MethodPost)
+	proxy := serveFunc(func(http.ResponseWriter, *http.Request) {})
+	t := New(nil, RouterFunc(func(path string) Route {
+		if strings.HasPrefix(path, "/api/v1/proxy/") {
+			return proxy
+		}
+		return nil
+	}))
+	c := newConn(t, &http.Server{}, newMemConn(nil, 0), nil, context.Background(), http.MethodPost)
 	b.ReportAllocs()
 	for b.Loop() {
-		if req, _ := lc.parse(head); req == nil {
+		if req, _ := c.parse(head); req == nil {
 			b.Fatal("head not served")
 		}
 	}

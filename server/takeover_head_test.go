@@ -27,7 +27,7 @@ func TestTakeoverRefusesWhatNetHTTPRefuses(t *testing.T) {
 		rc := e.dial(t)
 		rc.do("GET", "/api/v1/x/inst", key, "")
 		before := len(e.logLines(t))
-		waitLean(t, e.srv, 1)
+		waitTakenOver(t, e.srv, 1)
 		rc.send(tc.head)
 		if res, body := rc.read("GET"); res.StatusCode != 400 || !strings.HasPrefix(body, "400 Bad Request") {
 			t.Errorf("%s: %d %q; want net/http's 400", tc.name, res.StatusCode, body)
@@ -39,6 +39,6 @@ func TestTakeoverRefusesWhatNetHTTPRefuses(t *testing.T) {
 			t.Errorf("%s: the request reached the handler", tc.name)
 		}
 		rc.c.Close()
-		waitLean(t, e.srv, 0)
+		waitTakenOver(t, e.srv, 0)
 	}
 }

@@ -71,12 +71,12 @@ func (e *equivEnv) dial(t *testing.T) *rawConn {
 func (e *equivEnv) conn(t *testing.T) *rawConn {
 	t.Helper()
 	rc := e.dial(t)
-	before := server.LeanConns(e.srv)
+	before := server.TakenOver(e.srv)
 	if res, _ := rc.do("GET", "/api/v1/x/fast", e.key, ""); res.StatusCode != 200 {
 		t.Fatalf("first request: %d", res.StatusCode)
 	}
 	if e.takeover {
-		waitLean(t, e.srv, before+1)
+		waitTakenOver(t, e.srv, before+1)
 	}
 	return rc
 }
@@ -190,7 +190,7 @@ func TestTakeoverConnContextAndBaseContext(t *testing.T) {
 			if _, body := rc.do("GET", "/api/v1/x/ctx", e.key, ""); body != want {
 				t.Fatalf("connection %d, request %d: %q; want %q", i, j, body, want)
 			}
-			waitLean(t, e.srv, i+1) // from the second request on, taken over
+			waitTakenOver(t, e.srv, i+1) // from the second request on, taken over
 		}
 	}
 }
@@ -212,15 +212,15 @@ func TestTakeoverShutdownAndDrain(t *testing.T) {
 	if res, _ := netIdle.do("GET", "/health", "", ""); res.StatusCode != 200 {
 		t.Fatalf("/health: %d", res.StatusCode)
 	}
-	leanIdle := e.conn(t)
+	takenIdle := e.conn(t)
 	netBusy := e.dial(t)
 	netBusy.send(request("GET", "/api/v1/x/hold/net", e.key, ""))
-	leanBusy := e.conn(t)
-	leanBusy.send(request("GET", "/api/v1/x/hold/lean", e.key, ""))
+	takenBusy := e.conn(t)
+	takenBusy.send(request("GET", "/api/v1/x/hold/lean", e.key, ""))
 	for range 2 {
 		<-held
 	}
-	if n := server.LeanConns(e.srv); n != 2 {
+	if n := server.TakenOver(e.srv); n != 2 {
 		t.Fatalf("%d connections taken over; want 2", n)
 	}
 
@@ -231,7 +231,7 @@ func TestTakeoverShutdownAndDrain(t *testing.T) {
 		shut <- e.hs.Config.Shutdown(ctx)
 	}()
 	// Idle connections are closed, of both kinds.
-	if !netIdle.closed() || !leanIdle.closed() {
+	if !netIdle.closed() || !takenIdle.closed() {
 		t.Fatal("idle connection not closed by Shutdown")
 	}
 	// Busy ones finish their request, told the connection closes after it.
@@ -257,7 +257,7 @@ func TestTakeoverShutdownAndDrain(t *testing.T) {
 	}
 	// Shutdown does not wait for taken-over connections (net/http forgets a
 	// hijacked connection); Drain does.
-	if server.LeanConns(e.srv) != 1 {
+	if server.TakenOver(e.srv) != 1 {
 		t.Fatal("the busy taken-over connection is gone before its request ended")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -268,11 +268,11 @@ func TestTakeoverShutdownAndDrain(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- e.srv.Drain(context.Background()) }()
 	close(release["/api/v1/x/hold/lean"])
-	checkLast(leanBusy, "taken-over")
+	checkLast(takenBusy, "taken-over")
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
-	if n := server.LeanConns(e.srv); n != 0 {
+	if n := server.TakenOver(e.srv); n != 0 {
 		t.Fatalf("%d taken-over connections after Drain", n)
 	}
 	// And no new connection is served.

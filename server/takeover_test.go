@@ -74,13 +74,13 @@ func (rc *rawConn) do(method, path, key, body string, extra ...string) (*http.Re
 	return rc.read(method)
 }
 
-// waitLean waits until the server has n taken-over connections (the
+// waitTakenOver waits until the server has n taken-over connections (the
 // takeover follows the response the client has already read).
-func waitLean(t *testing.T, s *server.Server, n int) {
+func waitTakenOver(t *testing.T, s *server.Server, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); server.LeanConns(s) != n; {
+	for deadline := time.Now().Add(5 * time.Second); server.TakenOver(s) != n; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections taken over; want %d", server.LeanConns(s), n)
+			t.Fatalf("%d connections taken over; want %d", server.TakenOver(s), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -106,7 +106,7 @@ func TestTakeoverServesKeepAliveRequests(t *testing.T) {
 			t.Fatalf("request %d: headers %v", i, res.Header)
 		}
 	}
-	if n := server.LeanConns(e.srv); n != 1 {
+	if n := server.TakenOver(e.srv); n != 1 {
 		t.Fatalf("%d connections taken over; want 1", n)
 	}
 	// Auth still applies on the taken-over connection, in the error shape.
@@ -157,7 +157,7 @@ func TestTakeoverResponseFraming(t *testing.T) {
 	// closes.
 	rc2 := e.dial(t)
 	rc2.do("GET", "/api/v1/x/inst", key, "")
-	waitLean(t, e.srv, 2)
+	waitTakenOver(t, e.srv, 2)
 	if res, body := rc2.do("GET", "/api/v1/x/panic", key, ""); res.StatusCode != 500 || !strings.Contains(body, `"internal"`) {
 		t.Fatalf("panic on a taken-over connection: %d %q", res.StatusCode, body)
 	}
@@ -184,12 +184,12 @@ func TestTakeoverHandsOtherRequestsBackToNetHTTP(t *testing.T) {
 	key, _ := e.key("acme", "engineer")
 	rc := e.dial(t)
 	rc.do("GET", "/api/v1/x/inst", key, "")
-	waitLean(t, e.srv, 1)
+	waitTakenOver(t, e.srv, 1)
 	// Another route: served by the router on the same connection.
 	if res, body := rc.do("GET", "/health", "", ""); res.StatusCode != 200 || !strings.Contains(body, "ok") {
 		t.Fatalf("/health: %d %s", res.StatusCode, body)
 	}
-	if server.LeanConns(e.srv) != 0 {
+	if server.TakenOver(e.srv) != 0 {
 		t.Fatal("connection not handed back")
 	}
 	// A chunked request body and Expect: 100-continue also go back to
@@ -243,7 +243,7 @@ func TestTakeoverClientGoneCancelsTheRequest(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait request did not start")
 	}
-	if server.LeanConns(e.srv) != 1 {
+	if server.TakenOver(e.srv) != 1 {
 		t.Fatal("not on a taken-over connection")
 	}
 	rc.c.Close()
@@ -268,7 +268,7 @@ func TestTakeoverIdleTimeoutDrainAndOptOut(t *testing.T) {
 	idle.do("GET", "/api/v1/x/inst", key, "")
 	busy := e.dial(t)
 	busy.do("GET", "/api/v1/x/inst", key, "")
-	waitLean(t, e.srv, 2)
+	waitTakenOver(t, e.srv, 2)
 	busy.send(request("GET", "/api/v1/x/wait", key, ""))
 	<-e.waiting
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -285,7 +285,7 @@ func TestTakeoverIdleTimeoutDrainAndOptOut(t *testing.T) {
 	if err := e.srv.Drain(ctx2); err != nil {
 		t.Fatalf("Drain after the request ended: %v", err)
 	}
-	if server.LeanConns(e.srv) != 0 {
+	if server.TakenOver(e.srv) != 0 {
 		t.Fatal("connections left after Drain")
 	}
 
@@ -298,7 +298,7 @@ func TestTakeoverIdleTimeoutDrainAndOptOut(t *testing.T) {
 			t.Fatalf("KeepNetHTTP: %d", res.StatusCode)
 		}
 	}
-	if server.LeanConns(e2.srv) != 0 {
+	if server.TakenOver(e2.srv) != 0 {
 		t.Fatal("taken over despite KeepNetHTTP")
 	}
 }
