@@ -162,7 +162,7 @@ type Proxy struct {
 	endpoints *endpointCache
 	breakers  *breakers
 	transport *http.Transport
-	lean      *leanClient
+	lean      *upstreamClient // plain HTTP with the body in memory
 	usage     *recorder
 	log       *slog.Logger
 
@@ -201,7 +201,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 		WriteBufferSize:       16 << 10,
 		ReadBufferSize:        16 << 10,
 	}
-	p.lean = &leanClient{dial: d.DialContext, headerTimeout: o.UpstreamTimeout, idleTimeout: 90 * time.Second,
+	p.lean = &upstreamClient{dial: d.DialContext, headerTimeout: o.UpstreamTimeout, idleTimeout: 90 * time.Second,
 		maxIdle: o.MaxIdleConnsPerHost}
 	p.usage = newRecorder(store, o)
 	go p.sweep()

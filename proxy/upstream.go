@@ -18,26 +18,28 @@ import (
 	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
-// leanClient is the proxy's fast path to plain-HTTP instance endpoints for
-// requests whose body is in memory (or absent): an HTTP/1.1 client that
-// writes the request and reads the response on the caller's goroutine over
-// a keep-alive pool. net/http's Transport hands every exchange to two
+// upstreamClient is the proxy's fast path to plain-HTTP instance
+// endpoints for requests whose body is in memory (or absent): an HTTP/1.1
+// client that writes the request and reads the response on the caller's
+// goroutine over a keep-alive pool. net/http's Transport hands every exchange to two
 // goroutines of its own (a writer and a reader per connection); on small
 // requests those hand-offs cost more CPU than the exchange itself. Anything
 // else (https, streamed request bodies) goes through the tuned
 // http.Transport. Both dial through the same checked dialer.
-type leanClient struct {
+type upstreamClient struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
 	maxIdle       int
 
 	mu     sync.Mutex
-	idle   map[string][]*leanConn // by host:port, most recently used last
+	idle   map[string][]*upstreamConn // by host:port, most recently used last
 	closed bool
 }
 
-type leanConn struct {
+// upstreamConn is a keep-alive connection to an instance, in the pool
+// while idle.
+type upstreamConn struct {
 	c      net.Conn
 	br     *bufio.Reader
 	bw     *bufio.Writer
@@ -59,62 +61,62 @@ const cancelPoll = 50 * time.Millisecond
 // that closes idle connections (uvicorn after 5s, say) is caught by it.
 const probeAfter = 100 * time.Millisecond
 
-func (lc *leanClient) get(ctx context.Context, x *exchange) (*leanConn, bool, error) {
+func (uc *upstreamClient) get(ctx context.Context, x *exchange) (*upstreamConn, bool, error) {
 	addr := x.ep.addr
 	now := time.Now()
 	for {
-		lc.mu.Lock()
-		list := lc.idle[addr]
+		uc.mu.Lock()
+		list := uc.idle[addr]
 		if len(list) == 0 {
-			lc.mu.Unlock()
+			uc.mu.Unlock()
 			break
 		}
 		pc := list[len(list)-1]
 		list[len(list)-1] = nil
-		lc.idle[addr] = list[:len(list)-1]
-		lc.mu.Unlock()
+		uc.idle[addr] = list[:len(list)-1]
+		uc.mu.Unlock()
 		idle := now.Sub(pc.idleAt)
 		if idle > probeAfter && pc.rdl.Active() {
 			_ = pc.rdl.Clear() // an expired deadline would fail the probe
 		}
-		if idle > lc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
+		if idle > uc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
 			_ = pc.c.Close()
 			continue
 		}
 		return pc, true, nil
 	}
-	c, err := lc.dial(ctx, "tcp", addr)
+	c, err := uc.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err
 	}
-	return &leanConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr,
+	return &upstreamConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr,
 		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}, false, nil
 }
 
-func (lc *leanClient) put(pc *leanConn) {
+func (uc *upstreamClient) put(pc *upstreamConn) {
 	pc.idleAt = time.Now()
-	lc.mu.Lock()
-	if lc.closed || len(lc.idle[pc.addr]) >= lc.maxIdle {
-		lc.mu.Unlock()
+	uc.mu.Lock()
+	if uc.closed || len(uc.idle[pc.addr]) >= uc.maxIdle {
+		uc.mu.Unlock()
 		_ = pc.c.Close()
 		return
 	}
-	if lc.idle == nil {
-		lc.idle = map[string][]*leanConn{}
+	if uc.idle == nil {
+		uc.idle = map[string][]*upstreamConn{}
 	}
-	lc.idle[pc.addr] = append(lc.idle[pc.addr], pc)
-	lc.mu.Unlock()
+	uc.idle[pc.addr] = append(uc.idle[pc.addr], pc)
+	uc.mu.Unlock()
 }
 
 // evict closes connections idle longer than the idle timeout, so
 // instances that are gone do not keep sockets open.
-func (lc *leanClient) evict(now time.Time) {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	for addr, list := range lc.idle {
+func (uc *upstreamClient) evict(now time.Time) {
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	for addr, list := range uc.idle {
 		keep := list[:0]
 		for _, pc := range list {
-			if now.Sub(pc.idleAt) > lc.idleTimeout {
+			if now.Sub(pc.idleAt) > uc.idleTimeout {
 				_ = pc.c.Close()
 				continue
 			}
@@ -122,23 +124,23 @@ func (lc *leanClient) evict(now time.Time) {
 		}
 		clear(list[len(keep):])
 		if len(keep) == 0 {
-			delete(lc.idle, addr)
+			delete(uc.idle, addr)
 		} else {
-			lc.idle[addr] = keep
+			uc.idle[addr] = keep
 		}
 	}
 }
 
-func (lc *leanClient) closeIdle() {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	lc.closed = true
-	for _, list := range lc.idle {
+func (uc *upstreamClient) closeIdle() {
+	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	uc.closed = true
+	for _, list := range uc.idle {
 		for _, pc := range list {
 			_ = pc.c.Close()
 		}
 	}
-	lc.idle = nil
+	uc.idle = nil
 }
 
 // errUpstreamClosed is a connection that closed before any answer.
@@ -148,13 +150,13 @@ var errUpstreamClosed = errors.New("instance closed the connection before answer
 // headers. A reused connection that turns out closed is retried once on a
 // new one when nothing can have been processed (the write failed) or the
 // method is idempotent.
-func (lc *leanClient) roundTrip(ctx context.Context, x *exchange) (*http.Response, error) {
+func (uc *upstreamClient) roundTrip(ctx context.Context, x *exchange) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := lc.get(ctx, x)
+		pc, reused, err := uc.get(ctx, x)
 		if err != nil {
 			return nil, err
 		}
-		resp, wrote, err := lc.exchange(ctx, pc, x)
+		resp, wrote, err := uc.exchange(ctx, pc, x)
 		if err == nil {
 			return resp, nil
 		}
@@ -175,8 +177,8 @@ func idempotent(m string) bool {
 	return false
 }
 
-func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (*http.Response, bool, error) {
-	deadline := time.Now().Add(lc.headerTimeout)
+func (uc *upstreamClient) exchange(ctx context.Context, pc *upstreamConn, x *exchange) (*http.Response, bool, error) {
+	deadline := time.Now().Add(uc.headerTimeout)
 	fail := func(wrote bool, err error) (*http.Response, bool, error) {
 		if ctx.Err() != nil {
 			return nil, wrote, ctx.Err()
@@ -196,7 +198,7 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 		// Wait for the first byte apart, to tell a connection closed
 		// before any answer (safe to retry when idempotent) from a
 		// broken answer.
-		if err := lc.awaitAnswer(ctx, pc, deadline); err != nil {
+		if err := uc.awaitAnswer(ctx, pc, deadline); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 				err = errUpstreamClosed
 			}
@@ -239,13 +241,13 @@ func (lc *leanClient) exchange(ctx context.Context, pc *leanConn, x *exchange) (
 		}
 		stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(h1.Past) })
 	}
-	resp.Body = &leanBody{lc: lc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	resp.Body = &upstreamBody{uc: uc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
 	return resp, true, nil
 }
 
 // awaitAnswer waits until the answer's first byte is in, checking ctx
 // every cancelPoll and giving up at deadline.
-func (lc *leanClient) awaitAnswer(ctx context.Context, pc *leanConn, deadline time.Time) error {
+func (uc *upstreamClient) awaitAnswer(ctx context.Context, pc *upstreamConn, deadline time.Time) error {
 	for {
 		next := time.Now().Add(cancelPoll)
 		if next.After(deadline) {
@@ -270,18 +272,18 @@ func headBuffered(br *bufio.Reader) bool {
 	return bytes.Contains(b, []byte("\r\n\r\n"))
 }
 
-// leanBody returns its connection to the pool once the body has been read
-// to the end, and closes it otherwise.
-type leanBody struct {
-	lc    *leanClient
-	pc    *leanConn
+// upstreamBody is a response body; it returns its connection to the pool
+// once read to the end, and closes it otherwise.
+type upstreamBody struct {
+	uc    *upstreamClient
+	pc    *upstreamConn
 	body  io.ReadCloser
 	stop  func() bool
 	reuse bool
 	done  bool
 }
 
-func (b *leanBody) Read(p []byte) (int, error) {
+func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
@@ -294,19 +296,19 @@ func (b *leanBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *leanBody) Close() error {
+func (b *upstreamBody) Close() error {
 	if !b.done {
 		b.release(false)
 	}
 	return nil
 }
 
-func (b *leanBody) release(eof bool) {
+func (b *upstreamBody) release(eof bool) {
 	b.done = true
 	// stop reports false once the cancel hook ran (or is running): its
 	// deadline may poison the connection, so it is not reused.
 	if (b.stop == nil || b.stop()) && eof && b.reuse {
-		b.lc.put(b.pc)
+		b.uc.put(b.pc)
 		return
 	}
 	_ = b.pc.c.Close()
