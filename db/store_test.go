@@ -110,7 +110,8 @@ func TestWindowArithmetic(t *testing.T) {
 		// Whole minutes in the middle.
 		charge(t, s, a.ID, billing.Charge, 4*usd, now.Add(-30*time.Minute))
 		charge(t, s, a.ID, billing.Refund, 1*usd, now.Add(-29*time.Minute))
-		// Exactly now: inside; one microsecond in the future: outside.
+		// Exactly now: inside; one microsecond in the future: counted too
+		// (a row dated after the clock is spent in every window).
 		charge(t, s, a.ID, billing.Charge, 8*usd, now)
 		charge(t, s, a.ID, billing.Charge, 16*usd, now.Add(time.Microsecond))
 		// Credits never count as spend; adjustments do.
@@ -123,10 +124,10 @@ func TestWindowArithmetic(t *testing.T) {
 		if len(res.Windows) != 2 {
 			t.Fatalf("windows = %+v", res.Windows)
 		}
-		if got, want := res.Windows[0].Spent, gpuproxy.Micros((2+4-1+8)*usd); got != want {
+		if got, want := res.Windows[0].Spent, gpuproxy.Micros((2+4-1+8+16)*usd); got != want {
 			t.Errorf("60-min spent = %s, want %s", got, want)
 		}
-		if got, want := res.Windows[1].Spent, gpuproxy.Micros((1+2+4-1+8+32)*usd); got != want {
+		if got, want := res.Windows[1].Spent, gpuproxy.Micros((1+2+4-1+8+16+32)*usd); got != want {
 			t.Errorf("1440-min spent = %s, want %s", got, want)
 		}
 		// Minute-aligned now: same answers by the exact rule.
@@ -138,7 +139,7 @@ func TestWindowArithmetic(t *testing.T) {
 				v  gpuproxy.Micros
 			}{{now.Add(-60 * time.Minute), 1}, {now.Add(-60*time.Minute + time.Microsecond), 2}, {now.Add(-30 * time.Minute), 4},
 				{now.Add(-29 * time.Minute), -1}, {now, 8}, {now.Add(time.Microsecond), 16}} {
-				if c.at.After(n.Add(-60*time.Minute)) && !c.at.After(n) {
+				if c.at.After(n.Add(-60 * time.Minute)) {
 					want += c.v * usd
 				}
 			}
@@ -163,11 +164,11 @@ func TestWindowArithmetic(t *testing.T) {
 		if res.Burn != 3*usd {
 			t.Errorf("burn = %s", res.Burn)
 		}
-		// Remaining in the 60-minute window: 50 − 13 − 5 − 3 = 29: 29 fits, 29.000001 does not.
-		if r := admit(t, s, a.ID, 29*usd+1, now, true); r.Admitted {
+		// Remaining in the 60-minute window: 50 − 29 − 5 − 3 = 13: 13 fits, 13.000001 does not.
+		if r := admit(t, s, a.ID, 13*usd+1, now, true); r.Admitted {
 			t.Fatal("admitted past the limit")
 		}
-		if r := admit(t, s, a.ID, 29*usd, now, true); !r.Admitted {
+		if r := admit(t, s, a.ID, 13*usd, now, true); !r.Admitted {
 			t.Fatalf("refused exactly the remainder: %+v", r.Windows)
 		}
 		// Releasing a hold frees it, once.
@@ -177,10 +178,10 @@ func TestWindowArithmetic(t *testing.T) {
 		if ok, _ := s.ReleaseHold(ctx, a.ID, h.HoldID, now); ok {
 			t.Fatal("released twice")
 		}
-		if got := admit(t, s, a.ID, 0, now, false).Held; got != 29*usd {
+		if got := admit(t, s, a.ID, 0, now, false).Held; got != 13*usd {
 			t.Fatalf("held after release = %s", got)
 		}
-		if held, sum, err := s.HeldForTest(ctx, a.ID); err != nil || held != sum || held != 29*usd {
+		if held, sum, err := s.HeldForTest(ctx, a.ID); err != nil || held != sum || held != 13*usd {
 			t.Fatalf("held_micros %d, open holds sum %d, err %v", held, sum, err)
 		}
 		// A shorter window than the horizon commits only W of burn.
