@@ -29,8 +29,8 @@ import (
 	"github.com/aiserve/gpuproxy"
 )
 
-//go:embed migrations
-var migrations embed.FS
+//go:embed migrations functions
+var sqlFiles embed.FS // migrations/<dialect>/NNNN_*.sql, functions/<dialect>/*.sql
 
 // DefaultSQLitePath is the database file used when no URL is configured.
 const DefaultSQLitePath = "data/gpuproxy.db"
@@ -140,15 +140,29 @@ func (s *Store) Ping(ctx context.Context) error {
 	return translate(s.sq.PingContext(ctx))
 }
 
-// Migrate applies the embedded migrations not yet applied, in order. On
-// Postgres an advisory lock keeps concurrent replicas from racing.
+// Migrate applies the embedded numbered migrations not yet applied, in
+// order, and then every file of functions/<dialect> (in name order), in
+// the same transaction; on Postgres an advisory lock keeps concurrent
+// replicas from racing. It returns the versions it applied.
+//
+// Numbered migrations hold schema changes and run once. Functions are
+// code: each has one definition, a CREATE OR REPLACE re-applied on every
+// migrate, so a changed function is an edit of its file, never a copy in
+// a new migration. A trigger is created in its function's file (when
+// missing), because a numbered migration runs before the functions exist
+// on a fresh database.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 	dir := "migrations/" + s.dialect
-	entries, err := fs.ReadDir(migrations, dir)
+	entries, err := fs.ReadDir(sqlFiles, dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading migrations: %w", err)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	funcDir := "functions/" + s.dialect
+	funcs, err := fs.ReadDir(sqlFiles, funcDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading functions: %w", err)
+	}
 	err = s.inTx(ctx, func(c conn) error {
 		if s.pg != nil {
 			if _, err := c.exec(ctx, "SELECT pg_advisory_xact_lock(7262011)"); err != nil {
@@ -172,7 +186,7 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 			if n > 0 {
 				continue
 			}
-			body, err := migrations.ReadFile(dir + "/" + e.Name())
+			body, err := sqlFiles.ReadFile(dir + "/" + e.Name())
 			if err != nil {
 				return err
 			}
@@ -184,6 +198,18 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 				return err
 			}
 			applied = append(applied, v)
+		}
+		for _, e := range funcs { // fs.ReadDir returns them sorted by name
+			if !strings.HasSuffix(e.Name(), ".sql") {
+				continue
+			}
+			body, err := sqlFiles.ReadFile(funcDir + "/" + e.Name())
+			if err != nil {
+				return err
+			}
+			if _, err := c.exec(ctx, string(body)); err != nil {
+				return fmt.Errorf("applying functions %s: %w", e.Name(), err)
+			}
 		}
 		return nil
 	})
