@@ -1,4 +1,4 @@
-package gpuproxy_test
+package deploycheck_test
 
 // Checks on the container deployment: docker-compose.yml (loaded with
 // compose-go, the library docker compose itself uses), the Dockerfile and
@@ -39,16 +39,20 @@ const (
 // secretEnv are passed from the host environment into the gpuproxy service.
 var secretEnv = []string{"GPUPROXY_JWT_SECRET", "VASTAI_API_KEY", "IONET_API_KEY"}
 
+// moduleRoot is the product module's root, two folders up from this
+// package (go test runs in the package folder).
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	wd, err := os.Getwd() // go test runs in the package folder: the module root
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(wd, "go.mod")); err != nil {
-		t.Fatalf("%s is not the module root: %v", wd, err)
+	for _, name := range []string{"go.mod", composeFile, dockerfileName} {
+		if _, err := os.Stat(filepath.Join(root, name)); err != nil {
+			t.Fatalf("%s is not the product module root: %v", root, err)
+		}
 	}
-	return wd
+	return root
 }
 
 func readFile(t *testing.T, name string) string {
