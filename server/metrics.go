@@ -22,6 +22,8 @@ type Metrics struct {
 	charges    prometheus.Counter
 	breaker    *prometheus.GaugeVec
 	rateLimits prometheus.Counter
+	kills      prometheus.Counter
+	tagMiss    *prometheus.CounterVec
 
 	proxyRequests *prometheus.CounterVec
 	proxyLatency  prometheus.Histogram
@@ -66,6 +68,11 @@ func NewMetrics() *Metrics {
 		Help: "Provider circuit breaker state: 0 closed, 0.5 half-open, 1 open."}, []string{"provider"})
 	m.rateLimits = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_rate_limited_total",
 		Help: "Requests refused by the per-key rate limit."})
+	m.kills = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_kill_switch_destroys_total",
+		Help: "Instances destroyed by the on_exceed=destroy kill switch before a window reached its limit."})
+	m.tagMiss = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_fleet_tag_mismatches_total",
+		Help: "Provider instances found under one of our rows' provider ids but tagged otherwise (not ours, left alone)."},
+		[]string{"provider"})
 	b := prometheus.ExponentialBuckets(0.0005, 2.5, 12)
 	m.proxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_requests_total",
 		Help: "Proxied inference requests by status."}, []string{"status"})
@@ -80,7 +87,7 @@ func NewMetrics() *Metrics {
 	m.proxyIn, m.proxyOut = m.proxyBytes.WithLabelValues("in"), m.proxyBytes.WithLabelValues("out")
 	m.proxyDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_proxy_usage_dropped_total",
 		Help: "Proxy usage records lost."})
-	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits,
+	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -161,3 +168,10 @@ func (m *Metrics) BreakerState(provider, state string) {
 
 // RateLimited records a request refused by the rate limit.
 func (m *Metrics) RateLimited() { m.rateLimits.Inc() }
+
+// KillSwitchDestroy records one instance destroyed by the kill switch.
+func (m *Metrics) KillSwitchDestroy(int64, string) { m.kills.Inc() }
+
+// TagMismatch records a provider instance under one of our provider ids
+// that carries another tag.
+func (m *Metrics) TagMismatch(provider string) { m.tagMiss.WithLabelValues(provider).Inc() }

@@ -62,7 +62,8 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	a.fleet = fleet.New(e.store, a.guard, a.providers, fleet.Options{OfferCacheTTL: fc.OfferCacheTTL,
 		PollInterval: fc.PollInterval, ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace,
 		StartTimeout: fc.StartTimeout, OrphanPolicy: fc.OrphanPolicy, Logger: log, Leader: e.store.WithLeader,
-		Ledger: e.ledger})
+		Ledger: e.ledger, KillMargin: fc.KillMargin, OnKillSwitch: a.metrics.KillSwitchDestroy,
+		OnTagMismatch: a.metrics.TagMismatch})
 	pc := e.cfg.Proxy
 	cost, err := pc.requestCost()
 	if err != nil {

@@ -98,6 +98,11 @@ type fleetConf struct {
 	PendingGrace      time.Duration `yaml:"pending_grace"`
 	StartTimeout      time.Duration `yaml:"start_timeout"`
 	OrphanPolicy      string        `yaml:"orphan_policy"` // destroy | adopt
+	// KillMargin is the least time before an on_exceed=destroy window
+	// reaches its limit at which the kill switch destroys the account's
+	// time-billed instances (default 2s; the measured destroy latency
+	// when larger).
+	KillMargin time.Duration `yaml:"kill_margin"`
 }
 
 type limitConfig struct {
@@ -169,6 +174,7 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"IONET_BASE_URL", str(&c.Providers.IONet.BaseURL)},
 		{"GPUPROXY_ORPHAN_POLICY", str(&c.Fleet.OrphanPolicy)},
 		{"GPUPROXY_OFFER_CACHE_TTL", dur(&c.Fleet.OfferCacheTTL)},
+		{"GPUPROXY_KILL_MARGIN", dur(&c.Fleet.KillMargin)},
 		{"GPUPROXY_PROXY_REQUEST_COST", func(v string) error {
 			c.Proxy.RequestCost = usdText(v)
 			_, err := c.Proxy.requestCost()
@@ -222,6 +228,9 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		return c, fmt.Errorf("proxy.allow_networks: %w", err)
 	}
 	c.Proxy.allowNets = nets
+	if c.Fleet.KillMargin < 0 {
+		return c, fmt.Errorf("fleet.kill_margin must not be negative")
+	}
 	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
 		return c, fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
 	}
