@@ -35,6 +35,9 @@ type Metrics interface {
 	// ProxyBreakerState records an instance breaker's new state
 	// ("closed", "half-open", "open").
 	ProxyBreakerState(instanceID, state string)
+	// ProxyBreakerRemoved records that an instance's breaker was
+	// forgotten (nobody called the instance for a while): its series go.
+	ProxyBreakerRemoved(instanceID string)
 	// ProxyUsageDropped counts usage records lost (queue full, or the
 	// store failing for longer than the retry buffer lasts).
 	ProxyUsageDropped(n int)
@@ -243,10 +246,18 @@ func (p *Proxy) sweep() {
 		case <-p.stopSweep:
 			return
 		case <-t.C:
-			p.endpoints.sweep(p.opts.Now())
-			p.lean.evict(time.Now())
+			p.sweepOnce(p.opts.Now())
 		}
 	}
+}
+
+// sweepOnce drops what the proxy no longer needs: expired endpoint
+// lookups, connections idle too long, and the breakers of instances
+// nobody has called for a while (stopped, most of them).
+func (p *Proxy) sweepOnce(now time.Time) {
+	p.endpoints.sweep(now)
+	p.lean.evict(time.Now())
+	p.breakers.sweep(now)
 }
 
 // requestID returns a new request id for calls without one: a per-process

@@ -117,6 +117,10 @@ func (m *Metrics) ProxyBreakerState(id, state string) {
 	m.proxyBreaker.WithLabelValues(id).Set(v)
 }
 
+// ProxyBreakerRemoved deletes the series of an instance breaker the proxy
+// has forgotten, so series do not pile up as instances come and go.
+func (m *Metrics) ProxyBreakerRemoved(id string) { m.proxyBreaker.DeleteLabelValues(id) }
+
 // ProxyUsageDropped counts lost proxy usage records.
 func (m *Metrics) ProxyUsageDropped(n int) { m.proxyDropped.Add(float64(n)) }
 
