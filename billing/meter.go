@@ -12,6 +12,7 @@ import (
 // MeterStore is what the metering engine needs from the database.
 type MeterStore interface {
 	DueMeters(ctx context.Context, limit int) ([]Meter, error)
+	Meter(ctx context.Context, id string) (Meter, error)
 	RecordMeterCharge(ctx context.Context, m Meter, until time.Time, charged gpuproxy.Micros, e Entry) error
 	WithLeader(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
 }
@@ -52,8 +53,20 @@ func NewMeterer(store MeterStore, o MeterOptions) *Meterer {
 	return &Meterer{store: store, opts: o}
 }
 
-// Due computes what meter m owes up to now: the new cumulative total and
-// the period end. Pure; exported for tests and the instance service.
+// Cumulative is what meter m charges in all from its start to t: price ×
+// whole milliseconds elapsed, rounded down; nothing for t at or before the
+// start. Every charge is a difference of two of these, so rounding never
+// drifts, and a meter stopped at s owes exactly Cumulative(m, s).
+func Cumulative(m Meter, t time.Time) gpuproxy.Micros {
+	if !t.After(m.Start) {
+		return 0
+	}
+	return m.PricePerHour.MulMillis(t.Sub(m.Start).Milliseconds())
+}
+
+// Due computes what meter m owes up to now, never past its stop: the new
+// cumulative total and the period end. Pure; exported for tests and the
+// instance service.
 func Due(m Meter, now time.Time) (until time.Time, charged gpuproxy.Micros) {
 	until = now
 	if !m.Stop.IsZero() && m.Stop.Before(until) {
@@ -62,7 +75,7 @@ func Due(m Meter, now time.Time) (until time.Time, charged gpuproxy.Micros) {
 	if until.Before(m.ChargedUntil) {
 		return m.ChargedUntil, m.Charged
 	}
-	return until, m.PricePerHour.MulMillis(until.Sub(m.Start).Milliseconds())
+	return until, Cumulative(m, until)
 }
 
 // Tick charges every due meter once, if this replica is the leader. It
@@ -88,19 +101,18 @@ func (mt *Meterer) tick(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, m := range ms {
-		until, charged := Due(m, now)
-		if !until.After(m.ChargedUntil) {
-			continue
+		amount, err := mt.charge(ctx, m, now)
+		if gpuproxy.ErrorCode(err) == gpuproxy.ECONFLICT {
+			// Stopped or advanced since it was listed: read it again and
+			// charge what is still due (up to the stop, if it stopped).
+			mt.opts.Logger.Info("meter changed since listed; charging it afresh", "meter", m.ID, "err", err)
+			if m, err = mt.store.Meter(ctx, m.ID); err == nil {
+				amount, err = mt.charge(ctx, m, now)
+			}
 		}
-		amount := charged - m.Charged
-		e := Entry{AccountID: m.AccountID, Type: Charge, Amount: amount, At: until, Provider: m.Provider,
-			InstanceID: m.InstanceID, Basis: Metered,
-			Description:    fmt.Sprintf("%s at $%s/h, %s to %s", m.InstanceID, m.PricePerHour, m.ChargedUntil.Format(time.RFC3339), until.Format(time.RFC3339)),
-			IdempotencyKey: fmt.Sprintf("meter:%s:%d", m.ID, m.ChargedUntil.UnixMicro())}
-		err := mt.store.RecordMeterCharge(ctx, m, until, charged, e)
 		switch {
 		case gpuproxy.ErrorCode(err) == gpuproxy.ECONFLICT:
-			mt.opts.Logger.Info("meter advanced elsewhere; skipped", "meter", m.ID)
+			mt.opts.Logger.Info("meter advanced elsewhere; skipped", "meter", m.ID, "err", err)
 			continue
 		case err != nil:
 			return n, fmt.Errorf("charging meter %s: %w", m.ID, err)
@@ -113,6 +125,24 @@ func (mt *Meterer) tick(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// charge records what meter m owes up to now (never past its stop) and
+// returns the amount appended; nothing is due, nothing is written.
+func (mt *Meterer) charge(ctx context.Context, m Meter, now time.Time) (gpuproxy.Micros, error) {
+	until, charged := Due(m, now)
+	if !until.After(m.ChargedUntil) {
+		return 0, nil
+	}
+	amount := charged - m.Charged
+	e := Entry{AccountID: m.AccountID, Type: Charge, Amount: amount, At: until, Provider: m.Provider,
+		InstanceID: m.InstanceID, Basis: Metered,
+		Description:    fmt.Sprintf("%s at $%s/h, %s to %s", m.InstanceID, m.PricePerHour, m.ChargedUntil.Format(time.RFC3339), until.Format(time.RFC3339)),
+		IdempotencyKey: fmt.Sprintf("meter:%s:%d", m.ID, m.ChargedUntil.UnixMicro())}
+	if err := mt.store.RecordMeterCharge(ctx, m, until, charged, e); err != nil {
+		return 0, err
+	}
+	return amount, nil
 }
 
 // Run ticks every Interval until ctx is done.

@@ -133,6 +133,60 @@ func TestTwoEnginesChargeExactlyOnce(t *testing.T) {
 	}
 }
 
+// TestTickStoppedMeanwhile: a meter stopped after a tick listed it and
+// before the tick charged it is charged in that tick up to its stop,
+// exactly, and not to the tick's clock.
+func TestTickStoppedMeanwhile(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			s := dbtest.Open(t, k)
+			ctx := context.Background()
+			a, err := s.CreateAccount(ctx, "stopped", t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const price = 7_200_001_234
+			m := billing.Meter{ID: "m", AccountID: a.ID, InstanceID: "inst-m", PricePerHour: price, Start: t0}
+			if err := s.CreateMeter(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			now := t0.Add(time.Minute)
+			stop := now.Add(-12500 * time.Microsecond)
+			mt := billing.NewMeterer(stopAfterList{Store: s, id: "m", at: stop},
+				billing.MeterOptions{Now: func() time.Time { return now }})
+			if n, err := mt.Tick(ctx); err != nil || n != 1 {
+				t.Fatalf("tick = %d, %v; want one charge", n, err)
+			}
+			got, err := s.Meter(ctx, "m")
+			want := billing.Cumulative(m, stop)
+			if err != nil || !got.ChargedUntil.Equal(stop) || got.Charged != want {
+				t.Fatalf("meter after the tick = %+v, %v; want charged %d until %v", got, err, want, stop)
+			}
+			tot, err := s.Totals(ctx, billing.Filter{AccountID: a.ID, InstanceID: "inst-m"})
+			if err != nil || tot.Charges != want || tot.Refunds != 0 {
+				t.Fatalf("ledger = %+v, %v; want charges %d", tot, err, want)
+			}
+		})
+	}
+}
+
+// stopAfterList stops meter id at `at` right after listing the due
+// meters, as a destroy committing in the middle of a tick would.
+type stopAfterList struct {
+	*db.Store
+	id string
+	at time.Time
+}
+
+func (s stopAfterList) DueMeters(ctx context.Context, limit int) ([]billing.Meter, error) {
+	ms, err := s.Store.DueMeters(ctx, limit)
+	if err == nil {
+		err = s.Store.StopMeter(ctx, s.id, s.at)
+	}
+	return ms, err
+}
+
 // noLeader pretends every replica holds the leader lock (split brain), so
 // the store's compare-and-set and unique keys are all that stand between
 // two engines and a double charge.

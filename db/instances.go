@@ -463,7 +463,8 @@ func (s *Store) MarkTerminating(ctx context.Context, id string, now time.Time) (
 }
 
 // MarkTerminated moves an instance to terminated at `at` and, in the same
-// transaction, stops its meter there (never charged after), releases a
+// transaction, stops its meter there (never charged after: time a tick
+// already charged past it is refunded, see stopMeter), releases a
 // still-open hold and appends refund if not nil. Repeating it keeps the
 // first termination time and meter stop; the refund's idempotency key
 // (default "refund:<instance id>") makes it once-only. A failed instance
@@ -478,9 +479,8 @@ func (s *Store) MarkTerminated(ctx context.Context, id string, at time.Time, ref
 		if !in.TerminatedAt.IsZero() {
 			stop = in.TerminatedAt
 		}
-		if _, err := c.exec(ctx, "UPDATE meters SET stop_us = $1 WHERE id = $2 AND stop_us IS NULL",
-			us(stop), in.ID); err != nil {
-			return false, fmt.Errorf("stopping meter: %w", translate(err))
+		if _, err := stopMeter(ctx, c, in.ID, stop); err != nil {
+			return false, err
 		}
 		if err := closeInstanceHold(ctx, c, *in, "released", stop); err != nil {
 			return false, err

@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"sync"
 	"time"
@@ -19,19 +20,66 @@ func (s *Store) CreateMeter(ctx context.Context, m billing.Meter) error {
 }
 
 // StopMeter sets a meter's stop time (once; later calls keep the first).
-// The engine then charges up to exactly that time and no further.
+// The engine then charges up to exactly that time and no further; time
+// already charged past it is refunded (see stopMeter).
 func (s *Store) StopMeter(ctx context.Context, id string, at time.Time) error {
-	n, err := s.pool().exec(ctx,
-		"UPDATE meters SET stop_us = $1 WHERE id = $2 AND stop_us IS NULL", us(at), id)
-	if err != nil {
-		return translate(err)
-	}
-	if n == 0 {
-		if _, err := s.Meter(ctx, id); err != nil {
+	return s.inTx(ctx, func(c conn) error {
+		var acct int64
+		if err := c.queryRow(ctx, "SELECT account_id FROM meters WHERE id = $1", id).Scan(&acct); err != nil {
+			return translate(err)
+		}
+		if err := s.lockAccount(ctx, c, acct); err != nil {
 			return err
 		}
+		_, err := stopMeter(ctx, c, id, at)
+		return err
+	})
+}
+
+// stopMeter stops meter id at `at` unless it is already stopped, in the
+// caller's transaction, which holds the meter's account lock (the order
+// every money writer takes: account, then meter). A tick can have charged
+// past `at` before the stop committed: its clock was read after the
+// stop's, or the provider reported the stop late. The part charged after
+// `at` is then returned in one refund dated at the stop (basis metered,
+// key "meter-stop:<id>"; the ledger is append-only, so the charge itself
+// stays) and the meter is set back to charged until `at`, so that it has
+// charged exactly billing.Cumulative(m, at) in all, net. It reports whether
+// this call set the stop: false when the meter was already stopped or
+// there is no such meter.
+func stopMeter(ctx context.Context, c conn, id string, at time.Time) (bool, error) {
+	r, err := c.query(ctx, "UPDATE meters SET stop_us = $1 WHERE id = $2 AND stop_us IS NULL RETURNING "+meterCols,
+		us(at), id)
+	ms, err := scanAll(r, err, func(r rows) (billing.Meter, error) { return scanMeter(r) })
+	if err != nil {
+		return false, fmt.Errorf("stopping meter: %w", err)
 	}
-	return nil
+	if len(ms) == 0 {
+		return false, nil
+	}
+	m := ms[0]
+	if !m.ChargedUntil.After(at) {
+		return true, nil
+	}
+	owed := billing.Cumulative(m, at)
+	if over := m.Charged - owed; over > 0 {
+		e := billing.Entry{AccountID: m.AccountID, Type: billing.Refund, Amount: over, At: at, Provider: m.Provider,
+			InstanceID: m.InstanceID, Basis: billing.Metered, IdempotencyKey: "meter-stop:" + m.ID,
+			Description: fmt.Sprintf("%s stopped at %s: metered charge from then to %s returned", m.InstanceID,
+				at.Format(time.RFC3339Nano), m.ChargedUntil.Format(time.RFC3339Nano))}
+		_, created, err := appendEntry(ctx, c, e)
+		if err != nil {
+			return false, err
+		}
+		if !created {
+			return false, gpuproxy.Errorf(gpuproxy.ECONFLICT, "refund %s already recorded", e.IdempotencyKey)
+		}
+	}
+	if _, err := c.exec(ctx, "UPDATE meters SET charged_until_us = $1, charged_micros = $2 WHERE id = $3",
+		us(at), int64(owed), m.ID); err != nil {
+		return false, fmt.Errorf("setting meter back to its stop: %w", translate(err))
+	}
+	return true, nil
 }
 
 const meterCols = "id, account_id, provider, instance_id, price_micros, start_us, stop_us, charged_until_us, charged_micros"
@@ -61,17 +109,34 @@ func (s *Store) DueMeters(ctx context.Context, limit int) ([]billing.Meter, erro
 
 // RecordMeterCharge advances a meter from m.ChargedUntil to until, with the
 // cumulative total charged, and appends the charge entry (whose idempotency
-// key is unique per meter and period) in one transaction. If another engine
-// advanced the meter first it returns a conflict and writes nothing.
+// key is unique per meter and period) in one transaction. The meter's
+// compare-and-set refuses, with a conflict and writing nothing, if another
+// engine advanced the meter first or if the meter has stopped before
+// until: no charge ever covers time after a stop that has committed, and a
+// stop that commits later returns what was charged past it (stopMeter).
 func (s *Store) RecordMeterCharge(ctx context.Context, m billing.Meter, until time.Time, charged gpuproxy.Micros, e billing.Entry) error {
 	return s.inTx(ctx, func(c conn) error {
+		// The account first, as a stop (MarkTerminated, StopMeter) takes it
+		// before the meter: the entry's spend trigger locks the account row
+		// too, and the other order deadlocks with a concurrent stop.
+		if err := s.lockAccount(ctx, c, m.AccountID); err != nil {
+			return err
+		}
 		n, err := c.exec(ctx, `UPDATE meters SET charged_until_us = $1, charged_micros = $2
-			WHERE id = $3 AND charged_until_us = $4 AND charged_micros = $5`,
+			WHERE id = $3 AND charged_until_us = $4 AND charged_micros = $5 AND (stop_us IS NULL OR $1 <= stop_us)`,
 			us(until), int64(charged), m.ID, us(m.ChargedUntil), int64(m.Charged))
 		if err != nil {
 			return translate(err)
 		}
 		if n == 0 {
+			cur, err := scanMeter(c.queryRow(ctx, "SELECT "+meterCols+" FROM meters WHERE id = $1", m.ID))
+			if err != nil {
+				return translate(err)
+			}
+			if !cur.Stop.IsZero() && until.After(cur.Stop) {
+				return gpuproxy.Errorf(gpuproxy.ECONFLICT, "meter %s stopped at %s, before %s", m.ID,
+					cur.Stop.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano))
+			}
 			return gpuproxy.Errorf(gpuproxy.ECONFLICT, "meter %s was advanced by another engine", m.ID)
 		}
 		if e.Amount == 0 {
