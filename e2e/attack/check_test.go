@@ -269,6 +269,7 @@ func (s *dbState) checkLedger(v *violations) {
 	prepaid := map[string][]ledgerRow{}
 	refunds := map[string][]ledgerRow{}
 	meterCharges := map[string][]ledgerRow{}
+	stopRefunds := map[string]ledgerRow{} // meter id → the refund of time charged past its stop
 	for _, e := range s.ledger {
 		if e.key != "" {
 			keys[strconv.FormatInt(e.account, 10)+"/"+e.key]++
@@ -276,6 +277,8 @@ func (s *dbState) checkLedger(v *violations) {
 		switch {
 		case e.typ == "charge" && e.basis == "prepaid":
 			prepaid[e.instanceID] = append(prepaid[e.instanceID], e)
+		case e.typ == "refund" && strings.HasPrefix(e.key, "meter-stop:"):
+			stopRefunds[strings.TrimPrefix(e.key, "meter-stop:")] = e
 		case e.typ == "refund":
 			refunds[e.instanceID] = append(refunds[e.instanceID], e)
 		case e.typ == "charge" && strings.HasPrefix(e.key, "meter:"):
@@ -356,6 +359,16 @@ func (s *dbState) checkLedger(v *violations) {
 				v.add("meter charge %s is %s, the cumulative rule gives %s", e.key, usd(e.amount), usd(want))
 			}
 			cursor = e.atUS
+		}
+		// A charge that committed before a stop dated earlier: the stop
+		// refunded the time past it and set the meter back to the stop.
+		if r, ok := stopRefunds[m.id]; ok {
+			if want := cum(cursor) - cum(m.stopUS); !m.stopped || cursor <= m.stopUS || r.amount != want {
+				v.add("meter %s: stop refund %s, want %s for the time charged past its stop (%d, charged until %d)",
+					m.id, usd(r.amount), usd(want), m.stopUS, cursor)
+			}
+			sum -= r.amount
+			cursor = m.stopUS
 		}
 		if sum != m.chargedMicros {
 			v.add("meter %s (instance %s): ledger charges %s, meter says %s", m.id, m.instanceID, usd(sum), usd(m.chargedMicros))
