@@ -6,7 +6,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/providers/fleet"
+	"github.com/aiserve/gpuproxy/fleet"
 )
 
 var _ fleet.ExposureStore = (*Store)(nil)

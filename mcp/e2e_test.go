@@ -17,10 +17,10 @@ import (
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/mcp"
 	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 )
 

@@ -13,9 +13,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/mcp"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // fakeProxy stands in for package proxy at the boundary: it records whose

@@ -17,8 +17,8 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // InferenceProxy forwards one HTTP request to one of the principal's running

@@ -10,8 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // OfferJSON is one offer as the API shows it.

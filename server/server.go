@@ -18,9 +18,9 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/takeover"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // Pinger checks a dependency for /ready.

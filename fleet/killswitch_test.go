@@ -9,9 +9,9 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/fleet"
 )
 
 // killLog records the OnKillSwitch hook across replicas.
