@@ -8,11 +8,10 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
-// Instances implement fleet.Store. Every transaction that changes an
+// Instances implement fleet.Store (the assertion is in the tests). Every transaction that changes an
 // instance takes its account's lock first (lockAccount), then the row, in
 // the same order as admission and hold settlement, so concurrent writers
 // of one account serialize and never deadlock; the money side of a status
@@ -22,15 +21,15 @@ const instanceCols = `id, account_id, provider, provider_instance_id, offer_id, 
 	price_micros, billing, hours, prepaid_total_micros, image, label, status, endpoint,
 	COALESCE(idempotency_key, ''), COALESCE(hold_id, 0), error, created_us, started_us, terminated_us, updated_us`
 
-func scanInstance(r row) (fleet.Instance, error) {
-	var in fleet.Instance
+func scanInstance(r row) (gpuproxy.Instance, error) {
+	var in gpuproxy.Instance
 	var status string
 	var created, updated int64
 	var started, terminated *int64
 	err := r.Scan(&in.ID, &in.AccountID, &in.Provider, &in.ProviderInstanceID, &in.OfferID, &in.GPUName,
 		&in.NumGPUs, &in.PricePerHour, &in.Billing, &in.Hours, &in.PrepaidTotal, &in.Image, &in.Label,
 		&status, &in.Endpoint, &in.IdempotencyKey, &in.HoldID, &in.Error, &created, &started, &terminated, &updated)
-	in.Status = fleet.Status(status)
+	in.Status = gpuproxy.InstanceStatus(status)
 	in.CreatedAt, in.UpdatedAt = fromUS(created), fromUS(updated)
 	in.StartedAt, in.TerminatedAt = fromNullUS(started), fromNullUS(terminated)
 	return in, err
@@ -74,7 +73,7 @@ func instanceNotFound(err error, id string) error {
 // and admits nothing; res then reports only the original admission
 // (Admitted, HoldID). A refused admission (res.Admitted false, err nil)
 // inserts nothing.
-func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst fleet.Instance) (res guardrails.AdmitResult, out fleet.Instance, existing bool, err error) {
+func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst gpuproxy.Instance) (res guardrails.AdmitResult, out gpuproxy.Instance, existing bool, err error) {
 	if inst.ID == "" {
 		return res, out, false, gpuproxy.Invalid("id", "is required")
 	}
@@ -90,7 +89,7 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 	if inst.CreatedAt.IsZero() {
 		inst.CreatedAt = req.Now
 	}
-	replay := func(old fleet.Instance) guardrails.AdmitResult {
+	replay := func(old gpuproxy.Instance) guardrails.AdmitResult {
 		return guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now},
 			Admitted: true, HoldID: old.HoldID}
 	}
@@ -123,7 +122,7 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 		if err != nil || !res.Admitted {
 			return err
 		}
-		inst.Status, inst.HoldID = fleet.Pending, res.HoldID
+		inst.Status, inst.HoldID = gpuproxy.Pending, res.HoldID
 		inst.UpdatedAt = inst.CreatedAt
 		out, err = insertInstance(ctx, c, inst)
 		return err
@@ -137,15 +136,15 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 				return replay(old), old, true, nil
 			}
 		}
-		return res, fleet.Instance{}, false, gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %q already exists", inst.ID)
+		return res, gpuproxy.Instance{}, false, gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %q already exists", inst.ID)
 	}
 	if err != nil {
-		return res, fleet.Instance{}, false, fmt.Errorf("admitting instance: %w", err)
+		return res, gpuproxy.Instance{}, false, fmt.Errorf("admitting instance: %w", err)
 	}
 	return res, out, existing, nil
 }
 
-func insertInstance(ctx context.Context, c conn, in fleet.Instance) (fleet.Instance, error) {
+func insertInstance(ctx context.Context, c conn, in gpuproxy.Instance) (gpuproxy.Instance, error) {
 	out, err := scanInstance(c.queryRow(ctx, `INSERT INTO instances (id, account_id, provider, provider_instance_id,
 		offer_id, gpu_name, num_gpus, price_micros, billing, hours, prepaid_total_micros, image, label, status,
 		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us)
@@ -161,20 +160,20 @@ func insertInstance(ctx context.Context, c conn, in fleet.Instance) (fleet.Insta
 	return out, nil
 }
 
-func instanceByKey(ctx context.Context, c conn, accountID int64, key string) (fleet.Instance, error) {
+func instanceByKey(ctx context.Context, c conn, accountID int64, key string) (gpuproxy.Instance, error) {
 	in, err := scanInstance(c.queryRow(ctx,
 		"SELECT "+instanceCols+" FROM instances WHERE account_id = $1 AND idempotency_key = $2", accountID, key))
 	return in, translate(err)
 }
 
 // InstanceByKey returns the account's instance created with an idempotency key.
-func (s *Store) InstanceByKey(ctx context.Context, accountID int64, key string) (fleet.Instance, error) {
+func (s *Store) InstanceByKey(ctx context.Context, accountID int64, key string) (gpuproxy.Instance, error) {
 	return instanceByKey(ctx, s.pool(), accountID, key)
 }
 
 // Instance returns one instance of the account; another account's
 // instance is not found.
-func (s *Store) Instance(ctx context.Context, accountID int64, id string) (fleet.Instance, error) {
+func (s *Store) Instance(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error) {
 	in, err := scanInstance(s.pool().queryRow(ctx,
 		"SELECT "+instanceCols+" FROM instances WHERE id = $1 AND account_id = $2", id, accountID))
 	return in, instanceNotFound(err, id)
@@ -182,14 +181,14 @@ func (s *Store) Instance(ctx context.Context, accountID int64, id string) (fleet
 
 // InstanceByID returns an instance by our id, whatever its account (for
 // the reconciler, which matches provider tags to rows).
-func (s *Store) InstanceByID(ctx context.Context, id string) (fleet.Instance, error) {
+func (s *Store) InstanceByID(ctx context.Context, id string) (gpuproxy.Instance, error) {
 	in, err := scanInstance(s.pool().queryRow(ctx, "SELECT "+instanceCols+" FROM instances WHERE id = $1", id))
 	return in, instanceNotFound(err, id)
 }
 
 // InstanceByProviderID returns the account's instance with that provider
 // id (the newest, should a provider ever reuse one).
-func (s *Store) InstanceByProviderID(ctx context.Context, accountID int64, provider, providerID string) (fleet.Instance, error) {
+func (s *Store) InstanceByProviderID(ctx context.Context, accountID int64, provider, providerID string) (gpuproxy.Instance, error) {
 	in, err := scanInstance(s.pool().queryRow(ctx, "SELECT "+instanceCols+
 		` FROM instances WHERE provider = $1 AND provider_instance_id = $2 AND account_id = $3
 		ORDER BY created_us DESC, id DESC LIMIT 1`, provider, providerID, accountID))
@@ -198,7 +197,7 @@ func (s *Store) InstanceByProviderID(ctx context.Context, accountID int64, provi
 
 // Instances lists the account's instances, newest first; a non-empty
 // status keeps only those in it.
-func (s *Store) Instances(ctx context.Context, accountID int64, status fleet.Status) ([]fleet.Instance, error) {
+func (s *Store) Instances(ctx context.Context, accountID int64, status gpuproxy.InstanceStatus) ([]gpuproxy.Instance, error) {
 	q := "SELECT " + instanceCols + " FROM instances WHERE account_id = $1"
 	args := []any{accountID}
 	if status != "" {
@@ -206,7 +205,7 @@ func (s *Store) Instances(ctx context.Context, accountID int64, status fleet.Sta
 		args = append(args, string(status))
 	}
 	r, err := s.pool().query(ctx, q+" ORDER BY created_us DESC, id DESC", args...)
-	out, err := scanAll(r, err, func(r rows) (fleet.Instance, error) { return scanInstance(r) })
+	out, err := scanAll(r, err, func(r rows) (gpuproxy.Instance, error) { return scanInstance(r) })
 	if err != nil {
 		return nil, fmt.Errorf("listing instances: %w", err)
 	}
@@ -215,7 +214,7 @@ func (s *Store) Instances(ctx context.Context, accountID int64, status fleet.Sta
 
 // InstancesInStatus lists every account's instances in the given states,
 // oldest first; no states, no instances.
-func (s *Store) InstancesInStatus(ctx context.Context, statuses ...fleet.Status) ([]fleet.Instance, error) {
+func (s *Store) InstancesInStatus(ctx context.Context, statuses ...gpuproxy.InstanceStatus) ([]gpuproxy.Instance, error) {
 	if len(statuses) == 0 {
 		return nil, nil
 	}
@@ -226,7 +225,7 @@ func (s *Store) InstancesInStatus(ctx context.Context, statuses ...fleet.Status)
 	}
 	r, err := s.pool().query(ctx, "SELECT "+instanceCols+" FROM instances WHERE status IN ("+
 		strings.Join(marks, ", ")+") ORDER BY created_us, id", args...)
-	out, err := scanAll(r, err, func(r rows) (fleet.Instance, error) { return scanInstance(r) })
+	out, err := scanAll(r, err, func(r rows) (gpuproxy.Instance, error) { return scanInstance(r) })
 	if err != nil {
 		return nil, fmt.Errorf("listing instances: %w", err)
 	}
@@ -272,8 +271,8 @@ func (s *Store) CostsToDate(ctx context.Context, accountID int64) (map[string]gp
 // transition runs step on instance id in one transaction that holds its
 // account's lock and then its row, and writes the instance back when step
 // reports a change. step does the money side with the same conn.
-func (s *Store) transition(ctx context.Context, id string, step func(c conn, in *fleet.Instance) (changed bool, err error)) (fleet.Instance, error) {
-	var out fleet.Instance
+func (s *Store) transition(ctx context.Context, id string, step func(c conn, in *gpuproxy.Instance) (changed bool, err error)) (gpuproxy.Instance, error) {
+	var out gpuproxy.Instance
 	err := s.inTx(ctx, func(c conn) error {
 		var acct int64
 		if err := c.queryRow(ctx, "SELECT account_id FROM instances WHERE id = $1", id).Scan(&acct); err != nil {
@@ -311,14 +310,14 @@ func (s *Store) transition(ctx context.Context, id string, step func(c conn, in 
 	return out, err
 }
 
-func wrongState(in fleet.Instance, to fleet.Status) error {
+func wrongState(in gpuproxy.Instance, to gpuproxy.InstanceStatus) error {
 	return gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %q is %s; it cannot become %s", in.ID, in.Status, to)
 }
 
 // instanceEntry fills an instance's ledger entry: account, instance and
 // provider default to the instance's, time to at. An entry naming another
 // account or instance is invalid.
-func instanceEntry(in fleet.Instance, e billing.Entry, at time.Time) (billing.Entry, error) {
+func instanceEntry(in gpuproxy.Instance, e billing.Entry, at time.Time) (billing.Entry, error) {
 	if e.AccountID == 0 {
 		e.AccountID = in.AccountID
 	}
@@ -339,7 +338,7 @@ func instanceEntry(in fleet.Instance, e billing.Entry, at time.Time) (billing.En
 
 // closeInstanceHold closes the instance's hold if it is still open; the
 // caller holds the account lock.
-func closeInstanceHold(ctx context.Context, c conn, in fleet.Instance, status string, at time.Time) error {
+func closeInstanceHold(ctx context.Context, c conn, in gpuproxy.Instance, status string, at time.Time) error {
 	if in.HoldID == 0 {
 		return nil
 	}
@@ -354,16 +353,16 @@ func closeInstanceHold(ctx context.Context, c conn, in fleet.Instance, status st
 // the same transaction; the entry is appended even if the hold is no
 // longer open, since the provider has charged. Repeating the call with the
 // same provider id returns the instance unchanged.
-func (s *Store) MarkStarting(ctx context.Context, id, providerID string, charge *billing.Entry, now time.Time) (fleet.Instance, error) {
+func (s *Store) MarkStarting(ctx context.Context, id, providerID string, charge *billing.Entry, now time.Time) (gpuproxy.Instance, error) {
 	if providerID == "" {
-		return fleet.Instance{}, gpuproxy.Invalid("provider_instance_id", "is required")
+		return gpuproxy.Instance{}, gpuproxy.Invalid("provider_instance_id", "is required")
 	}
-	return s.transition(ctx, id, func(c conn, in *fleet.Instance) (bool, error) {
+	return s.transition(ctx, id, func(c conn, in *gpuproxy.Instance) (bool, error) {
 		switch {
-		case in.Status == fleet.Starting && in.ProviderInstanceID == providerID:
+		case in.Status == gpuproxy.Starting && in.ProviderInstanceID == providerID:
 			return false, nil
-		case in.Status != fleet.Pending:
-			return false, wrongState(*in, fleet.Starting)
+		case in.Status != gpuproxy.Pending:
+			return false, wrongState(*in, gpuproxy.Starting)
 		case in.ProviderInstanceID != "" && in.ProviderInstanceID != providerID:
 			return false, gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %q already has provider id %q", in.ID, in.ProviderInstanceID)
 		}
@@ -379,7 +378,7 @@ func (s *Store) MarkStarting(ctx context.Context, id, providerID string, charge 
 				return false, err
 			}
 		}
-		in.ProviderInstanceID, in.Status, in.UpdatedAt = providerID, fleet.Starting, now
+		in.ProviderInstanceID, in.Status, in.UpdatedAt = providerID, gpuproxy.Starting, now
 		return true, nil
 	})
 }
@@ -389,14 +388,14 @@ func (s *Store) MarkStarting(ctx context.Context, id, providerID string, charge 
 // the hold and starts the meter at startedAt in the same transaction; the
 // meter's id is the instance id, which MarkTerminated stops. An instance
 // already running is returned unchanged.
-func (s *Store) MarkRunning(ctx context.Context, id, endpoint string, startedAt time.Time, meter *billing.Meter) (fleet.Instance, error) {
-	return s.transition(ctx, id, func(c conn, in *fleet.Instance) (bool, error) {
+func (s *Store) MarkRunning(ctx context.Context, id, endpoint string, startedAt time.Time, meter *billing.Meter) (gpuproxy.Instance, error) {
+	return s.transition(ctx, id, func(c conn, in *gpuproxy.Instance) (bool, error) {
 		switch {
-		case in.Status == fleet.Running:
+		case in.Status == gpuproxy.Running:
 			return false, nil
-		case in.Status == fleet.Starting, in.Status == fleet.Pending && in.ProviderInstanceID != "":
+		case in.Status == gpuproxy.Starting, in.Status == gpuproxy.Pending && in.ProviderInstanceID != "":
 		default:
-			return false, wrongState(*in, fleet.Running)
+			return false, wrongState(*in, gpuproxy.Running)
 		}
 		if meter != nil {
 			m := *meter
@@ -424,7 +423,7 @@ func (s *Store) MarkRunning(ctx context.Context, id, endpoint string, startedAt 
 				return false, fmt.Errorf("starting meter: %w", translate(err))
 			}
 		}
-		in.Status, in.Endpoint, in.StartedAt, in.UpdatedAt = fleet.Running, endpoint, startedAt, startedAt
+		in.Status, in.Endpoint, in.StartedAt, in.UpdatedAt = gpuproxy.Running, endpoint, startedAt, startedAt
 		return true, nil
 	})
 }
@@ -432,32 +431,32 @@ func (s *Store) MarkRunning(ctx context.Context, id, endpoint string, startedAt 
 // MarkFailed moves a pending or starting instance to failed with reason
 // and releases its hold if still open. A failed instance is returned
 // unchanged.
-func (s *Store) MarkFailed(ctx context.Context, id, reason string, now time.Time) (fleet.Instance, error) {
-	return s.transition(ctx, id, func(c conn, in *fleet.Instance) (bool, error) {
+func (s *Store) MarkFailed(ctx context.Context, id, reason string, now time.Time) (gpuproxy.Instance, error) {
+	return s.transition(ctx, id, func(c conn, in *gpuproxy.Instance) (bool, error) {
 		switch in.Status {
-		case fleet.Failed:
+		case gpuproxy.Failed:
 			return false, nil
-		case fleet.Pending, fleet.Starting:
+		case gpuproxy.Pending, gpuproxy.Starting:
 		default:
-			return false, wrongState(*in, fleet.Failed)
+			return false, wrongState(*in, gpuproxy.Failed)
 		}
 		if err := closeInstanceHold(ctx, c, *in, "released", now); err != nil {
 			return false, err
 		}
-		in.Status, in.Error, in.UpdatedAt = fleet.Failed, reason, now
+		in.Status, in.Error, in.UpdatedAt = gpuproxy.Failed, reason, now
 		return true, nil
 	})
 }
 
 // MarkTerminating moves a live instance to terminating. Terminating,
 // terminated and failed instances are returned as they are.
-func (s *Store) MarkTerminating(ctx context.Context, id string, now time.Time) (fleet.Instance, error) {
-	return s.transition(ctx, id, func(_ conn, in *fleet.Instance) (bool, error) {
+func (s *Store) MarkTerminating(ctx context.Context, id string, now time.Time) (gpuproxy.Instance, error) {
+	return s.transition(ctx, id, func(_ conn, in *gpuproxy.Instance) (bool, error) {
 		switch in.Status {
-		case fleet.Terminating, fleet.Terminated, fleet.Failed:
+		case gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
 			return false, nil
 		}
-		in.Status, in.UpdatedAt = fleet.Terminating, now
+		in.Status, in.UpdatedAt = gpuproxy.Terminating, now
 		return true, nil
 	})
 }
@@ -469,11 +468,11 @@ func (s *Store) MarkTerminating(ctx context.Context, id string, now time.Time) (
 // first termination time and meter stop; the refund's idempotency key
 // (default "refund:<instance id>") makes it once-only. A failed instance
 // stays failed, with the same money steps applied.
-func (s *Store) MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (fleet.Instance, error) {
-	return s.transition(ctx, id, func(c conn, in *fleet.Instance) (bool, error) {
+func (s *Store) MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (gpuproxy.Instance, error) {
+	return s.transition(ctx, id, func(c conn, in *gpuproxy.Instance) (bool, error) {
 		changed := false
-		if in.Status != fleet.Terminated && in.Status != fleet.Failed {
-			in.Status, in.TerminatedAt, in.UpdatedAt, changed = fleet.Terminated, at, at, true
+		if in.Status != gpuproxy.Terminated && in.Status != gpuproxy.Failed {
+			in.Status, in.TerminatedAt, in.UpdatedAt, changed = gpuproxy.Terminated, at, at, true
 		}
 		stop := at
 		if !in.TerminatedAt.IsZero() {

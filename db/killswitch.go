@@ -6,10 +6,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/fleet"
 )
-
-var _ fleet.ExposureStore = (*Store)(nil)
 
 // The kill switch's read side: read-only queries over accounts whose
 // on_exceed is destroy. They run every second on the leader, so each one
@@ -24,13 +21,13 @@ const destroyAccounts = "SELECT id FROM accounts WHERE on_exceed = 'destroy'"
 // a meter advanced or an instance started between the reads is counted
 // twice at worst (in both forms), never missed, so the kill switch's
 // projection errs early.
-func (s *Store) KillSwitchExposures(ctx context.Context) ([]fleet.Exposure, error) {
-	byAcct := map[int64]*fleet.Exposure{}
+func (s *Store) KillSwitchExposures(ctx context.Context) ([]billing.Exposure, error) {
+	byAcct := map[int64]*billing.Exposure{}
 	var order []int64
-	get := func(id int64) *fleet.Exposure {
+	get := func(id int64) *billing.Exposure {
 		x, ok := byAcct[id]
 		if !ok {
-			x = &fleet.Exposure{AccountID: id}
+			x = &billing.Exposure{AccountID: id}
 			byAcct[id] = x
 			order = append(order, id)
 		}
@@ -50,7 +47,7 @@ func (s *Store) KillSwitchExposures(ctx context.Context) ([]fleet.Exposure, erro
 	r, err = s.pool().query(ctx, "SELECT "+instanceCols+` FROM instances
 		WHERE status IN ('pending', 'starting', 'running', 'terminating') AND billing = 'hourly'
 		AND account_id IN (`+destroyAccounts+`) ORDER BY account_id, created_us, id`)
-	insts, err := scanAll(r, err, func(r rows) (fleet.Instance, error) { return scanInstance(r) })
+	insts, err := scanAll(r, err, func(r rows) (gpuproxy.Instance, error) { return scanInstance(r) })
 	if err != nil {
 		return nil, fmt.Errorf("listing kill switch instances: %w", err)
 	}
@@ -81,7 +78,7 @@ func (s *Store) KillSwitchExposures(ctx context.Context) ([]fleet.Exposure, erro
 			x.Holds = h.sum
 		}
 	}
-	out := make([]fleet.Exposure, 0, len(order))
+	out := make([]billing.Exposure, 0, len(order))
 	for _, id := range order {
 		out = append(out, *byAcct[id])
 	}

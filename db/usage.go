@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/proxy"
 )
 
 // usageCols are the columns InsertUsage writes, in order.
@@ -22,7 +21,7 @@ var usageColList = strings.Join(usageCols, ", ")
 // appendUsageRow appends a record's column values, negative numbers
 // clamped to zero (usage is telemetry: never refused for a bad
 // measurement).
-func appendUsageRow(args []any, u proxy.Usage) []any {
+func appendUsageRow(args []any, u gpuproxy.Usage) []any {
 	return append(args, u.AccountID, u.InstanceID, u.Method, u.Path, int64(u.Status), max(u.BytesIn, 0),
 		max(u.BytesOut, 0), max(u.Latency.Microseconds(), 0), max(u.TTFB.Microseconds(), 0),
 		int64(max(u.Cost, 0)), us(u.At), u.RequestID)
@@ -36,7 +35,7 @@ const usageChunk = 64
 // rows with COPY; SQLite takes multi-row INSERTs with positional "?"
 // parameters, because its driver looks numbered ones up by name, which
 // grows quadratically with the row count of a statement.
-func (s *Store) InsertUsage(ctx context.Context, records []proxy.Usage) error {
+func (s *Store) InsertUsage(ctx context.Context, records []gpuproxy.Usage) error {
 	if len(records) == 0 {
 		return nil
 	}
@@ -56,7 +55,7 @@ func (s *Store) InsertUsage(ctx context.Context, records []proxy.Usage) error {
 	return nil
 }
 
-func (s *Store) insertUsageSQLite(ctx context.Context, records []proxy.Usage) error {
+func (s *Store) insertUsageSQLite(ctx context.Context, records []gpuproxy.Usage) error {
 	tx, err := s.sq.BeginTx(ctx, nil)
 	if err != nil {
 		return translate(err)
@@ -107,7 +106,7 @@ func (s *Store) usageStmt(ctx context.Context, n int) (*sql.Stmt, error) {
 }
 
 // usageWhere builds the WHERE clause of a usage filter (without cursor).
-func usageWhere(f proxy.UsageFilter) (string, []any) {
+func usageWhere(f gpuproxy.UsageFilter) (string, []any) {
 	conds := []string{"account_id = $1"}
 	args := []any{f.AccountID}
 	add := func(cond string, v any) {
@@ -128,7 +127,7 @@ func usageWhere(f proxy.UsageFilter) (string, []any) {
 
 // ListUsage returns one page of the account's usage records, newest first
 // (by id), with ids below f.BeforeID when set.
-func (s *Store) ListUsage(ctx context.Context, f proxy.UsageFilter) ([]proxy.Usage, error) {
+func (s *Store) ListUsage(ctx context.Context, f gpuproxy.UsageFilter) ([]gpuproxy.Usage, error) {
 	w, args := usageWhere(f)
 	if f.BeforeID > 0 {
 		args = append(args, f.BeforeID)
@@ -140,8 +139,8 @@ func (s *Store) ListUsage(ctx context.Context, f proxy.UsageFilter) ([]proxy.Usa
 	}
 	r, err := s.pool().query(ctx, fmt.Sprintf("SELECT id, %s FROM proxy_usage WHERE %s ORDER BY id DESC LIMIT %d",
 		usageColList, w, limit), args...)
-	out, err := scanAll(r, err, func(r rows) (proxy.Usage, error) {
-		var u proxy.Usage
+	out, err := scanAll(r, err, func(r rows) (gpuproxy.Usage, error) {
+		var u gpuproxy.Usage
 		var status, lat, ttfb, cost, at int64
 		err := r.Scan(&u.ID, &u.AccountID, &u.InstanceID, &u.Method, &u.Path, &status, &u.BytesIn, &u.BytesOut,
 			&lat, &ttfb, &cost, &at, &u.RequestID)
@@ -156,9 +155,9 @@ func (s *Store) ListUsage(ctx context.Context, f proxy.UsageFilter) ([]proxy.Usa
 }
 
 // UsageTotals sums every usage record f matches (ignoring paging).
-func (s *Store) UsageTotals(ctx context.Context, f proxy.UsageFilter) (proxy.UsageTotals, error) {
+func (s *Store) UsageTotals(ctx context.Context, f gpuproxy.UsageFilter) (gpuproxy.UsageTotals, error) {
 	w, args := usageWhere(f)
-	var t proxy.UsageTotals
+	var t gpuproxy.UsageTotals
 	var lat, ttfb, cost int64
 	err := s.pool().queryRow(ctx, `SELECT count(*),
 		COALESCE(sum(CASE WHEN status >= 500 OR status = 0 THEN 1 ELSE 0 END), 0),

@@ -38,21 +38,9 @@ import (
 // schedule up where the last one left it, and with several replicas one
 // evaluates at a time (Options.Leader, "fleet-killswitch").
 
-// Exposure is one on_exceed=destroy account's time-billed exposure as the
-// database holds it: what the kill switch projects spend from.
-type Exposure struct {
-	AccountID int64
-	// Meters are the account's unfinished meters: running (no stop), or
-	// stopped and not yet charged up to their stop.
-	Meters []billing.Meter
-	// Instances are the account's hourly instances that are pending,
-	// starting, running or terminating.
-	Instances []Instance
-	// Holds is the sum of the account's open holds that become spend
-	// without a meter: proxy budget leases and prepaid creates (an hourly
-	// create's hold is not spend; its instance counts at its price).
-	Holds gpuproxy.Micros
-}
+// Exposure is one on_exceed=destroy account's time-billed exposure
+// (billing.Exposure).
+type Exposure = billing.Exposure
 
 // ExposureStore is the kill switch's read side; db.Store implements it.
 type ExposureStore interface {

@@ -9,44 +9,22 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
-// Status is our instance lifecycle state.
-type Status string
+// Status is an instance's lifecycle state (gpuproxy.InstanceStatus).
+type Status = gpuproxy.InstanceStatus
 
 // Lifecycle: pending → starting → running → terminating → terminated, or failed.
 const (
-	Pending     Status = "pending"
-	Starting    Status = "starting"
-	Running     Status = "running"
-	Terminating Status = "terminating"
-	Terminated  Status = "terminated"
-	Failed      Status = "failed"
+	Pending     = gpuproxy.Pending
+	Starting    = gpuproxy.Starting
+	Running     = gpuproxy.Running
+	Terminating = gpuproxy.Terminating
+	Terminated  = gpuproxy.Terminated
+	Failed      = gpuproxy.Failed
 )
 
-// Instance is our record of one rented instance.
-type Instance struct {
-	ID                 string // ours, e.g. "gpi_3f2a…"; the provider tag
-	AccountID          int64
-	Provider           string
-	ProviderInstanceID string
-	OfferID            string
-	GPUName            string
-	NumGPUs            int
-	PricePerHour       gpuproxy.Micros
-	Billing            string // "hourly" | "prepaid"
-	Hours              int    // prepaid duration
-	PrepaidTotal       gpuproxy.Micros
-	Image              string
-	Label              string
-	Status             Status
-	Endpoint           string
-	IdempotencyKey     string
-	HoldID             int64
-	Error              string
-	CreatedAt          time.Time
-	StartedAt          time.Time // provider reported running (metering starts)
-	TerminatedAt       time.Time
-	UpdatedAt          time.Time
-}
+// Instance is our record of one rented instance (gpuproxy.Instance: the
+// store and the web layers share it).
+type Instance = gpuproxy.Instance
 
 // Store is what the fleet needs from the database. Every method that
 // changes money (holds, meters, ledger) does so in the same transaction as
