@@ -1,5 +1,6 @@
 // Package gpuproxy holds the domain types that every layer of the GPU proxy
-// shares: money in micro-dollars, accounts and scopes, and the application
-// error type with its codes. Implementations live in sub-packages (db,
-// guardrails, billing, providers, server, mcp, proxy); only cmd wires them.
+// shares: money in micro-dollars, accounts and scopes, the application
+// error type with its codes, and the records several layers pass around
+// (instances, proxy usage). It imports nothing of the project's; everything
+// else imports it.
 package gpuproxy

@@ -2,8 +2,9 @@
 // place that decides whether a cost may be spent: it asks the store for an
 // account's windows (spent, held, committed) and admits a cost atomically
 // with a hold, so concurrent callers — in one process or many replicas on
-// one Postgres — can never together pass a limit. It fails closed: when
-// spend cannot be read, nothing is admitted.
+// one Postgres — can never together pass a limit. Proxy calls are admitted
+// against budget leases taken through the same admission (lease.go). It
+// fails closed: when spend cannot be read, nothing is admitted.
 package guardrails
 
 import (
