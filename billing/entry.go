@@ -51,6 +51,13 @@ type Entry struct {
 	Description    string
 	IdempotencyKey string
 	Basis          Basis
+
+	// Account, GPUName and NumGPUs describe the entry for finance views:
+	// the account's name and the GPU of the instance row the entry names
+	// ("" and 0 without one). Listing fills them in; Append ignores them.
+	Account string
+	GPUName string
+	NumGPUs int
 }
 
 // Spend returns the entry's effect on spend windows: charges and
@@ -65,21 +72,34 @@ func (e Entry) Spend() gpuproxy.Micros {
 	return 0
 }
 
+// Signed returns the entry's amount as exports show it: what it cost the
+// account, so charges are positive, credits and refunds negative, and
+// adjustments keep their sign. A column of these sums to the net cost.
+func (e Entry) Signed() gpuproxy.Micros {
+	switch e.Type {
+	case Credit, Refund:
+		return -e.Amount
+	}
+	return e.Amount
+}
+
 // Cursor marks a position in the newest-first ledger order.
 type Cursor struct {
 	At time.Time
 	ID int64
 }
 
-// Filter selects ledger entries of one account. Zero fields do not filter.
+// Filter selects ledger entries of one account, or of every account when
+// AllAccounts is set (admin exports). Other zero fields do not filter.
 type Filter struct {
-	AccountID  int64
-	From, To   time.Time // [From, To)
-	Type       Type
-	Provider   string
-	InstanceID string
-	Limit      int
-	After      *Cursor // continue after this entry
+	AccountID   int64
+	AllAccounts bool
+	From, To    time.Time // [From, To)
+	Type        Type
+	Provider    string
+	InstanceID  string
+	Limit       int
+	After       *Cursor // continue after this entry
 }
 
 // Totals sums a set of entries by type. Net is the change in the account's
@@ -105,11 +125,21 @@ const (
 	ByDay      Group = "day"
 	ByProvider Group = "provider"
 	ByInstance Group = "instance"
+	ByAccount  Group = "account"
 )
 
-// SummaryRow is the totals of one group.
+// ValidGroup reports whether g is a known summary dimension.
+func ValidGroup(g Group) bool {
+	return g == ByDay || g == ByProvider || g == ByInstance || g == ByAccount
+}
+
+// SummaryRow is the totals of one group. Key is the day (YYYY-MM-DD, UTC),
+// provider, instance id or account name; grouped by instance, GPUName and
+// NumGPUs are the instance row's.
 type SummaryRow struct {
-	Key string
+	Key     string
+	GPUName string
+	NumGPUs int
 	Totals
 }
 

@@ -63,6 +63,9 @@ func appendEntry(ctx context.Context, c conn, e billing.Entry) (billing.Entry, b
 func where(f billing.Filter) (string, []any) {
 	conds := []string{"account_id = $1"}
 	args := []any{f.AccountID}
+	if f.AllAccounts {
+		conds, args = []string{"TRUE"}, nil
+	}
 	add := func(cond string, v any) {
 		args = append(args, v)
 		conds = append(conds, fmt.Sprintf(cond, len(args)))
@@ -97,10 +100,24 @@ func (s *Store) ListEntries(ctx context.Context, f billing.Filter) ([]billing.En
 	if limit <= 0 {
 		limit = 100
 	}
-	r, err := s.pool().query(ctx, fmt.Sprintf("SELECT %s FROM ledger WHERE %s ORDER BY at_us DESC, id DESC LIMIT %d",
-		entryCols, w, limit), args...)
-	return scanAll(r, err, func(r rows) (billing.Entry, error) { return scanEntry(r) })
+	r, err := s.pool().query(ctx, fmt.Sprintf("SELECT %s, %s FROM ledger WHERE %s ORDER BY at_us DESC, id DESC LIMIT %d",
+		entryCols, describeCols, w, limit), args...)
+	return scanAll(r, err, func(r rows) (billing.Entry, error) {
+		var e billing.Entry
+		var at int64
+		err := r.Scan(&e.ID, &e.AccountID, &e.Type, &e.Amount, &at, &e.Provider, &e.InstanceID,
+			&e.Description, &e.IdempotencyKey, &e.Basis, &e.Account, &e.GPUName, &e.NumGPUs)
+		e.At = fromUS(at)
+		return e, err
+	})
 }
+
+// describeCols are the names finance views show beside a ledger row: the
+// account's name and the GPU of the instance row the entry names (an
+// instance of the same account), looked up by primary key.
+const describeCols = `COALESCE((SELECT a.name FROM accounts a WHERE a.id = ledger.account_id), ''),
+	COALESCE((SELECT i.gpu_name FROM instances i WHERE i.id = ledger.instance_id AND i.account_id = ledger.account_id), ''),
+	COALESCE((SELECT i.num_gpus FROM instances i WHERE i.id = ledger.instance_id AND i.account_id = ledger.account_id), 0)`
 
 const totalsCols = `COALESCE(sum(CASE WHEN type = 'charge' THEN amount_micros ELSE 0 END), 0),
 	COALESCE(sum(CASE WHEN type = 'credit' THEN amount_micros ELSE 0 END), 0),
@@ -117,25 +134,34 @@ func (s *Store) Totals(ctx context.Context, f billing.Filter) (billing.Totals, e
 	return t, translate(err)
 }
 
-// Summary groups the entries matching f by day (UTC), provider or instance.
+// Summary groups the entries matching f by day (UTC), provider, instance
+// (with the instance row's GPU) or account (by name).
 func (s *Store) Summary(ctx context.Context, f billing.Filter, g billing.Group) ([]billing.SummaryRow, error) {
-	var key string
+	// key groups; label is what the row shows; order sorts.
+	var key, label, order string
+	gpu := "'', 0"
 	switch g {
 	case billing.ByDay:
 		key = "(at_us / 86400000000)"
+		label, order = "CAST((at_us / 86400000000) AS TEXT)", key
 	case billing.ByProvider:
-		key = "provider"
+		key, label, order = "provider", "provider", "provider"
 	case billing.ByInstance:
-		key = "instance_id"
+		key, label, order = "instance_id", "instance_id", "instance_id"
+		gpu = `COALESCE((SELECT i.gpu_name FROM instances i WHERE i.id = ledger.instance_id), ''),
+		COALESCE((SELECT i.num_gpus FROM instances i WHERE i.id = ledger.instance_id), 0)`
+	case billing.ByAccount:
+		key, order = "account_id", "1"
+		label = "COALESCE((SELECT a.name FROM accounts a WHERE a.id = ledger.account_id), '')"
 	default:
-		return nil, gpuproxy.Invalid("group_by", "must be day, provider or instance")
+		return nil, gpuproxy.Invalid("group_by", "must be day, instance, account or provider")
 	}
 	w, args := where(f)
-	q := fmt.Sprintf("SELECT CAST(%s AS TEXT), %s FROM ledger WHERE %s GROUP BY %s ORDER BY %s", key, totalsCols, w, key, key)
+	q := fmt.Sprintf("SELECT %s, %s, %s FROM ledger WHERE %s GROUP BY %s ORDER BY %s", label, gpu, totalsCols, w, key, order)
 	r, err := s.pool().query(ctx, q, args...)
 	return scanAll(r, err, func(r rows) (billing.SummaryRow, error) {
 		var sr billing.SummaryRow
-		err := r.Scan(&sr.Key, &sr.Charges, &sr.Credits, &sr.Refunds, &sr.Adjustments, &sr.Count)
+		err := r.Scan(&sr.Key, &sr.GPUName, &sr.NumGPUs, &sr.Charges, &sr.Credits, &sr.Refunds, &sr.Adjustments, &sr.Count)
 		return sr, err
 	})
 }
