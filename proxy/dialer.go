@@ -1,94 +1,28 @@
 package proxy
 
 import (
-	"context"
 	"errors"
-	"net"
 	"net/netip"
-	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/netpolicy"
 )
+
+// The address policy itself (which addresses are public, the allowlist,
+// resolve-check-dial) lives in internal/netpolicy, shared with the
+// budget alerts' webhook sender; this file gives it the proxy's errors.
 
 // Resolver looks up the addresses of a host name (*net.Resolver
 // implements it). Tests substitute their own.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
+type Resolver = netpolicy.Resolver
 
 // DialFunc opens a connection to an address that has already been checked.
-type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
-
-// blocked lists address ranges that are never an instance endpoint, beyond
-// what netip's predicates cover, with the class a refusal names.
-var blocked = []struct {
-	prefix netip.Prefix
-	class  string
-}{
-	{netip.MustParsePrefix("169.254.169.254/32"), "metadata"}, // AWS, GCP, Azure, OCI…
-	{netip.MustParsePrefix("169.254.170.2/32"), "metadata"},   // ECS task metadata
-	{netip.MustParsePrefix("100.100.100.200/32"), "metadata"}, // Alibaba Cloud
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "metadata"},  // AWS over IPv6
-	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified"},       // "this network"
-	{netip.MustParsePrefix("100.64.0.0/10"), "private"},       // shared address space (CGNAT)
-	{netip.MustParsePrefix("192.0.0.0/24"), "reserved"},       // IETF protocol assignments
-	{netip.MustParsePrefix("192.0.2.0/24"), "reserved"},       // documentation
-	{netip.MustParsePrefix("198.18.0.0/15"), "reserved"},      // benchmarking
-	{netip.MustParsePrefix("198.51.100.0/24"), "reserved"},    // documentation
-	{netip.MustParsePrefix("203.0.113.0/24"), "reserved"},     // documentation
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},        // future use and broadcast
-	{netip.MustParsePrefix("2001:db8::/32"), "reserved"},      // documentation
-	{netip.MustParsePrefix("2001::/32"), "reserved"},          // Teredo tunnels
-	{netip.MustParsePrefix("fec0::/10"), "private"},           // deprecated site-local
-	{netip.MustParsePrefix("100::/64"), "reserved"},           // discard-only
-}
-
-// Prefixes that embed an IPv4 address, which is checked in turn.
-var (
-	nat64     = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour = netip.MustParsePrefix("2002::/16")
-)
+type DialFunc = netpolicy.DialFunc
 
 // AddressClass returns "" for a public unicast address, else the class that
 // makes it unreachable through the proxy: "loopback", "private",
 // "link-local", "metadata", "unspecified", "multicast" or "reserved".
-func AddressClass(ip netip.Addr) string {
-	ip = ip.Unmap()
-	if !ip.IsValid() {
-		return "reserved"
-	}
-	for _, b := range blocked {
-		if b.prefix.Contains(ip) {
-			return b.class
-		}
-	}
-	switch {
-	case ip.IsLoopback():
-		return "loopback"
-	case ip.IsUnspecified():
-		return "unspecified"
-	case ip.IsLinkLocalUnicast():
-		return "link-local"
-	case ip.IsMulticast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
-		return "multicast"
-	case ip.IsPrivate():
-		return "private"
-	}
-	if ip.Is6() {
-		b := ip.As16()
-		switch {
-		case nat64.Contains(ip):
-			return AddressClass(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-		case sixToFour.Contains(ip):
-			return AddressClass(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
-		case b[0] == 0 && b[1] == 0 && b[2] == 0 && b[3] == 0 && b[4] == 0 && b[5] == 0 && b[6] == 0 && b[7] == 0 &&
-			b[8] == 0 && b[9] == 0 && b[10] == 0 && b[11] == 0:
-			// Deprecated IPv4-compatible form ::a.b.c.d.
-			return "reserved"
-		}
-	}
-	return ""
-}
+func AddressClass(ip netip.Addr) string { return netpolicy.Class(ip) }
 
 // refusal is the error for an address the proxy will not connect to.
 func refusal(host string, ip netip.Addr, class string) error {
@@ -115,105 +49,25 @@ func (e refusedErr) Unwrap() []error {
 // LoopbackNetworks returns 127.0.0.0/8 and ::1/128, the AllowNetworks of
 // a proxy whose instances are simulated on this machine (serve --sandbox,
 // gpuproxy sim, tests).
-func LoopbackNetworks() []netip.Prefix {
-	return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-}
+func LoopbackNetworks() []netip.Prefix { return netpolicy.Loopback() }
 
-// allowlist is Options.AllowNetworks, normalized: masked, and IPv4-mapped
-// IPv6 prefixes (::ffff:10.0.0.0/104) turned into the IPv4 prefixes they
-// stand for, since addresses are checked unmapped.
-type allowlist []netip.Prefix
+// allowlist is Options.AllowNetworks, normalized (netpolicy.NewAllowlist).
+type allowlist netpolicy.Allowlist
 
-func newAllowlist(nets []netip.Prefix) allowlist {
-	var out allowlist
-	for _, p := range nets {
-		if !p.IsValid() {
-			continue
-		}
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		out = append(out, p.Masked())
-	}
-	return out
-}
+func newAllowlist(nets []netip.Prefix) allowlist { return allowlist(netpolicy.NewAllowlist(nets)) }
 
 // refuses returns "" when ip may be dialed, else the class that makes it
-// unreachable (see AddressClass). An address that is not public is
-// admitted when a listed network contains it (as the address that is
-// dialed: IPv4-mapped addresses unmapped, zones dropped); metadata
-// addresses never are.
-func (a allowlist) refuses(ip netip.Addr) string {
-	c := AddressClass(ip)
-	if c == "" || c == "metadata" {
-		return c
-	}
-	u := ip.Unmap().WithZone("")
-	for _, p := range a {
-		if p.Contains(u) {
-			return ""
-		}
-	}
-	return c
-}
+// unreachable (netpolicy.Allowlist.Refuses: metadata never).
+func (a allowlist) refuses(ip netip.Addr) string { return netpolicy.Allowlist(a).Refuses(ip) }
 
 // dialer resolves, checks and dials: the address that is checked is the
-// address that is dialed.
-type dialer struct {
-	resolver Resolver
-	dial     DialFunc
-	allow    allowlist
-}
+// address that is dialed (netpolicy.Dialer), refusing with the proxy's
+// error.
+type dialer = netpolicy.Dialer
 
 func newDialer(o Options) *dialer {
-	d := &dialer{resolver: o.Resolver, dial: o.Dial, allow: newAllowlist(o.AllowNetworks)}
-	if d.resolver == nil {
-		d.resolver = net.DefaultResolver
-	}
-	if d.dial == nil {
-		nd := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-		d.dial = nd.DialContext
-	}
-	return d
-}
-
-// DialContext is the proxy transport's only way out.
-func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	var ips []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
-		ips = []netip.Addr{ip}
-	} else {
-		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			return nil, err
-		}
-		if len(ips) == 0 {
-			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-		}
-	}
-	// Every address must pass, so a name that mixes a public address with
-	// a private one cannot be steered onto the private one.
-	for _, ip := range ips {
-		if c := d.allow.refuses(ip); c != "" {
-			return nil, refusedErr{refusal(host, ip, c)}
-		}
-	}
-	var firstErr error
-	for _, ip := range ips {
-		c, err := d.dial(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
-		if err == nil {
-			return c, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, firstErr
+	return &netpolicy.Dialer{Allow: netpolicy.NewAllowlist(o.AllowNetworks), Resolver: o.Resolver, Dial: o.Dial,
+		Timeout: o.DialTimeout, Refused: func(host string, ip netip.Addr, class string) error {
+			return refusedErr{refusal(host, ip, class)}
+		}}
 }
