@@ -13,8 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // HTTP paths of the transports.
@@ -30,30 +29,22 @@ const (
 	newProtocol     = "2026-07-28"   // first stateless revision (SEP-2575)
 )
 
-// authenticator is implemented by registrars that can authenticate a
-// request themselves (*server.Server does).
-type authenticator interface {
-	Authenticate(r *http.Request) (gpuproxy.Principal, error)
-}
-
 // Mount registers the HTTP transports on r: /mcp (Streamable HTTP),
 // GET /api/v1/mcp/sse with POST /api/v1/mcp/messages (legacy SSE) and
 // POST /api/v1/mcp (plain JSON-RPC). They share REST's body limit, auth,
 // scopes and per-key rate limit; a rate-limited request gets HTTP 429 with
 // Retry-After and a JSON-RPC error (CodeRateLimited) answering its id.
-func (s *Server) Mount(r server.Registrar) {
+// POST /api/v1/mcp authenticates itself, with Options.Authenticate or else
+// r.Authenticate, so that its auth refusals are JSON-RPC errors too.
+func (s *Server) Mount(r httpapi.Registrar) {
 	authn := s.opts.Authenticate
-	if a, ok := r.(authenticator); ok && authn == nil {
-		authn = a.Authenticate
+	if authn == nil {
+		authn = r.Authenticate
 	}
 	r.Handle("*", StreamablePath, answersRateLimits{s.guard(http.HandlerFunc(s.serveStreamable))}, true)
 	r.Handle(http.MethodGet, SSEPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSE))}, true)
 	r.Handle(http.MethodPost, MessagesPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSEMessage))}, true)
-	if authn != nil {
-		r.Handle(http.MethodPost, PlainPath, s.plainHandler(authn), false)
-	} else {
-		r.Handle(http.MethodPost, PlainPath, answersRateLimits{s.plainHandler(nil)}, true)
-	}
+	r.Handle(http.MethodPost, PlainPath, s.plainHandler(authn), false)
 }
 
 // guard wraps the Streamable and SSE transports: it refuses cross-origin
@@ -71,7 +62,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ew := &rpcErrorWriter{ResponseWriter: w}
 		defer ew.finish()
-		p, ok := server.PrincipalFrom(r)
+		p, ok := httpapi.PrincipalFrom(r)
 		if !ok {
 			writeRPCError(ew, http.StatusUnauthorized, jsonrpc.ID{}, rpcErr(CodeUnauthorized, "missing or invalid API key or token"))
 			return

@@ -10,7 +10,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
 )
 
 // plainProtocol is the protocol version a plain JSON-RPC call is served as
@@ -22,27 +21,19 @@ const plainProtocol = "2025-11-25"
 // and Accept (curl's defaults included) and without initialize first.
 // Every error is a JSON-RPC error object. The request is handed to the
 // account's sdk.Server over a one-request session, so tools, schemas and
-// errors are exactly those of the other transports. When authn is nil the
-// registrar has authenticated the request.
+// errors are exactly those of the other transports. authn authenticates
+// the request (and applies the rate limit).
 func (s *Server) plainHandler(authn func(*http.Request) (gpuproxy.Principal, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var noID jsonrpc.ID
-		p, ok := server.PrincipalFrom(r)
-		if authn != nil {
-			var err error
-			if p, err = authn(r); err != nil {
-				status, e := authError(w, err)
-				id := noID
-				if status == http.StatusTooManyRequests {
-					id = peekID(r)
-				}
-				writeRPCError(w, status, id, e)
-				return
+		p, err := authn(r)
+		if err != nil {
+			status, e := authError(w, err)
+			id := noID
+			if status == http.StatusTooManyRequests {
+				id = peekID(r)
 			}
-			ok = true
-		}
-		if !ok {
-			writeRPCError(w, http.StatusUnauthorized, noID, rpcErr(CodeUnauthorized, "missing or invalid API key or token"))
+			writeRPCError(w, status, id, e)
 			return
 		}
 		if err := s.checkOrigin(r); err != nil {

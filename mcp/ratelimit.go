@@ -17,11 +17,11 @@ const idPeek = 4 << 10
 
 // answersRateLimits marks a transport handler mounted behind the
 // registrar's auth as answering its own rate-limit refusals
-// (server.RateLimitWriter), so that MCP clients get a JSON-RPC error rather
+// (httpapi.RateLimitWriter), so that MCP clients get a JSON-RPC error rather
 // than the REST error shape.
 type answersRateLimits struct{ http.Handler }
 
-// WriteRateLimited implements server.RateLimitWriter.
+// WriteRateLimited implements httpapi.RateLimitWriter.
 func (answersRateLimits) WriteRateLimited(w http.ResponseWriter, r *http.Request, err error) {
 	writeRPCError(w, http.StatusTooManyRequests, peekID(r), rateLimitError(err))
 }

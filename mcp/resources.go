@@ -13,7 +13,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // The resources of shared/mcp.md.
@@ -72,7 +72,7 @@ func (s *Server) addResources(srv *sdk.Server) {
 				return nil, err
 			}
 			s.spend.observe(p.AccountID, snap)
-			return server.NewSpendingJSON(p.AccountName, snap), nil
+			return httpapi.NewSpendingJSON(p.AccountName, snap), nil
 		})
 	if s.svc.Fleet != nil {
 		add(InstancesURI, "my-instances", "Your GPU instances",

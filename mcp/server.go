@@ -19,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // InferenceProxy forwards one HTTP request to one of the principal's running
@@ -46,12 +47,11 @@ type Options struct {
 	// Logger receives structured logs of every MCP request (default
 	// slog.Default()). The go-sdk's own logs go to it at Warn and above.
 	Logger *slog.Logger
-	// Authenticate, when set, authenticates POST /api/v1/mcp in this
-	// package, so that its auth and rate-limit refusals are JSON-RPC error
-	// objects too; it should be (*server.Server).Authenticate, which applies
-	// the shared per-key rate limit. When nil, Mount uses the registrar's
-	// Authenticate method if it has one, and otherwise mounts the endpoint
-	// behind the registrar's auth (whose refusals use the REST error shape).
+	// Authenticate, when set, is how POST /api/v1/mcp authenticates its
+	// requests (it answers auth and rate-limit refusals as JSON-RPC error
+	// objects); it must apply the shared per-key rate limit, as
+	// (*server.Server).Authenticate does. When nil, Mount uses the
+	// registrar's Authenticate.
 	Authenticate func(*http.Request) (gpuproxy.Principal, error)
 	// TrustedOrigins are browser origins (e.g. "https://app.example.com")
 	// allowed to call the HTTP transports cross-origin; any other
@@ -205,16 +205,15 @@ func (s *Server) httpServer(r *http.Request) *sdk.Server {
 	return s.serverFor(p.AccountID)
 }
 
-type (
-	principalKey struct{}
-	sessionKey   struct{}
-)
+type sessionKey struct{}
 
 // tokenPrincipal is the TokenInfo.Extra key holding the request's principal.
 const tokenPrincipal = "gpuproxy.principal"
 
+// withPrincipal carries the caller of a stdio session or plain call; the
+// server's registrar puts it in an HTTP request's context the same way.
 func withPrincipal(ctx context.Context, p gpuproxy.Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
+	return httpapi.WithPrincipal(ctx, p)
 }
 
 func withSessionID(ctx context.Context, id string) context.Context {
@@ -222,7 +221,7 @@ func withSessionID(ctx context.Context, id string) context.Context {
 }
 
 func principalFromContext(ctx context.Context) (gpuproxy.Principal, bool) {
-	if p, ok := ctx.Value(principalKey{}).(gpuproxy.Principal); ok {
+	if p, ok := httpapi.PrincipalFromContext(ctx); ok {
 		return p, true
 	}
 	if ti := auth.TokenInfoFromContext(ctx); ti != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // The text renderings of tool results: small tables, as a person would
@@ -39,7 +39,7 @@ func windowName(minutes int) string {
 	return fmt.Sprintf("%dm", minutes)
 }
 
-func spendingText(sp server.SpendingJSON) string {
+func spendingText(sp httpapi.SpendingJSON) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Spending of account %s at %s — burn rate %s/hour, held %s, on_exceed=%s\n\n", sp.Account,
 		sp.AsOf.Format(time.RFC3339), usd(sp.BurnRatePerHour), usd(sp.Held), sp.OnExceed)
@@ -121,7 +121,7 @@ func offersText(o offersOutput) string {
 	return b.String()
 }
 
-func instanceRows(is []server.InstanceJSON) [][]string {
+func instanceRows(is []httpapi.InstanceJSON) [][]string {
 	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint"}}
 	for _, i := range is {
 		gpu := i.GPUName
@@ -140,7 +140,7 @@ func instanceRows(is []server.InstanceJSON) [][]string {
 func instanceText(verb string, o instanceOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
-	table(&b, instanceRows([]server.InstanceJSON{o.InstanceJSON}))
+	table(&b, instanceRows([]httpapi.InstanceJSON{o.InstanceJSON}))
 	return b.String()
 }
 

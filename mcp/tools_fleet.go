@@ -14,7 +14,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // fleetTools are the tools over GPU providers and the caller's instances.
@@ -99,7 +99,7 @@ type offersOutput struct {
 // gives the offer id.
 type offerJSON struct {
 	InstanceID string `json:"instance_id" jsonschema:"pass to create_gpu_instance as instance_id"`
-	server.OfferJSON
+	httpapi.OfferJSON
 }
 
 type providerError struct {
@@ -159,7 +159,7 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 	}
 	out := offersOutput{Offers: []offerJSON{}, Errors: []providerError{}}
 	for i := offset; i < len(res.Offers) && i < offset+in.Limit; i++ {
-		o := server.NewOfferJSON(res.Offers[i])
+		o := httpapi.NewOfferJSON(res.Offers[i])
 		out.Offers = append(out.Offers, offerJSON{InstanceID: o.OfferID, OfferJSON: o})
 	}
 	if len(res.Offers) > offset+in.Limit {
@@ -175,12 +175,12 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 // instanceOutput is one instance, as REST shows it, with a sentence on what
 // happened and what to do next.
 type instanceOutput struct {
-	server.InstanceJSON
+	httpapi.InstanceJSON
 	Message string `json:"message" jsonschema:"what happened and what to do next"`
 }
 
 type instancesOutput struct {
-	Instances []server.InstanceJSON `json:"instances" jsonschema:"your instances, newest first"`
+	Instances []httpapi.InstanceJSON `json:"instances" jsonschema:"your instances, newest first"`
 }
 
 type createInput struct {
@@ -222,7 +222,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	if err != nil {
 		v = fleet.View{Instance: inst}
 	}
-	out := instanceOutput{InstanceJSON: server.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
 	switch v.Status {
 	case fleet.Running:
 		out.Message = fmt.Sprintf("Instance %s is running at %s. Call it with proxy_inference_request "+
@@ -289,7 +289,7 @@ func (s *Server) destroyInstance(ctx context.Context, c call, in destroyInput) (
 	if v, err = s.svc.Fleet.Get(ctx, acct, inst.ID); err != nil {
 		v = fleet.View{Instance: inst}
 	}
-	out := instanceOutput{InstanceJSON: server.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
 	if v.Status == fleet.Terminated || v.Status == fleet.Failed {
 		out.Message = fmt.Sprintf("Instance %s is gone; billing stopped. Cost to date: $%s.", v.ID, v.CostToDate)
 	} else {
@@ -316,9 +316,9 @@ func (s *Server) mine(ctx context.Context, p gpuproxy.Principal, status string) 
 	if err != nil {
 		return instancesOutput{}, err
 	}
-	out := instancesOutput{Instances: make([]server.InstanceJSON, 0, len(vs))}
+	out := instancesOutput{Instances: make([]httpapi.InstanceJSON, 0, len(vs))}
 	for _, v := range vs {
-		out.Instances = append(out.Instances, server.NewInstanceJSON(v))
+		out.Instances = append(out.Instances, httpapi.NewInstanceJSON(v))
 	}
 	return out, nil
 }

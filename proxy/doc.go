@@ -51,7 +51,7 @@
 // through a tuned http.Transport. Both dial only through the checked dialer
 // and never follow redirects. Copy buffers are pooled; endpoint lookups and
 // spend snapshots are cached briefly, so the hot path touches no database.
-// Mount registers the route with server.Registrar.HandlePrefix: it is served
+// Mount registers the route with httpapi.Registrar.HandlePrefix: it is served
 // ahead of the router, and the server takes keep-alive connections over
 // after a proxied request (see the server package).
 //

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // Error codes of the proxy beyond the shared ones. They are returned as
@@ -26,7 +26,7 @@ const (
 )
 
 // HTTPStatus maps an error to its HTTP status: the proxy's own codes, then
-// the server's one table for the shared codes.
+// the API's one table for the shared codes (httpapi.Status).
 func HTTPStatus(err error) int {
 	switch gpuproxy.ErrorCode(err) {
 	case CodeUpstream:
@@ -34,7 +34,7 @@ func HTTPStatus(err error) int {
 	case CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
 	}
-	return server.HTTPStatus(err)
+	return httpapi.Status(err)
 }
 
 // statusClientClosed is recorded (never sent) when the caller went away
@@ -55,7 +55,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	if s, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	server.WriteError(w, r, status, err)
+	httpapi.WriteError(w, r, status, err)
 	return status
 }
 

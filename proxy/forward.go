@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // routePrefix is where Mount puts the reverse proxy.
@@ -157,7 +157,7 @@ func responseTooLarge(id string, max int64) error {
 // authentication (see Mount).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	pr, ok := server.PrincipalFrom(r)
+	pr, ok := httpapi.PrincipalFrom(r)
 	if !ok {
 		writeError(w, r, p.log, gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "missing or invalid API key or token"))
 		return

@@ -15,7 +15,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // Gate is the spending guard rail for proxy calls
@@ -217,7 +217,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 //	ANY /api/v1/proxy/{instance_id}/{path...}  (scope proxy:invoke)
 //	GET /api/v1/proxy/usage?from&to&instance_id&limit&cursor
 //	    (scope proxy:invoke or billing:read)
-func (p *Proxy) Mount(r server.Registrar) {
+func (p *Proxy) Mount(r httpapi.Registrar) {
 	r.Handle(http.MethodGet, "/api/v1/proxy/usage", http.HandlerFunc(p.ServeUsage), true)
 	r.HandlePrefix(routePrefix, "/api/v1/proxy/:instance_id/*", p)
 }

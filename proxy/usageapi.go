@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // maxUsagePage is the largest page GET /api/v1/proxy/usage returns.
@@ -54,7 +54,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // everything the filter matches. from/to take RFC 3339 times or dates;
 // cursor is the next_cursor of the previous page.
 func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
-	pr, ok := server.PrincipalFrom(r)
+	pr, ok := httpapi.PrincipalFrom(r)
 	if !ok {
 		writeError(w, r, p.log, gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "missing or invalid API key or token"))
 		return
@@ -68,16 +68,8 @@ func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := UsageFilter{AccountID: pr.AccountID, InstanceID: q.Get("instance_id"), Limit: 100}
 	var err error
-	if f.From, err = server.ParseTime("from", q.Get("from")); err != nil {
+	if f.From, f.To, err = httpapi.TimeRange(q.Get); err != nil {
 		writeError(w, r, p.log, err)
-		return
-	}
-	if f.To, err = server.ParseTime("to", q.Get("to")); err != nil {
-		writeError(w, r, p.log, err)
-		return
-	}
-	if !f.From.IsZero() && !f.To.IsZero() && !f.To.After(f.From) {
-		writeError(w, r, p.log, gpuproxy.Invalid("to", "must be after from"))
 		return
 	}
 	if len(f.InstanceID) > 128 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 func (s *Server) listAccounts(c echo.Context) error {
@@ -73,7 +74,7 @@ func (s *Server) setLimits(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, NewSpendingJSON(a.Name, snap))
+	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(a.Name, snap))
 }
 
 func (s *Server) addCredit(c echo.Context) error {
@@ -102,7 +103,7 @@ func (s *Server) addCredit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, NewTransactionJSON(e))
+	return c.JSON(http.StatusCreated, httpapi.NewTransactionJSON(e))
 }
 
 func (s *Server) createKey(c echo.Context) error {

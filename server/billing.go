@@ -11,97 +11,11 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
-// TransactionJSON is one ledger entry as the API shows it.
-type TransactionJSON struct {
-	ID           int64           `json:"id"`
-	Type         billing.Type    `json:"type"`
-	Amount       gpuproxy.Micros `json:"amount"`
-	AmountMicros int64           `json:"amount_micros"`
-	CreatedAt    time.Time       `json:"created_at"`
-	Provider     string          `json:"provider"`
-	InstanceID   string          `json:"instance_id"`
-	Description  string          `json:"description"`
-	Basis        billing.Basis   `json:"basis"`
-}
-
-// NewTransactionJSON renders an entry.
-func NewTransactionJSON(e billing.Entry) TransactionJSON {
-	return TransactionJSON{ID: e.ID, Type: e.Type, Amount: e.Amount, AmountMicros: int64(e.Amount), CreatedAt: e.At,
-		Provider: e.Provider, InstanceID: e.InstanceID, Description: e.Description, Basis: e.Basis}
-}
-
-// TotalsJSON renders totals.
-type TotalsJSON struct {
-	Charges     gpuproxy.Micros `json:"charges"`
-	Credits     gpuproxy.Micros `json:"credits"`
-	Refunds     gpuproxy.Micros `json:"refunds"`
-	Adjustments gpuproxy.Micros `json:"adjustments"`
-	Net         gpuproxy.Micros `json:"net"`
-	Count       int64           `json:"count"`
-}
-
-// NewTotalsJSON renders totals.
-func NewTotalsJSON(t billing.Totals) TotalsJSON {
-	return TotalsJSON{Charges: t.Charges, Credits: t.Credits, Refunds: t.Refunds, Adjustments: t.Adjustments,
-		Net: t.Net(), Count: t.Count}
-}
-
-// ParseTime parses an RFC 3339 time or a YYYY-MM-DD date (UTC midnight).
-func ParseTime(field, v string) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t.UTC(), nil
-	}
-	if t, err := time.Parse(time.DateOnly, v); err == nil {
-		return t, nil
-	}
-	return time.Time{}, gpuproxy.Invalid(field, "must be an RFC 3339 time (2026-11-25T12:00:00Z) or a date (2026-11-25)")
-}
-
-// LedgerFilter builds a filter from query-style values, validating each.
-func LedgerFilter(get func(string) string) (billing.Filter, error) {
-	var f billing.Filter
-	var err error
-	if f.From, err = ParseTime("from", get("from")); err != nil {
-		return f, err
-	}
-	if f.To, err = ParseTime("to", get("to")); err != nil {
-		return f, err
-	}
-	if !f.From.IsZero() && !f.To.IsZero() && !f.To.After(f.From) {
-		return f, gpuproxy.Invalid("to", "must be after from")
-	}
-	if t := get("type"); t != "" {
-		if !billing.ValidType(billing.Type(t)) {
-			return f, gpuproxy.Invalid("type", "must be charge, credit, refund or adjustment")
-		}
-		f.Type = billing.Type(t)
-	}
-	f.Provider, f.InstanceID = get("provider"), get("instance_id")
-	if len(f.Provider) > 100 || len(f.InstanceID) > 200 {
-		return f, gpuproxy.Invalid("provider", "filter is too long")
-	}
-	if l := get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > billing.MaxPage {
-			return f, gpuproxy.Invalid("limit", "must be an integer from 1 to %d", billing.MaxPage)
-		}
-		f.Limit = n
-	}
-	if cur := get("cursor"); cur != "" {
-		if f.After, err = billing.DecodeCursor(cur); err != nil {
-			return f, err
-		}
-	}
-	return f, nil
-}
-
 func (s *Server) listTransactions(c echo.Context) error {
-	f, err := LedgerFilter(c.QueryParam)
+	f, err := httpapi.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}
@@ -123,15 +37,15 @@ func (s *Server) listTransactions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	txs := make([]TransactionJSON, 0, len(page.Entries))
+	txs := make([]httpapi.TransactionJSON, 0, len(page.Entries))
 	for _, e := range page.Entries {
-		txs = append(txs, NewTransactionJSON(e))
+		txs = append(txs, httpapi.NewTransactionJSON(e))
 	}
 	var next any
 	if page.Next != "" {
 		next = page.Next
 	}
-	return c.JSON(http.StatusOK, map[string]any{"transactions": txs, "next_cursor": next, "totals": NewTotalsJSON(page.Totals)})
+	return c.JSON(http.StatusOK, map[string]any{"transactions": txs, "next_cursor": next, "totals": httpapi.NewTotalsJSON(page.Totals)})
 }
 
 // transactionsCSV streams every matching entry (ignoring limit and paging
@@ -165,7 +79,7 @@ func csvSafe(s string) string {
 }
 
 func (s *Server) billingSummary(c echo.Context) error {
-	f, err := LedgerFilter(c.QueryParam)
+	f, err := httpapi.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}
@@ -191,5 +105,5 @@ func (s *Server) billingSummary(c echo.Context) error {
 		all.Adjustments += r.Adjustments
 		all.Count += r.Count
 	}
-	return c.JSON(http.StatusOK, map[string]any{"group_by": g, "rows": out, "totals": NewTotalsJSON(all)})
+	return c.JSON(http.StatusOK, map[string]any{"group_by": g, "rows": out, "totals": httpapi.NewTotalsJSON(all)})
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/h1"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
@@ -75,7 +75,7 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 				slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
 			if !sw.sent {
 				sw.reset()
-				WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
+				httpapi.WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
 				sw.end()
 			}
 		}
@@ -95,13 +95,13 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 				sw.Header().Set("Retry-After", strconv.Itoa(secs))
 			}
 		}
-		WriteError(sw, r, HTTPStatus(err), err)
+		httpapi.WriteError(sw, r, httpapi.Status(err), err)
 		sw.end()
 		return sw, true
 	}
 	p = &pr
 	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
-	d.h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), principalCtxKey{}, pr)))
+	d.h.ServeHTTP(sw, r.WithContext(httpapi.WithPrincipal(r.Context(), pr)))
 	sw.end()
 	return sw, true
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -47,7 +48,7 @@ func newPrefixEnvWith(t *testing.T, rateLimit int, so server.Options, idle time.
 	pe := &prefixEnv{metrics: server.NewMetrics(), waiting: make(chan context.Context, 4),
 		cancelled: make(chan struct{}, 4)}
 	prefix := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := server.PrincipalFrom(r)
+		p, ok := httpapi.PrincipalFrom(r)
 		switch {
 		case !ok:
 			http.Error(w, "no principal", 500)

@@ -10,41 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
-
-// statusOf is the one mapping from application error codes to HTTP.
-var statusOf = map[string]int{
-	gpuproxy.EINVALID:      http.StatusBadRequest,
-	gpuproxy.ENOTFOUND:     http.StatusNotFound,
-	gpuproxy.ECONFLICT:     http.StatusConflict,
-	gpuproxy.EGONE:         http.StatusConflict,
-	gpuproxy.EUNAUTHORIZED: http.StatusUnauthorized,
-	gpuproxy.EFORBIDDEN:    http.StatusForbidden,
-	gpuproxy.ELIMIT:        http.StatusPaymentRequired,
-	gpuproxy.ERATELIMITED:  http.StatusTooManyRequests,
-	gpuproxy.EUNAVAILABLE:  http.StatusServiceUnavailable,
-	gpuproxy.EPROVIDER:     http.StatusServiceUnavailable,
-	gpuproxy.ETOOLARGE:     http.StatusRequestEntityTooLarge,
-	gpuproxy.EINTERNAL:     http.StatusInternalServerError,
-}
-
-// HTTPStatus returns the HTTP status for an application error.
-func HTTPStatus(err error) int {
-	if s, ok := statusOf[gpuproxy.ErrorCode(err)]; ok {
-		return s
-	}
-	return http.StatusInternalServerError
-}
-
-type errorBody struct {
-	Error errorPayload `json:"error"`
-}
-
-type errorPayload struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
 
 // errorHandler renders every error in the one shape
 // {"error":{"code","message","details"}}; internal errors are logged and
@@ -61,26 +28,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE {
 		s.log.Error("request failed", "request_id", requestID(c), "code", code, "err", err)
 	}
-	WriteError(c.Response(), c.Request(), HTTPStatus(err), err)
-}
-
-// WriteError writes err with status in the API's one error shape
-// {"error":{"code","message","details"}}. An internal error's message and
-// details are replaced by "internal error" (log it first). Transports
-// mounted through a Registrar use it for errors of their own.
-func WriteError(w http.ResponseWriter, r *http.Request, status int, err error) {
-	code := gpuproxy.ErrorCode(err)
-	body := errorBody{errorPayload{Code: code, Message: gpuproxy.ErrorMessage(err), Details: gpuproxy.ErrorDetails(err)}}
-	if code == gpuproxy.EINTERNAL {
-		body.Error.Message, body.Error.Details = "internal error", nil
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_ = json.NewEncoder(w).Encode(body)
-	}
+	httpapi.WriteError(c.Response(), c.Request(), httpapi.Status(err), err)
 }
 
 func fromEchoError(he *echo.HTTPError) error {

@@ -5,74 +5,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
-
-// OfferJSON is one offer as the API shows it.
-type OfferJSON struct {
-	Provider     string          `json:"provider"`
-	OfferID      string          `json:"offer_id"`
-	GPUName      string          `json:"gpu_name"`
-	NumGPUs      int             `json:"num_gpus"`
-	VRAMGB       float64         `json:"vram_gb"`
-	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
-	Location     string          `json:"location"`
-	Reliability  float64         `json:"reliability"`
-	Billing      string          `json:"billing"`
-	CPUCores     float64         `json:"cpu_cores,omitempty"`
-	RAMGB        float64         `json:"ram_gb,omitempty"`
-	DiskGB       float64         `json:"disk_gb,omitempty"`
-}
-
-// NewOfferJSON renders an offer.
-func NewOfferJSON(o providers.Offer) OfferJSON {
-	return OfferJSON{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, VRAMGB: o.VRAMGB,
-		PricePerHour: o.PricePerHour, Location: o.Location, Reliability: o.Reliability, Billing: string(o.Billing),
-		CPUCores: o.CPUCores, RAMGB: o.RAMGB, DiskGB: o.DiskGB}
-}
-
-// InstanceJSON is one instance as the API shows it.
-type InstanceJSON struct {
-	ID                 string          `json:"id"`
-	Provider           string          `json:"provider"`
-	ProviderInstanceID string          `json:"provider_instance_id"`
-	OfferID            string          `json:"offer_id"`
-	GPUName            string          `json:"gpu_name"`
-	NumGPUs            int             `json:"num_gpus"`
-	PricePerHour       gpuproxy.Micros `json:"price_per_hour"`
-	Billing            string          `json:"billing"`
-	Hours              int             `json:"hours,omitempty"`
-	Image              string          `json:"image"`
-	Label              string          `json:"label"`
-	Status             string          `json:"status"`
-	Endpoint           string          `json:"endpoint"`
-	CreatedAt          time.Time       `json:"created_at"`
-	StartedAt          *time.Time      `json:"started_at"`
-	TerminatedAt       *time.Time      `json:"terminated_at"`
-	CostToDate         gpuproxy.Micros `json:"cost_to_date"`
-	Note               string          `json:"note,omitempty"`
-}
-
-// NewInstanceJSON renders an instance with its cost to date.
-func NewInstanceJSON(v fleet.View) InstanceJSON {
-	j := InstanceJSON{ID: v.ID, Provider: v.Provider, ProviderInstanceID: v.ProviderInstanceID, OfferID: v.OfferID,
-		GPUName: v.GPUName, NumGPUs: v.NumGPUs, PricePerHour: v.PricePerHour, Billing: v.Billing, Hours: v.Hours,
-		Image: v.Image, Label: v.Label, Status: string(v.Status), Endpoint: v.Endpoint, CreatedAt: v.CreatedAt,
-		CostToDate: v.CostToDate, Note: v.Error}
-	if !v.StartedAt.IsZero() {
-		j.StartedAt = &v.StartedAt
-	}
-	if !v.TerminatedAt.IsZero() {
-		j.TerminatedAt = &v.TerminatedAt
-	}
-	return j
-}
 
 // OfferQueryFrom parses offer filters from query-style values.
 func OfferQueryFrom(get func(string) string) (fleet.OfferQuery, error) {
@@ -113,9 +52,9 @@ func (s *Server) listOffers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	offers := make([]OfferJSON, 0, len(res.Offers))
+	offers := make([]httpapi.OfferJSON, 0, len(res.Offers))
 	for _, o := range res.Offers {
-		offers = append(offers, NewOfferJSON(o))
+		offers = append(offers, httpapi.NewOfferJSON(o))
 	}
 	errs := make([]map[string]string, 0, len(res.Errors))
 	for _, e := range res.Errors {
@@ -148,7 +87,7 @@ func (s *Server) createInstance(c echo.Context) error {
 	if inst.Status == fleet.Pending {
 		status = http.StatusAccepted
 	}
-	return c.JSON(status, NewInstanceJSON(fleet.View{Instance: inst}))
+	return c.JSON(status, httpapi.NewInstanceJSON(fleet.View{Instance: inst}))
 }
 
 func (s *Server) listInstances(c echo.Context) error {
@@ -156,9 +95,9 @@ func (s *Server) listInstances(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]InstanceJSON, 0, len(vs))
+	out := make([]httpapi.InstanceJSON, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, NewInstanceJSON(v))
+		out = append(out, httpapi.NewInstanceJSON(v))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"instances": out})
 }
@@ -168,7 +107,7 @@ func (s *Server) getInstance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
 }
 
 func (s *Server) deleteInstance(c echo.Context) error {
@@ -182,5 +121,5 @@ func (s *Server) deleteInstance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 func echoHandler(h http.Handler) echo.HandlerFunc {
@@ -53,38 +53,6 @@ func (s *Server) ready(c echo.Context) error {
 	return c.JSON(code, map[string]any{"status": status, "checks": checks})
 }
 
-// windowJSON is one spend window as the API shows it.
-type windowJSON struct {
-	WindowMinutes int             `json:"window_minutes"`
-	Limit         gpuproxy.Micros `json:"limit"`
-	Spent         gpuproxy.Micros `json:"spent"`
-	Held          gpuproxy.Micros `json:"held"`
-	Committed     gpuproxy.Micros `json:"committed"`
-	Remaining     gpuproxy.Micros `json:"remaining"`
-	WouldExceed   *bool           `json:"would_exceed,omitempty"`
-}
-
-// SpendingJSON is the body of GET /api/v1/spending (also used by MCP).
-type SpendingJSON struct {
-	Account         string          `json:"account"`
-	Windows         []windowJSON    `json:"windows"`
-	BurnRatePerHour gpuproxy.Micros `json:"burn_rate_per_hour"`
-	Held            gpuproxy.Micros `json:"held"`
-	OnExceed        string          `json:"on_exceed"`
-	AsOf            time.Time       `json:"as_of"`
-}
-
-// NewSpendingJSON renders a snapshot.
-func NewSpendingJSON(account string, snap guardrails.Snapshot) SpendingJSON {
-	out := SpendingJSON{Account: account, BurnRatePerHour: snap.Burn, Held: snap.Held, OnExceed: snap.OnExceed,
-		AsOf: snap.At.UTC(), Windows: make([]windowJSON, 0, len(snap.Windows))}
-	for _, u := range snap.Windows {
-		out.Windows = append(out.Windows, windowJSON{WindowMinutes: u.Minutes, Limit: u.Limit, Spent: u.Spent,
-			Held: u.Held, Committed: u.Committed, Remaining: u.Remaining()})
-	}
-	return out
-}
-
 // targetAccount is the account a request acts on: the caller's own, or —
 // for admins only — the one named by ?account=. A non-admin naming another
 // account gets not found, so existence never leaks.
@@ -110,7 +78,7 @@ func (s *Server) getSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, NewSpendingJSON(name, snap))
+	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(name, snap))
 }
 
 func (s *Server) checkSpending(c echo.Context) error {
@@ -132,7 +100,7 @@ func (s *Server) checkSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sp := NewSpendingJSON(name, d.Snapshot)
+	sp := httpapi.NewSpendingJSON(name, d.Snapshot)
 	for i, u := range d.Windows {
 		exceed := !u.Fits(cost)
 		sp.Windows[i].WouldExceed = &exceed

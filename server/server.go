@@ -20,6 +20,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
@@ -210,17 +211,8 @@ func (s *Server) authn(next echo.HandlerFunc) echo.HandlerFunc {
 	return s.authnAnswering(nil)(next)
 }
 
-// RateLimitWriter is implemented by a handler mounted with Registrar.Handle
-// that answers a rate-limited request in its own format (MCP: a JSON-RPC
-// error). WriteRateLimited gets the rate_limited error, with Retry-After
-// already set on w; it writes the whole response (status 429). Requests to
-// other handlers get the REST error shape.
-type RateLimitWriter interface {
-	WriteRateLimited(w http.ResponseWriter, r *http.Request, err error)
-}
-
 // authnAnswering is authn whose rate-limit refusals rw writes, when set.
-func (s *Server) authnAnswering(rw RateLimitWriter) echo.MiddlewareFunc {
+func (s *Server) authnAnswering(rw httpapi.RateLimitWriter) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			p, err := s.Authenticate(c.Request())
@@ -257,36 +249,17 @@ func principal(c echo.Context) gpuproxy.Principal {
 	return p
 }
 
-// PrincipalFrom returns the principal the auth middleware stored in a
-// request handled through a Registrar.
-func PrincipalFrom(r *http.Request) (gpuproxy.Principal, bool) {
-	p, ok := r.Context().Value(principalCtxKey{}).(gpuproxy.Principal)
-	return p, ok
-}
-
-type principalCtxKey struct{}
-
-// Registrar lets other transports mount plain http.Handlers behind the
-// server's body limit, auth and rate limit.
-type Registrar interface {
-	// Handle mounts h for method (or "*" for any) on path; path may end in
-	// "/*". When authenticated is false, the handler runs without auth.
-	// A rate-limited request gets the REST error shape unless h is a
-	// RateLimitWriter.
-	Handle(method, path string, h http.Handler, authenticated bool)
-	// HandlePrefix serves every request whose path starts with prefix,
-	// except paths added with Handle, with h ahead of the router: the
-	// request id, authentication, rate limit, body cap, panic recovery,
-	// metrics and request log are those of every other route, without the
-	// router's per-request work. route names it in metrics and logs. It
-	// is for hot paths (the inference proxy).
-	HandlePrefix(prefix, route string, h http.Handler)
-}
+// Registrar is what transports mounted with Services.Mount get (see
+// httpapi.Registrar); the server implements it.
+type Registrar = httpapi.Registrar
 
 type registrar struct{ s *Server }
 
-// Authenticate lets mounted transports authenticate in their own error
-// format with the server's credentials and rate limit.
+var _ Registrar = registrar{}
+
+// Authenticate implements httpapi.Registrar: mounted transports
+// authenticate in their own error format with the server's credentials and
+// rate limit.
 func (r registrar) Authenticate(req *http.Request) (gpuproxy.Principal, error) {
 	return r.s.Authenticate(req)
 }
@@ -296,7 +269,7 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 	// oversize body reaches them as a read error rather than being refused
 	// here in the REST shape.
 	mw := []echo.MiddlewareFunc{r.s.capBody}
-	if rw, ok := h.(RateLimitWriter); ok && authenticated {
+	if rw, ok := h.(httpapi.RateLimitWriter); ok && authenticated {
 		mw = append(mw, r.s.authnAnswering(rw))
 	} else if authenticated {
 		mw = append(mw, r.s.authn)
@@ -304,7 +277,7 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 	eh := func(c echo.Context) error {
 		req := c.Request()
 		if p, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
-			req = req.WithContext(context.WithValue(req.Context(), principalCtxKey{}, p))
+			req = req.WithContext(httpapi.WithPrincipal(req.Context(), p))
 		}
 		h.ServeHTTP(c.Response(), req)
 		return nil

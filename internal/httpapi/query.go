@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+)
+
+// ParseTime parses an RFC 3339 time or a YYYY-MM-DD date (UTC midnight);
+// "" is the zero time. field names the value in the error.
+func ParseTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t.UTC(), nil
+	}
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, gpuproxy.Invalid(field, "must be an RFC 3339 time (2026-11-25T12:00:00Z) or a date (2026-11-25)")
+}
+
+// TimeRange parses the "from" and "to" query values (either may be
+// missing: the zero time); when both are set, to must be after from.
+func TimeRange(get func(string) string) (from, to time.Time, err error) {
+	if from, err = ParseTime("from", get("from")); err != nil {
+		return from, to, err
+	}
+	if to, err = ParseTime("to", get("to")); err != nil {
+		return from, to, err
+	}
+	if !from.IsZero() && !to.IsZero() && !to.After(from) {
+		return from, to, gpuproxy.Invalid("to", "must be after from")
+	}
+	return from, to, nil
+}
+
+// LedgerFilter builds a ledger filter from query-style values (from, to,
+// type, provider, instance_id, limit, cursor), validating each.
+func LedgerFilter(get func(string) string) (billing.Filter, error) {
+	var f billing.Filter
+	var err error
+	if f.From, f.To, err = TimeRange(get); err != nil {
+		return f, err
+	}
+	if t := get("type"); t != "" {
+		if !billing.ValidType(billing.Type(t)) {
+			return f, gpuproxy.Invalid("type", "must be charge, credit, refund or adjustment")
+		}
+		f.Type = billing.Type(t)
+	}
+	f.Provider, f.InstanceID = get("provider"), get("instance_id")
+	if len(f.Provider) > 100 || len(f.InstanceID) > 200 {
+		return f, gpuproxy.Invalid("provider", "filter is too long")
+	}
+	if l := get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > billing.MaxPage {
+			return f, gpuproxy.Invalid("limit", "must be an integer from 1 to %d", billing.MaxPage)
+		}
+		f.Limit = n
+	}
+	if cur := get("cursor"); cur != "" {
+		if f.After, err = billing.DecodeCursor(cur); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,141 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// The JSON views below are how REST bodies and MCP structured results show
+// the shared types; both transports render them with these constructors.
+
+// windowJSON is one spend window as the API shows it.
+type windowJSON struct {
+	WindowMinutes int             `json:"window_minutes"`
+	Limit         gpuproxy.Micros `json:"limit"`
+	Spent         gpuproxy.Micros `json:"spent"`
+	Held          gpuproxy.Micros `json:"held"`
+	Committed     gpuproxy.Micros `json:"committed"`
+	Remaining     gpuproxy.Micros `json:"remaining"`
+	WouldExceed   *bool           `json:"would_exceed,omitempty"`
+}
+
+// SpendingJSON is the body of GET /api/v1/spending (also used by MCP).
+type SpendingJSON struct {
+	Account         string          `json:"account"`
+	Windows         []windowJSON    `json:"windows"`
+	BurnRatePerHour gpuproxy.Micros `json:"burn_rate_per_hour"`
+	Held            gpuproxy.Micros `json:"held"`
+	OnExceed        string          `json:"on_exceed"`
+	AsOf            time.Time       `json:"as_of"`
+}
+
+// NewSpendingJSON renders a snapshot.
+func NewSpendingJSON(account string, snap guardrails.Snapshot) SpendingJSON {
+	out := SpendingJSON{Account: account, BurnRatePerHour: snap.Burn, Held: snap.Held, OnExceed: snap.OnExceed,
+		AsOf: snap.At.UTC(), Windows: make([]windowJSON, 0, len(snap.Windows))}
+	for _, u := range snap.Windows {
+		out.Windows = append(out.Windows, windowJSON{WindowMinutes: u.Minutes, Limit: u.Limit, Spent: u.Spent,
+			Held: u.Held, Committed: u.Committed, Remaining: u.Remaining()})
+	}
+	return out
+}
+
+// TransactionJSON is one ledger entry as the API shows it.
+type TransactionJSON struct {
+	ID           int64           `json:"id"`
+	Type         billing.Type    `json:"type"`
+	Amount       gpuproxy.Micros `json:"amount"`
+	AmountMicros int64           `json:"amount_micros"`
+	CreatedAt    time.Time       `json:"created_at"`
+	Provider     string          `json:"provider"`
+	InstanceID   string          `json:"instance_id"`
+	Description  string          `json:"description"`
+	Basis        billing.Basis   `json:"basis"`
+}
+
+// NewTransactionJSON renders an entry.
+func NewTransactionJSON(e billing.Entry) TransactionJSON {
+	return TransactionJSON{ID: e.ID, Type: e.Type, Amount: e.Amount, AmountMicros: int64(e.Amount), CreatedAt: e.At,
+		Provider: e.Provider, InstanceID: e.InstanceID, Description: e.Description, Basis: e.Basis}
+}
+
+// TotalsJSON is the totals of the ledger entries a filter matches.
+type TotalsJSON struct {
+	Charges     gpuproxy.Micros `json:"charges"`
+	Credits     gpuproxy.Micros `json:"credits"`
+	Refunds     gpuproxy.Micros `json:"refunds"`
+	Adjustments gpuproxy.Micros `json:"adjustments"`
+	Net         gpuproxy.Micros `json:"net"`
+	Count       int64           `json:"count"`
+}
+
+// NewTotalsJSON renders totals.
+func NewTotalsJSON(t billing.Totals) TotalsJSON {
+	return TotalsJSON{Charges: t.Charges, Credits: t.Credits, Refunds: t.Refunds, Adjustments: t.Adjustments,
+		Net: t.Net(), Count: t.Count}
+}
+
+// OfferJSON is one offer as the API shows it.
+type OfferJSON struct {
+	Provider     string          `json:"provider"`
+	OfferID      string          `json:"offer_id"`
+	GPUName      string          `json:"gpu_name"`
+	NumGPUs      int             `json:"num_gpus"`
+	VRAMGB       float64         `json:"vram_gb"`
+	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
+	Location     string          `json:"location"`
+	Reliability  float64         `json:"reliability"`
+	Billing      string          `json:"billing"`
+	CPUCores     float64         `json:"cpu_cores,omitempty"`
+	RAMGB        float64         `json:"ram_gb,omitempty"`
+	DiskGB       float64         `json:"disk_gb,omitempty"`
+}
+
+// NewOfferJSON renders an offer.
+func NewOfferJSON(o providers.Offer) OfferJSON {
+	return OfferJSON{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, VRAMGB: o.VRAMGB,
+		PricePerHour: o.PricePerHour, Location: o.Location, Reliability: o.Reliability, Billing: string(o.Billing),
+		CPUCores: o.CPUCores, RAMGB: o.RAMGB, DiskGB: o.DiskGB}
+}
+
+// InstanceJSON is one instance as the API shows it.
+type InstanceJSON struct {
+	ID                 string          `json:"id"`
+	Provider           string          `json:"provider"`
+	ProviderInstanceID string          `json:"provider_instance_id"`
+	OfferID            string          `json:"offer_id"`
+	GPUName            string          `json:"gpu_name"`
+	NumGPUs            int             `json:"num_gpus"`
+	PricePerHour       gpuproxy.Micros `json:"price_per_hour"`
+	Billing            string          `json:"billing"`
+	Hours              int             `json:"hours,omitempty"`
+	Image              string          `json:"image"`
+	Label              string          `json:"label"`
+	Status             string          `json:"status"`
+	Endpoint           string          `json:"endpoint"`
+	CreatedAt          time.Time       `json:"created_at"`
+	StartedAt          *time.Time      `json:"started_at"`
+	TerminatedAt       *time.Time      `json:"terminated_at"`
+	CostToDate         gpuproxy.Micros `json:"cost_to_date"`
+	Note               string          `json:"note,omitempty"`
+}
+
+// NewInstanceJSON renders an instance with its cost to date.
+func NewInstanceJSON(v fleet.View) InstanceJSON {
+	j := InstanceJSON{ID: v.ID, Provider: v.Provider, ProviderInstanceID: v.ProviderInstanceID, OfferID: v.OfferID,
+		GPUName: v.GPUName, NumGPUs: v.NumGPUs, PricePerHour: v.PricePerHour, Billing: v.Billing, Hours: v.Hours,
+		Image: v.Image, Label: v.Label, Status: string(v.Status), Endpoint: v.Endpoint, CreatedAt: v.CreatedAt,
+		CostToDate: v.CostToDate, Note: v.Error}
+	if !v.StartedAt.IsZero() {
+		j.StartedAt = &v.StartedAt
+	}
+	if !v.TerminatedAt.IsZero() {
+		j.TerminatedAt = &v.TerminatedAt
+	}
+	return j
+}
