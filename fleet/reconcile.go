@@ -145,7 +145,7 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 			if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
 				at = pi.StoppedAt
 			}
-			if _, err := s.store.MarkTerminated(ctx, row.ID, at, s.refundFor(row, p, at)); err != nil {
+			if _, err := s.markTerminated(ctx, row.ID, at, s.refundFor(row, p, at), "gone at the provider (reconciler)"); err != nil {
 				rep.Errors = append(rep.Errors, err)
 				continue
 			}

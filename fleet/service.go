@@ -303,7 +303,11 @@ func (s *Service) markStarting(ctx context.Context, inst Instance, providerID st
 			IdempotencyKey: "prepaid:" + inst.ID,
 			Description:    fmt.Sprintf("%s prepaid %dh of %s", inst.Provider, inst.Hours, inst.GPUName)}
 	}
-	return s.store.MarkStarting(ctx, inst.ID, providerID, charge, s.opts.Now())
+	out, err := s.store.MarkStarting(ctx, inst.ID, providerID, charge, s.opts.Now())
+	if err == nil {
+		s.logCreated(out)
+	}
+	return out, err
 }
 
 // WaitRunning polls an instance until it is running, failed or ctx ends,
@@ -347,13 +351,13 @@ func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) 
 	now := s.opts.Now()
 	switch {
 	case providers.KindOf(err) == providers.KindGone:
-		return s.store.MarkTerminated(ctx, inst.ID, now, nil)
+		return s.markTerminated(ctx, inst.ID, now, nil, "gone at the provider")
 	case err != nil:
 		return inst, err
 	case otherTag(inst, pi):
 		// Our provider id now names someone else's instance: ours is gone.
 		s.tagMismatch(p.Name(), inst, pi, "poll")
-		return s.store.MarkTerminated(ctx, inst.ID, now, nil)
+		return s.markTerminated(ctx, inst.ID, now, nil, "provider id reused by another instance")
 	}
 	switch {
 	case pi.Status == providers.StatusRunning && pi.Endpoint != "":
@@ -366,7 +370,11 @@ func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) 
 			meter = &billing.Meter{ID: inst.ID, AccountID: inst.AccountID, Provider: inst.Provider,
 				InstanceID: inst.ID, PricePerHour: inst.PricePerHour, Start: started}
 		}
-		return s.store.MarkRunning(ctx, inst.ID, pi.Endpoint, started, meter)
+		out, err := s.store.MarkRunning(ctx, inst.ID, pi.Endpoint, started, meter)
+		if err == nil && out.Status == Running {
+			s.logRunning(out)
+		}
+		return out, err
 	case pi.Status == providers.StatusFailed || pi.Status == providers.StatusTerminated ||
 		now.Sub(inst.CreatedAt) > s.opts.StartTimeout:
 		// Never leave a broken rental running: destroy it, then stop tracking.
@@ -405,7 +413,7 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 	if inst.ProviderInstanceID == "" {
 		// Never reached the provider (or an ambiguous create): the reconciler
 		// destroys any instance carrying our tag; nothing to charge here.
-		return s.store.MarkTerminated(ctx, inst.ID, s.opts.Now(), nil)
+		return s.markTerminated(ctx, inst.ID, s.opts.Now(), nil, "destroyed before reaching the provider")
 	}
 	// Look before destroying: the instance under our stored id must be
 	// ours. One with another tag is not (a provider that reused the id),
@@ -414,7 +422,7 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 	switch {
 	case err == nil && otherTag(inst, pi):
 		s.tagMismatch(p.Name(), inst, pi, "destroy")
-		return s.store.MarkTerminated(ctx, inst.ID, s.opts.Now(), nil)
+		return s.markTerminated(ctx, inst.ID, s.opts.Now(), nil, "provider id reused by another instance")
 	case err != nil && providers.KindOf(err) != providers.KindGone:
 		return inst, providers.AsAppError(err)
 	case err == nil && pi.Status != providers.StatusTerminated:
@@ -433,7 +441,7 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 	if !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(at) && pi.StoppedAt.After(inst.CreatedAt) {
 		at = pi.StoppedAt
 	}
-	out, err := s.store.MarkTerminated(ctx, inst.ID, at, s.refundFor(inst, p, at))
+	out, err := s.markTerminated(ctx, inst.ID, at, s.refundFor(inst, p, at), "destroyed")
 	if err == nil {
 		// Destroy timing: from terminating (UpdatedAt) to the termination
 		// time the final charge runs to; the kill switch's margin.

@@ -68,4 +68,7 @@ type Store interface {
 	CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error)
 	// CostsToDate is CostToDate for every instance of the account at once.
 	CostsToDate(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error)
+	// Meter returns the meter of a time-billed instance (its id is the
+	// instance's; not found for others).
+	Meter(ctx context.Context, id string) (billing.Meter, error)
 }
