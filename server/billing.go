@@ -1,11 +1,9 @@
 package server
 
 import (
-	"encoding/csv"
+	"bytes"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,19 +17,15 @@ func (s *Server) listTransactions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if f.AccountID, _, err = s.targetAccount(c); err != nil {
+	if _, err = s.ledgerScope(c, &f); err != nil {
 		return err
 	}
-	format := c.QueryParam("format")
-	if format == "" && strings.Contains(c.Request().Header.Get("Accept"), "text/csv") {
-		format = "csv"
+	csv, err := wantsCSV(c)
+	if err != nil {
+		return err
 	}
-	switch format {
-	case "csv":
+	if csv {
 		return s.transactionsCSV(c, f)
-	case "", "json":
-	default:
-		return gpuproxy.Invalid("format", "must be json or csv")
 	}
 	page, err := s.svc.Ledger.Transactions(c.Request().Context(), f)
 	if err != nil {
@@ -48,21 +42,57 @@ func (s *Server) listTransactions(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"transactions": txs, "next_cursor": next, "totals": httpapi.NewTotalsJSON(page.Totals)})
 }
 
-// transactionsCSV streams every matching entry (ignoring limit and paging
-// through the ledger internally) as CSV with a header row.
-func (s *Server) transactionsCSV(c echo.Context, f billing.Filter) error {
+// ledgerScope sets f's account from ?account=: the caller's own, another
+// one (admins; others get not found), or every account (account=all,
+// admins only). It returns the name exports show: the account's, or "all".
+func (s *Server) ledgerScope(c echo.Context, f *billing.Filter) (string, error) {
+	if c.QueryParam("account") == "all" {
+		if !principal(c).Has(gpuproxy.ScopeAdmin) {
+			return "", gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "account=all (every account) needs the admin scope")
+		}
+		f.AllAccounts = true
+		return "all", nil
+	}
+	id, name, err := s.targetAccount(c)
+	f.AccountID = id
+	return name, err
+}
+
+// wantsCSV reports whether an export is asked for as CSV: format=csv, or
+// no format and an Accept header naming text/csv.
+func wantsCSV(c echo.Context) (bool, error) {
+	switch c.QueryParam("format") {
+	case "csv":
+		return true, nil
+	case "json":
+		return false, nil
+	case "":
+		return strings.Contains(c.Request().Header.Get("Accept"), "text/csv"), nil
+	}
+	return false, gpuproxy.Invalid("format", "must be json or csv")
+}
+
+// csvHeaders starts a CSV download named name; a HEAD request ends here.
+func csvHeaders(c echo.Context, name string) (head bool) {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="transactions.csv"`)
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	w.WriteHeader(http.StatusOK)
-	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"id", "created_at", "type", "amount", "amount_micros", "provider", "instance_id", "basis", "description"})
-	err := s.svc.Ledger.Each(c.Request().Context(), f, func(e billing.Entry) error {
-		return cw.Write([]string{strconv.FormatInt(e.ID, 10), e.At.Format(time.RFC3339Nano), string(e.Type),
-			e.Amount.String(), strconv.FormatInt(int64(e.Amount), 10), e.Provider, e.InstanceID, string(e.Basis),
-			csvSafe(e.Description)})
-	})
-	cw.Flush()
+	return c.Request().Method == http.MethodHead
+}
+
+// transactionsCSV streams every matching entry (ignoring limit and paging
+// through the ledger internally) as CSV with a header row
+// (billing.TransactionsCSV).
+func (s *Server) transactionsCSV(c echo.Context, f billing.Filter) error {
+	if csvHeaders(c, "transactions.csv") {
+		return nil
+	}
+	cw := billing.NewTransactionsCSV(c.Response())
+	err := s.svc.Ledger.Each(c.Request().Context(), f, cw.Write)
+	if ferr := cw.Flush(); err == nil {
+		err = ferr
+	}
 	if err != nil {
 		// Headers are sent; the truncated stream is all we can signal.
 		s.log.Error("csv export failed", "request_id", requestID(c), "err", err)
@@ -70,40 +100,58 @@ func (s *Server) transactionsCSV(c echo.Context, f billing.Filter) error {
 	return nil
 }
 
-// csvSafe defuses spreadsheet formula injection in free text.
-func csvSafe(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
-}
-
 func (s *Server) billingSummary(c echo.Context) error {
 	f, err := httpapi.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}
-	if f.AccountID, _, err = s.targetAccount(c); err != nil {
+	name, err := s.ledgerScope(c, &f)
+	if err != nil {
 		return err
 	}
 	g := billing.Group(c.QueryParam("group_by"))
 	if g == "" {
 		g = billing.ByDay
 	}
+	if !billing.ValidGroup(g) {
+		return gpuproxy.Invalid("group_by", "must be day, instance, account or provider")
+	}
+	csv, err := wantsCSV(c)
+	if err != nil {
+		return err
+	}
 	rows, err := s.svc.Ledger.Summary(c.Request().Context(), f, g)
 	if err != nil {
 		return err
 	}
+	if csv {
+		// Rendered whole before the status is sent: a summary is small,
+		// and a failure can still answer in the error shape.
+		var buf bytes.Buffer
+		if err := billing.WriteSummaryCSV(&buf, g, name, rows); err != nil {
+			return err
+		}
+		c.Response().Header().Set(echo.HeaderContentLength, itoa(buf.Len()))
+		if csvHeaders(c, "summary-by-"+string(g)+".csv") {
+			return nil
+		}
+		_, _ = c.Response().Write(buf.Bytes())
+		return nil
+	}
 	out := make([]map[string]any, 0, len(rows))
 	var all billing.Totals
 	for _, r := range rows {
-		out = append(out, map[string]any{"key": r.Key, "charges": r.Charges, "credits": r.Credits,
-			"refunds": r.Refunds, "adjustments": r.Adjustments, "net": r.Net(), "count": r.Count})
+		row := map[string]any{"key": r.Key, "charges": r.Charges, "credits": r.Credits,
+			"refunds": r.Refunds, "adjustments": r.Adjustments, "net": r.Net(), "count": r.Count}
+		if g == billing.ByInstance {
+			row["gpu_name"], row["num_gpus"] = r.GPUName, r.NumGPUs
+		}
+		out = append(out, row)
 		all.Charges += r.Charges
 		all.Credits += r.Credits
 		all.Refunds += r.Refunds
 		all.Adjustments += r.Adjustments
 		all.Count += r.Count
 	}
-	return c.JSON(http.StatusOK, map[string]any{"group_by": g, "rows": out, "totals": httpapi.NewTotalsJSON(all)})
+	return c.JSON(http.StatusOK, map[string]any{"account": name, "group_by": g, "rows": out, "totals": httpapi.NewTotalsJSON(all)})
 }

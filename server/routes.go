@@ -28,6 +28,9 @@ func (s *Server) routes() {
 
 	api.GET("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
 	api.GET("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
+	// Exports answer HEAD too (headers only: status, type, file name).
+	api.HEAD("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
+	api.HEAD("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
 	api.POST("/billing/credits", s.addCredit, need(gpuproxy.ScopeAdmin))
 
 	api.GET("/accounts", s.listAccounts, need(gpuproxy.ScopeAdmin))

@@ -455,7 +455,7 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 			r := e.do("GET", p, finKey, "", hdr...)
 			lines := strings.Split(strings.TrimSpace(string(r.body)), "\n")
 			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") || len(lines) != 31 ||
-				!strings.HasPrefix(lines[0], "id,created_at,type,amount") {
+				!strings.HasPrefix(lines[0], "id,time_utc,account,type,amount") {
 				t.Fatalf("csv: %d %q, %d lines", r.status, r.header.Get("Content-Type"), len(lines))
 			}
 			if !strings.Contains(lines[1], ",'=cmd()") {

@@ -105,7 +105,9 @@ func TestTimeRange(t *testing.T) {
 		{"2026-11-25", "", day, time.Time{}, ""},
 		{"yesterday", "", time.Time{}, time.Time{}, "from"},
 		{"", "2026-13-01", time.Time{}, time.Time{}, "to"},
-		{"2026-11-25", "2026-11-25", time.Time{}, time.Time{}, "to"}, // to must be after from
+		{"2026-11-25", "2026-11-25", day, day.Add(24 * time.Hour), ""}, // a date-only to includes that day
+		{"2026-11-25", "2026-11-24", time.Time{}, time.Time{}, "to"},   // to must be after from
+		{"2026-11-25T12:00:00Z", "2026-11-25T12:00:00Z", time.Time{}, time.Time{}, "to"},
 	} {
 		q := map[string]string{"from": tc.from, "to": tc.to}
 		from, to, err := httpapi.TimeRange(func(k string) string { return q[k] })

@@ -24,13 +24,20 @@ func ParseTime(field, v string) (time.Time, error) {
 }
 
 // TimeRange parses the "from" and "to" query values (either may be
-// missing: the zero time); when both are set, to must be after from.
+// missing: the zero time) as the range [from, to). A date-only to
+// includes that whole day (to=2026-11-25 ends at 2026-11-26T00:00Z), as a
+// person asking for the 25th means. When both are set, to must be after
+// from.
 func TimeRange(get func(string) string) (from, to time.Time, err error) {
 	if from, err = ParseTime("from", get("from")); err != nil {
 		return from, to, err
 	}
-	if to, err = ParseTime("to", get("to")); err != nil {
+	v := get("to")
+	if to, err = ParseTime("to", v); err != nil {
 		return from, to, err
+	}
+	if _, derr := time.Parse(time.DateOnly, v); derr == nil {
+		to = to.AddDate(0, 0, 1)
 	}
 	if !from.IsZero() && !to.IsZero() && !to.After(from) {
 		return from, to, gpuproxy.Invalid("to", "must be after from")

@@ -56,12 +56,16 @@ type TransactionJSON struct {
 	InstanceID   string          `json:"instance_id"`
 	Description  string          `json:"description"`
 	Basis        billing.Basis   `json:"basis"`
+	Account      string          `json:"account,omitempty"`
+	GPUName      string          `json:"gpu_name,omitempty"`
+	NumGPUs      int             `json:"num_gpus,omitempty"`
 }
 
 // NewTransactionJSON renders an entry.
 func NewTransactionJSON(e billing.Entry) TransactionJSON {
 	return TransactionJSON{ID: e.ID, Type: e.Type, Amount: e.Amount, AmountMicros: int64(e.Amount), CreatedAt: e.At,
-		Provider: e.Provider, InstanceID: e.InstanceID, Description: e.Description, Basis: e.Basis}
+		Provider: e.Provider, InstanceID: e.InstanceID, Description: e.Description, Basis: e.Basis,
+		Account: e.Account, GPUName: e.GPUName, NumGPUs: e.NumGPUs}
 }
 
 // TotalsJSON is the totals of the ledger entries a filter matches.
