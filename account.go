@@ -80,6 +80,9 @@ func ValidateAccountName(name string) error {
 	if name == "" || len(name) > 64 {
 		return Invalid("name", "must be 1 to 64 characters")
 	}
+	if name == "all" {
+		return Invalid("name", `"all" is reserved: account=all means every account`)
+	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
 			return Invalid("name", "may contain only letters, digits, '-', '_' and '.'")
