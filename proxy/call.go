@@ -29,81 +29,16 @@ func (p *Proxy) Call(ctx context.Context, pr gpuproxy.Principal, targetURL, meth
 	body []byte) (status int, respHeaders map[string]string, respBody []byte, err error) {
 	start := time.Now()
 	u := &Usage{AccountID: pr.AccountID, At: p.opts.Now(), RequestID: p.requestID()}
-	defer func() {
-		if err != nil {
-			u.Status = HTTPStatus(err)
-			if errors.Is(err, context.Canceled) {
-				u.Status = statusClientClosed
-			}
-		} else {
-			u.Status = status
-		}
-		u.Latency = time.Since(start)
-		if pr.AccountID != 0 {
-			p.finish(u)
-		}
-	}()
-	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
-		return 0, nil, nil, err
-	}
-	method = strings.ToUpper(strings.TrimSpace(method))
-	if method == "" {
-		method = http.MethodGet
-		if len(body) > 0 {
-			method = http.MethodPost
-		}
-	}
-	switch method {
-	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead,
-		http.MethodOptions:
-	default:
-		return 0, nil, nil, gpuproxy.Invalid("method", "must be GET, POST, PUT, PATCH, DELETE, HEAD or OPTIONS")
-	}
-	u.Method = method
-	if int64(len(body)) > p.opts.MaxRequestBody {
-		return 0, nil, nil, tooLarge("body", p.opts.MaxRequestBody)
-	}
-	tu, err := url.Parse(strings.TrimSpace(targetURL))
-	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") || tu.Host == "" || tu.Opaque != "" {
-		return 0, nil, nil, gpuproxy.Invalid("target_url", "must be an absolute http or https URL")
-	}
-	if tu.User != nil {
-		return 0, nil, nil, gpuproxy.Invalid("target_url", "must not carry credentials")
-	}
-	path := tu.EscapedPath()
-	u.Path = trimPath(path)
-	if hasDotSegment(path) {
-		return 0, nil, nil, gpuproxy.Invalid("target_url", "path must not contain . or .. segments")
-	}
-	eps, err := p.endpoints.list(ctx, pr.AccountID, p.opts.Now())
+	defer func() { p.callDone(u, start, status, err) }()
+	t, err := p.callTarget(pr, targetURL, method, headers, body, u)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	var ep *endpoint
-	for _, ie := range eps {
-		if ie.ep.sameOrigin(tu) {
-			ep, u.InstanceID = ie.ep, ie.id
-			break
-		}
+	x, err := p.prepare(ctx, &t, u)
+	if err != nil {
+		return 0, nil, nil, err
 	}
-	if ep == nil {
-		return 0, nil, nil, &gpuproxy.Error{Code: gpuproxy.EFORBIDDEN,
-			Message: "target_url must be the endpoint (scheme, host and port) of one of your running instances; " +
-				"list them with list_instances",
-			Details: map[string]any{"field": "target_url"}}
-	}
-	h := make(http.Header, len(headers)+2)
-	for k, v := range headers {
-		if !validHeaderName(k) || strings.ContainsAny(v, "\r\n\x00") {
-			return 0, nil, nil, gpuproxy.Invalid("headers", "%q is not a valid header", truncate(k, 64))
-		}
-		h[http.CanonicalHeaderKey(k)] = []string{v}
-	}
-	x := exchange{acct: pr.AccountID, instanceID: u.InstanceID, ep: ep, method: method, path: "/" + strings.TrimLeft(path, "/"),
-		query: tu.RawQuery, header: outboundHeader(h, len(h)+1), length: int64(len(body))}
-	x.header["X-Request-Id"] = []string{u.RequestID}
-	x.data = body
-	u.BytesIn = int64(len(body))
+	x.data, u.BytesIn = body, int64(len(body))
 	ctx, cancel := context.WithTimeout(ctx, p.opts.UpstreamTimeout)
 	defer cancel()
 	resp, err := p.send(ctx, &x)
@@ -112,30 +47,100 @@ func (p *Proxy) Call(ctx context.Context, pr gpuproxy.Principal, targetURL, meth
 	}
 	defer resp.Body.Close()
 	u.TTFB = time.Since(start)
-	if err := p.redirect(resp, ep, u.InstanceID, false); err != nil {
+	if err := p.checkAnswer(resp, &x, false); err != nil {
 		return 0, nil, nil, err
-	}
-	if resp.ContentLength > p.opts.MaxResponseBody {
-		return 0, nil, nil, responseTooLarge(u.InstanceID, p.opts.MaxResponseBody)
 	}
 	respBody, err = io.ReadAll(io.LimitReader(resp.Body, p.opts.MaxResponseBody+1))
 	u.BytesOut = int64(len(respBody))
+	switch {
+	case err != nil:
+		return 0, nil, nil, upstreamErr(x.instanceID, p.opts.UpstreamTimeout, err)
+	case int64(len(respBody)) > p.opts.MaxResponseBody:
+		return 0, nil, nil, responseTooLarge(x.instanceID, p.opts.MaxResponseBody)
+	}
+	return resp.StatusCode, answerHeader(resp.Header, u.RequestID), respBody, nil
+}
+
+// callTarget reads Call's arguments into a target, checking what only Call
+// takes: the scope, the method, the body's size and the target URL (an
+// absolute http or https URL without credentials or dot segments). u gets
+// the method and the path as each passes.
+func (p *Proxy) callTarget(pr gpuproxy.Principal, targetURL, method string, headers map[string]string, body []byte,
+	u *Usage) (target, error) {
+	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
+		return target{}, err
+	}
+	method, err := callMethod(method, len(body) > 0)
 	if err != nil {
-		return 0, nil, nil, upstreamErr(u.InstanceID, p.opts.UpstreamTimeout, err)
+		return target{}, err
 	}
-	if int64(len(respBody)) > p.opts.MaxResponseBody {
-		return 0, nil, nil, responseTooLarge(u.InstanceID, p.opts.MaxResponseBody)
+	u.Method = method
+	if int64(len(body)) > p.opts.MaxRequestBody {
+		return target{}, tooLarge("body", p.opts.MaxRequestBody)
 	}
-	respHeaders = make(map[string]string, len(resp.Header))
-	conn := resp.Header["Connection"]
-	for k, vv := range resp.Header {
+	tu, err := url.Parse(strings.TrimSpace(targetURL))
+	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") || tu.Host == "" || tu.Opaque != "" {
+		return target{}, gpuproxy.Invalid("target_url", "must be an absolute http or https URL")
+	}
+	if tu.User != nil {
+		return target{}, gpuproxy.Invalid("target_url", "must not carry credentials")
+	}
+	path := tu.EscapedPath()
+	u.Path = trimPath(path)
+	if hasDotSegment(path) {
+		return target{}, gpuproxy.Invalid("target_url", "path must not contain . or .. segments")
+	}
+	return target{acct: pr.AccountID, origin: tu, method: method, path: "/" + strings.TrimLeft(path, "/"),
+		query: tu.RawQuery, fields: headers, length: int64(len(body)), rid: u.RequestID}, nil
+}
+
+// callMethod is Call's method: GET, or POST with a body, by default.
+func callMethod(method string, hasBody bool) (string, error) {
+	method = strings.ToUpper(strings.TrimSpace(method))
+	if method == "" {
+		method = http.MethodGet
+		if hasBody {
+			method = http.MethodPost
+		}
+	}
+	switch method {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead,
+		http.MethodOptions:
+		return method, nil
+	}
+	return "", gpuproxy.Invalid("method", "must be GET, POST, PUT, PATCH, DELETE, HEAD or OPTIONS")
+}
+
+// callDone records a Call's usage: the instance's status, or the one its
+// error maps to (statusClientClosed when the caller gave up).
+func (p *Proxy) callDone(u *Usage, start time.Time, status int, err error) {
+	u.Status = status
+	if err != nil {
+		u.Status = HTTPStatus(err)
+		if errors.Is(err, context.Canceled) {
+			u.Status = statusClientClosed
+		}
+	}
+	u.Latency = time.Since(start)
+	if u.AccountID != 0 {
+		p.finish(u)
+	}
+}
+
+// answerHeader is Call's view of the instance's response headers: the
+// first value of each, less hop-by-hop headers and cookies, with the
+// request id.
+func answerHeader(h http.Header, rid string) map[string]string {
+	out := make(map[string]string, len(h))
+	conn := h["Connection"]
+	for k, vv := range h {
 		if len(vv) == 0 || dropResponseHeader(k) || (len(conn) > 0 && connectionListed(conn, k)) {
 			continue
 		}
-		respHeaders[k] = vv[0]
+		out[k] = vv[0]
 	}
-	respHeaders["X-Request-Id"] = u.RequestID
-	return resp.StatusCode, respHeaders, respBody, nil
+	out["X-Request-Id"] = rid
+	return out
 }
 
 // validHeaderName reports whether k is an HTTP token (RFC 9110 §5.1).

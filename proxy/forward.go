@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -26,82 +25,6 @@ const smallBody = 64 << 10
 
 // maxPathLen bounds the path kept in a usage record.
 const maxPathLen = 512
-
-// exchange is one request to an instance, shared by ServeHTTP and Call.
-type exchange struct {
-	acct       int64
-	instanceID string
-	ep         *endpoint
-	method     string
-	path       string // escaped path sent upstream, base path included
-	query      string
-	header     http.Header
-	data       []byte        // an in-memory body (or none)
-	stream     *countingBody // a streamed body instead, of length (-1: unknown)
-	length     int64
-}
-
-// send checks the guard rail and the instance's breaker, then sends the
-// request. Nothing reaches the instance before both pass. The response, if
-// any, has its headers read and its body unread. Plain-HTTP endpoints with
-// an in-memory body take the lean client; the rest (https, streamed bodies)
-// the tuned http.Transport.
-func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
-	pass, err := p.gate.Admit(ctx, x.acct, p.opts.Cost)
-	if err != nil {
-		return nil, err
-	}
-	done, err := p.breakers.allow(x.instanceID)
-	if err != nil {
-		pass.Done(x.instanceID, false)
-		return nil, err
-	}
-	var resp *http.Response
-	if x.ep.scheme == "http" && x.stream == nil {
-		resp, err = p.lean.roundTrip(ctx, x)
-	} else {
-		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
-	}
-	// Only a call the instance answered is charged (as in finish).
-	pass.Done(x.instanceID, err == nil)
-	switch {
-	case err != nil && (x.stream.failed() || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)):
-		// The caller went away or sent a bad body: says nothing about
-		// the instance.
-		done(context.Canceled)
-		return nil, context.Canceled
-	case err != nil:
-		done(err)
-		return nil, upstreamErr(x.instanceID, p.opts.UpstreamTimeout, err)
-	case resp.StatusCode >= 500:
-		done(errUpstream5xx)
-	default:
-		done(nil)
-	}
-	return resp, nil
-}
-
-// stdRequest builds the http.Transport request for x.
-func (p *Proxy) stdRequest(ctx context.Context, x *exchange) *http.Request {
-	req := &http.Request{
-		Method:     x.method,
-		URL:        &url.URL{Scheme: x.ep.scheme, Host: x.ep.host, Opaque: x.path, RawQuery: x.query},
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     x.header,
-		Host:       x.ep.host,
-	}
-	switch {
-	case x.stream != nil:
-		req.Body, req.ContentLength = x.stream, x.length
-	case len(x.data) > 0:
-		data := x.data
-		req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(data)), int64(len(data))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	}
-	return req.WithContext(ctx)
-}
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -184,28 +107,61 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve forwards r and returns the status the caller got.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, id, rest string, u *Usage, start time.Time) int {
-	ctx := r.Context()
-	if id == "" || len(id) > 128 {
-		return writeError(w, r, p.log, gpuproxy.Invalid("instance_id", "must name one of your running instances"))
+	if err := p.checkRoute(id, rest, r.ContentLength); err != nil {
+		return writeError(w, r, p.log, err)
 	}
-	if hasDotSegment(rest) {
-		return writeError(w, r, p.log, gpuproxy.Invalid("path", "must not contain . or .. segments"))
-	}
-	if r.ContentLength > p.opts.MaxRequestBody {
-		return writeError(w, r, p.log, tooLarge("request body", p.opts.MaxRequestBody))
-	}
-	ep, err := p.endpoints.lookup(ctx, acct, id, p.opts.Now())
+	t := target{acct: acct, id: id, method: r.Method, path: rest, query: r.URL.RawQuery, header: r.Header,
+		length: r.ContentLength, rid: u.RequestID}
+	x, err := p.prepare(r.Context(), &t, u)
 	if err != nil {
 		return writeError(w, r, p.log, err)
 	}
-	x := exchange{acct: acct, instanceID: id, ep: ep, method: r.Method, path: ep.base + rest,
-		query: r.URL.RawQuery, header: outboundHeader(r.Header, len(r.Header)+2), length: r.ContentLength}
-	if x.path == "" {
-		x.path = "/"
-	}
 	x.header["X-Forwarded-For"] = forwardedFor(r)
-	x.header["X-Request-Id"] = []string{u.RequestID}
-	var body *countingBody
+	body, err := p.attachBody(&x, r, u)
+	if err != nil {
+		return p.refuse(w, r, nil, err)
+	}
+	ctx := r.Context()
+	if p.opts.MaxDuration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.opts.MaxDuration)
+		defer cancel()
+	}
+	resp, err := p.send(ctx, &x)
+	if body != nil {
+		u.BytesIn = body.n.Load()
+	}
+	if err != nil {
+		return p.refuse(w, r, body, err)
+	}
+	defer resp.Body.Close()
+	u.TTFB = time.Since(start)
+	if err := p.checkAnswer(resp, &x, true); err != nil {
+		return writeError(w, r, p.log, err)
+	}
+	return p.relay(ctx, w, resp, body, u)
+}
+
+// checkRoute checks what the reverse proxy's route gives: an instance id,
+// a path that cannot climb out of the endpoint's base path, and a declared
+// body length within MaxRequestBody.
+func (p *Proxy) checkRoute(id, rest string, length int64) error {
+	if id == "" || len(id) > 128 {
+		return gpuproxy.Invalid("instance_id", "must name one of your running instances")
+	}
+	if hasDotSegment(rest) {
+		return gpuproxy.Invalid("path", "must not contain . or .. segments")
+	}
+	if length > p.opts.MaxRequestBody {
+		return tooLarge("request body", p.opts.MaxRequestBody)
+	}
+	return nil
+}
+
+// attachBody gives x the body of r: a small one read whole, a larger or
+// unknown one streamed, bounded and counted (returned). The caller
+// hanging up mid-body is context.Canceled.
+func (p *Proxy) attachBody(x *exchange, r *http.Request, u *Usage) (*countingBody, error) {
 	switch {
 	case r.ContentLength > 0 && r.ContentLength <= smallBody:
 		// A small body is read whole first: the transport then writes
@@ -219,43 +175,37 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, id, re
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				return writeError(w, r, p.log, tooLarge("request body", mbe.Limit))
+				return nil, tooLarge("request body", mbe.Limit)
 			}
-			return statusClientClosed // the caller hung up mid-body
+			return nil, context.Canceled
 		}
 		x.data = b
 	case r.ContentLength != 0:
-		body = &countingBody{r: r.Body, max: p.opts.MaxRequestBody}
-		x.stream = body
+		x.stream = &countingBody{r: r.Body, max: p.opts.MaxRequestBody}
+		return x.stream, nil
 	}
-	if p.opts.MaxDuration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.opts.MaxDuration)
-		defer cancel()
+	return nil, nil
+}
+
+// refuse answers a request that got no answer from the instance: a body
+// that failed on the caller's side is the caller's error, a caller that
+// went away gets nothing (statusClientClosed is recorded).
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, body *countingBody, err error) int {
+	switch {
+	case body.failed() && body.limit.Load() > 0:
+		return writeError(w, r, p.log, tooLarge("request body", body.limit.Load()))
+	case body.failed():
+		return writeError(w, r, p.log, gpuproxy.Invalid("body", "the request body could not be read to its end"))
+	case errors.Is(err, context.Canceled):
+		return statusClientClosed
 	}
-	resp, err := p.send(ctx, &x)
-	if body != nil {
-		u.BytesIn = body.n.Load()
-	}
-	if err != nil {
-		switch {
-		case body.failed() && body.limit.Load() > 0:
-			return writeError(w, r, p.log, tooLarge("request body", body.limit.Load()))
-		case body.failed():
-			return writeError(w, r, p.log, gpuproxy.Invalid("body", "the request body could not be read to its end"))
-		case errors.Is(err, context.Canceled):
-			return statusClientClosed
-		}
-		return writeError(w, r, p.log, err)
-	}
-	defer resp.Body.Close()
-	u.TTFB = time.Since(start)
-	if err := p.redirect(resp, ep, id, true); err != nil {
-		return writeError(w, r, p.log, err)
-	}
-	if resp.ContentLength > p.opts.MaxResponseBody {
-		return writeError(w, r, p.log, responseTooLarge(id, p.opts.MaxResponseBody))
-	}
+	return writeError(w, r, p.log, err)
+}
+
+// relay passes the instance's answer to the caller and returns its
+// status. An answer that fails mid-body (or passes MaxResponseBody) is
+// cut, so the caller cannot mistake it for a complete one.
+func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, body *countingBody, u *Usage) int {
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	u.Status = resp.StatusCode
@@ -266,11 +216,8 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, id, re
 		u.BytesIn = body.n.Load()
 	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errClientGone) {
-		// The instance failed mid-body or passed the bound: cut the
-		// response so the caller cannot mistake it for a complete one.
-		p.log.Warn("proxy response cut", "request_id", u.RequestID, "instance_id", id, "bytes", n, "err", err)
-		u.Latency = time.Since(start)
-		panic(http.ErrAbortHandler)
+		p.log.Warn("proxy response cut", "request_id", u.RequestID, "instance_id", u.InstanceID, "bytes", n, "err", err)
+		panic(http.ErrAbortHandler) // ServeHTTP's deferred record still runs
 	}
 	// Send the answer now rather than after the middleware's bookkeeping
 	// (request log, metrics, usage record) on the way out.
