@@ -15,6 +15,9 @@ type MeterStore interface {
 	Meter(ctx context.Context, id string) (Meter, error)
 	RecordMeterCharge(ctx context.Context, m Meter, until time.Time, charged gpuproxy.Micros, e Entry) error
 	WithLeader(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
+	// OldestRunningMeter returns the charged_until of the running (not
+	// stopped) meter charged least far; ok is false when none runs.
+	OldestRunningMeter(ctx context.Context) (chargedUntil time.Time, ok bool, err error)
 }
 
 // MeterOptions configure the engine.
@@ -143,6 +146,17 @@ func (mt *Meterer) charge(ctx context.Context, m Meter, now time.Time) (gpuproxy
 		return 0, err
 	}
 	return amount, nil
+}
+
+// Lag is how far metering runs behind: now minus the charged_until of the
+// running meter charged least far (about one Interval when healthy); ok
+// is false when no meter runs.
+func (mt *Meterer) Lag(ctx context.Context) (lag time.Duration, ok bool, err error) {
+	until, ok, err := mt.store.OldestRunningMeter(ctx)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	return max(mt.opts.Now().Sub(until), 0), true, nil
 }
 
 // Run ticks every Interval until ctx is done.

@@ -34,6 +34,8 @@ type Metrics struct {
 	proxyBreaker  *prometheus.GaugeVec
 	proxyDropped  prometheus.Counter
 
+	ops *opsCollector // instances running, window usage, metering lag
+
 	// Resolved label sets, so a request costs one map lookup instead of
 	// hashing and validating its label values on every call.
 	series      sync.Map // reqKey → *reqSeries
@@ -56,7 +58,7 @@ func NewMetrics() *Metrics {
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_http_requests_total",
 		Help: "HTTP requests by route, method and status."}, []string{"route", "method", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gpuproxy_http_request_duration_seconds",
-		Help: "HTTP request latency by route and status.", Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12)},
+		Help: "HTTP request latency by route and status.", Buckets: latencyBuckets},
 		[]string{"route", "status"})
 	m.admissions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_admissions_total",
 		Help: "Guard-rail decisions by kind (admit, check, proxy) and result (allowed, refused)."}, []string{"kind", "result"})
@@ -73,7 +75,7 @@ func NewMetrics() *Metrics {
 	m.tagMiss = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_fleet_tag_mismatches_total",
 		Help: "Provider instances found under one of our rows' provider ids but tagged otherwise (not ours, left alone)."},
 		[]string{"provider"})
-	b := prometheus.ExponentialBuckets(0.0005, 2.5, 12)
+	b := latencyBuckets // up to 10 minutes: LLM streams are long
 	m.proxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_requests_total",
 		Help: "Proxied inference requests by status."}, []string{"status"})
 	m.proxyLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuproxy_proxy_request_duration_seconds",
@@ -87,7 +89,9 @@ func NewMetrics() *Metrics {
 	m.proxyIn, m.proxyOut = m.proxyBytes.WithLabelValues("in"), m.proxyBytes.WithLabelValues("out")
 	m.proxyDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_proxy_usage_dropped_total",
 		Help: "Proxy usage records lost."})
-	m.reg.MustRegister(m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss,
+	m.ops = newOpsCollector()
+	m.reg.MustRegister(m.ops, m.ops.errs,
+		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -11,7 +11,10 @@ func (s *Server) routes() {
 	e := s.e
 	e.GET("/health", s.health)
 	e.GET("/ready", s.ready)
-	e.GET("/metrics", echoHandler(s.svc.Metrics.Handler()))
+	if !s.opts.NoMetricsRoute {
+		e.GET("/metrics", echoHandler(s.svc.Metrics.MetricsHandler(s.opts.MetricsToken)))
+	}
+	s.svc.Metrics.ops.setSource(s.opsSnapshot, s.opts.GaugeMaxAge)
 
 	api := e.Group("/api/v1", s.limitBody, s.authn)
 

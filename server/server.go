@@ -52,6 +52,14 @@ type Options struct {
 	// KeepNetHTTP keeps every connection with net/http: no connection is
 	// taken over after a prefix-route request (see internal/takeover).
 	KeepNetHTTP bool
+	// MetricsToken, when set, is the bearer token GET /metrics requires.
+	MetricsToken string
+	// NoMetricsRoute leaves /metrics out of this server: it is served on
+	// a listener of its own (Metrics.MetricsHandler).
+	NoMetricsRoute bool
+	// GaugeMaxAge is how long one database reading serves the operator
+	// gauges to scrapes (default 10s; negative: every scrape reads).
+	GaugeMaxAge time.Duration
 }
 
 // Services are the shared services the handlers call.
@@ -59,7 +67,8 @@ type Services struct {
 	Auth        *auth.Service
 	Guard       *guardrails.Service
 	Ledger      *billing.Ledger
-	Fleet       *fleet.Service // nil: no GPU routes
+	Fleet       *fleet.Service   // nil: no GPU routes
+	Meterer     *billing.Meterer // nil: no metering lag gauge
 	Store       Pinger
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics
