@@ -99,6 +99,7 @@ func (a *app) services() server.Services {
 		Guard:       a.guard,
 		Ledger:      a.ledger,
 		Fleet:       a.fleet,
+		Meterer:     a.meterer,
 		Store:       a.store,
 		RateLimiter: auth.NewSharedRateLimiter(a.cfg.RateLimit, auth.RateLimitOptions{Store: a.store.SharedRateBuckets(), Logger: a.log}),
 		Metrics:     a.metrics,

@@ -29,6 +29,14 @@ type config struct {
 	Providers        providersConf `yaml:"providers"`
 	Fleet            fleetConf     `yaml:"fleet"`
 	Proxy            proxyConf     `yaml:"proxy"`
+	Metrics          metricsConf   `yaml:"metrics"`
+}
+
+// metricsConf configures /metrics: on its own listen address (then not on
+// the API's) and/or behind a bearer token.
+type metricsConf struct {
+	Listen string `yaml:"listen"`
+	Token  string `yaml:"token"`
 }
 
 // proxyConf configures the inference proxy.
@@ -168,6 +176,8 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"GPUPROXY_LISTEN", str(&c.Listen)},
 		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
 		{"GPUPROXY_LOG_LEVEL", str(&c.LogLevel)},
+		{"GPUPROXY_METRICS_LISTEN", str(&c.Metrics.Listen)},
+		{"GPUPROXY_METRICS_TOKEN", str(&c.Metrics.Token)},
 		{"VASTAI_API_KEY", str(&c.Providers.VastAI.APIKey)},
 		{"VASTAI_BASE_URL", str(&c.Providers.VastAI.BaseURL)},
 		{"IONET_API_KEY", str(&c.Providers.IONet.APIKey)},

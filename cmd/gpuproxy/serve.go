@@ -74,7 +74,8 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	m := a.newMCP(nil) // authenticates through the server's registrar
 	svc := a.services()
 	svc.Mount = append(svc.Mount, m.Mount)
-	srv := server.New(svc, server.Options{Logger: log, Version: version, KeepNetHTTP: cfg.Proxy.KeepNetHTTP})
+	srv := server.New(svc, server.Options{Logger: log, Version: version, KeepNetHTTP: cfg.Proxy.KeepNetHTTP,
+		MetricsToken: cfg.Metrics.Token, NoMetricsRoute: cfg.Metrics.Listen != ""})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	// Long-lived MCP streams (SSE, Streamable GET) end when shutdown starts,
@@ -97,8 +98,18 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	if cfg.Metrics.Listen != "" {
+		ms, err := serveMetrics(cfg.Metrics, metrics, log, errc)
+		if err != nil {
+			_ = ln.Close()
+			stopBG()
+			wg.Wait()
+			return err
+		}
+		defer ms.Close()
+	}
 	select {
 	case err := <-errc:
 		stopBG()
@@ -122,4 +133,24 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return err
+}
+
+// serveMetrics serves /metrics alone on metrics.listen (behind
+// metrics.token when set); its errors go to errc.
+func serveMetrics(c metricsConf, m *server.Metrics, log *slog.Logger, errc chan<- error) (*http.Server, error) {
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening for metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.MetricsHandler(c.Token))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("metrics listening", "addr", ln.Addr().String(), "token", c.Token != "")
+	go func() {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serving metrics: %w", err)
+		}
+	}()
+	return hs, nil
 }
