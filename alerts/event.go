@@ -1,0 +1,121 @@
+package alerts
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// Payload is the JSON body of every webhook POST. Money is USD as a
+// decimal number (exact to six places).
+type Payload struct {
+	// ID is unique per event and the same on every attempt: receivers
+	// deduplicate retries by it.
+	ID string `json:"id"`
+	// Type is threshold_crossed, kill_switch or spending_refused.
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	Account   string    `json:"account"`
+	// WindowMinutes names the window the event is about.
+	WindowMinutes int `json:"window_minutes"`
+	// Threshold is the fraction of the limit crossed (threshold_crossed).
+	Threshold float64 `json:"threshold,omitempty"`
+	// Window holds the window's numbers when the event was recorded.
+	Window WindowJSON `json:"window"`
+	// InstanceID is the instance destroyed (kill_switch).
+	InstanceID string `json:"instance_id,omitempty"`
+	// Cost is the refused request's cost and Request what was refused:
+	// "create" or "proxy" (spending_refused).
+	Cost    *gpuproxy.Micros `json:"cost,omitempty"`
+	Request string           `json:"request,omitempty"`
+	// Text says all of it in one sentence, for chat webhooks (Slack).
+	Text string `json:"text"`
+}
+
+// WindowJSON is one window's numbers: Used is spent + held + committed,
+// the level thresholds are compared with, and UsedFraction is Used/Limit.
+type WindowJSON struct {
+	WindowMinutes int             `json:"window_minutes"`
+	Limit         gpuproxy.Micros `json:"limit"`
+	Spent         gpuproxy.Micros `json:"spent"`
+	Held          gpuproxy.Micros `json:"held"`
+	Committed     gpuproxy.Micros `json:"committed"`
+	Used          gpuproxy.Micros `json:"used"`
+	Remaining     gpuproxy.Micros `json:"remaining"`
+	UsedFraction  float64         `json:"used_fraction"`
+}
+
+func windowJSON(u guardrails.Usage) WindowJSON {
+	used := u.Spent + u.Held + u.Committed
+	w := WindowJSON{WindowMinutes: u.Minutes, Limit: u.Limit, Spent: u.Spent, Held: u.Held, Committed: u.Committed,
+		Used: used, Remaining: u.Remaining()}
+	if u.Limit > 0 {
+		w.UsedFraction = float64(used) / float64(u.Limit)
+	}
+	return w
+}
+
+// newEventID returns "evt_" and 24 hex digits.
+func newEventID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "evt_" + hex.EncodeToString(b)
+}
+
+func percent(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
+
+// event renders p as the outbox event of account.
+func event(accountID int64, p Payload, th gpuproxy.AlertThreshold) (gpuproxy.AlertEvent, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return gpuproxy.AlertEvent{}, fmt.Errorf("encoding alert payload: %w", err)
+	}
+	return gpuproxy.AlertEvent{ID: p.ID, AccountID: accountID, Kind: p.Type, WindowMinutes: p.WindowMinutes,
+		Threshold: th, InstanceID: p.InstanceID, Body: body, At: p.CreatedAt}, nil
+}
+
+// CrossingEvent is the event of account's window u crossing threshold t.
+func CrossingEvent(accountID int64, account string, u guardrails.Usage, t gpuproxy.AlertThreshold, at time.Time) (gpuproxy.AlertEvent, error) {
+	w := windowJSON(u)
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertThresholdCrossed, CreatedAt: at.UTC(), Account: account,
+		WindowMinutes: u.Minutes, Threshold: t.Fraction(), Window: w}
+	p.Text = fmt.Sprintf("gpuproxy: account %s has reached %s of its %d-minute limit of $%s, crossing the %s alert "+
+		"threshold ($%s: spent $%s, held $%s, committed $%s; remaining $%s).", account, percent(w.UsedFraction),
+		u.Minutes, u.Limit, t, w.Used, u.Spent, u.Held, u.Committed, w.Remaining)
+	return event(accountID, p, t)
+}
+
+// KillSwitchEvent is the event of the kill switch destroying instance of
+// account, about window u (the window that reached, or was about to
+// reach, its limit).
+func KillSwitchEvent(accountID int64, account, instance string, u guardrails.Usage, at time.Time) (gpuproxy.AlertEvent, error) {
+	w := windowJSON(u)
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertKillSwitch, CreatedAt: at.UTC(), Account: account,
+		WindowMinutes: u.Minutes, Window: w, InstanceID: instance}
+	p.Text = fmt.Sprintf("gpuproxy: the kill switch (on_exceed: destroy) destroyed instance %s of account %s: "+
+		"its %d-minute window is at $%s of its $%s limit (spent $%s, held $%s, committed $%s).", instance, account,
+		u.Minutes, w.Used, u.Limit, u.Spent, u.Held, u.Committed)
+	return event(accountID, p, 0)
+}
+
+// RefusalEvent is the event of a request of cost (a "create" or a
+// "proxy" call) of account refused by window u; further refusals of the
+// window are not reported for gap.
+func RefusalEvent(accountID int64, account, request string, u guardrails.Usage, cost gpuproxy.Micros, gap time.Duration, at time.Time) (gpuproxy.AlertEvent, error) {
+	w := windowJSON(u)
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertRefused, CreatedAt: at.UTC(), Account: account,
+		WindowMinutes: u.Minutes, Window: w, Cost: &cost, Request: request}
+	what := "an instance create"
+	if request == "proxy" {
+		what = "a proxy call"
+	}
+	p.Text = fmt.Sprintf("gpuproxy: the spending limit refused %s of account %s: its %d-minute window allows $%s "+
+		"and has spent $%s, held $%s, committed $%s, so $%s did not fit. Further refusals of this window are not "+
+		"reported for %s.", what, account, u.Minutes, u.Limit, u.Spent, u.Held, u.Committed, cost, gap)
+	return event(accountID, p, 0)
+}
