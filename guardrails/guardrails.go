@@ -56,6 +56,11 @@ type Options struct {
 	OnDecision func(kind string, allowed bool)
 	// OnStoreError, when set, observes store failures (metrics).
 	OnStoreError func()
+	// OnRefusal, when set, observes every refusal by a limit with the
+	// snapshot it was decided on (budget alerts); proxy tells a proxy
+	// call's rule from a create's. It is called on the request's path:
+	// it must not block.
+	OnRefusal func(accountID int64, snap Snapshot, cost gpuproxy.Micros, proxy bool)
 }
 
 // Service is the guard-rail API used by REST, MCP, instance creation and the
@@ -129,7 +134,7 @@ func (s *Service) Admit(ctx context.Context, accountID int64, cost gpuproxy.Micr
 	}
 	s.observe("admit", res.Admitted)
 	if !res.Admitted {
-		err := Refusal(res.Snapshot, cost, false)
+		err := s.refusal(accountID, res.Snapshot, cost, false)
 		s.opts.Logger.Warn("spending limit refused admission", "account_id", accountID,
 			"cost", cost.String(), "ref", ref, "details", gpuproxy.ErrorDetails(err))
 		return 0, res.Snapshot, err
@@ -199,6 +204,14 @@ func validCost(c gpuproxy.Micros) error {
 	return nil
 }
 
+// refusal builds the refusal error and reports it to OnRefusal.
+func (s *Service) refusal(accountID int64, snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
+	if s.opts.OnRefusal != nil {
+		s.opts.OnRefusal(accountID, snap, cost, proxy)
+	}
+	return Refusal(snap, cost, proxy)
+}
+
 // Refusal builds the spending_limit_exceeded error for cost against snap:
 // it names the first window that does not fit and lists every window.
 func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
@@ -245,7 +258,7 @@ func (s *Service) Decide(res AdmitResult, cost gpuproxy.Micros, err error) error
 	}
 	s.observe("admit", res.Admitted)
 	if !res.Admitted {
-		err := Refusal(res.Snapshot, cost, false)
+		err := s.refusal(res.AccountID, res.Snapshot, cost, false)
 		s.opts.Logger.Warn("spending limit refused admission", "account_id", res.AccountID,
 			"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
 		return err

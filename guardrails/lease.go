@@ -182,7 +182,7 @@ func (g *ProxyGate) Admit(ctx context.Context, accountID int64, cost gpuproxy.Mi
 // refuse returns the refusal for cost against a cached refused snapshot.
 func (g *ProxyGate) refuse(r *gateSnap, accountID int64, cost gpuproxy.Micros) error {
 	g.svc.observe("proxy", false)
-	err := Refusal(r.snap, cost, true)
+	err := g.svc.refusal(accountID, r.snap, cost, true)
 	if !r.warned.Swap(true) {
 		g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
 			"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))

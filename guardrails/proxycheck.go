@@ -103,7 +103,7 @@ func (g *ProxyGate) Check(ctx context.Context, accountID int64, cost gpuproxy.Mi
 	for _, u := range gs.snap.Windows {
 		if !u.FitsProxy(cost) {
 			g.svc.observe("proxy", false)
-			err := Refusal(gs.snap, cost, true)
+			err := g.svc.refusal(accountID, gs.snap, cost, true)
 			// One alert per snapshot, not one per refused request.
 			if !gs.warned.Swap(true) {
 				g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
