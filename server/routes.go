@@ -43,6 +43,11 @@ func (s *Server) routes() {
 	api.POST("/accounts/:account/keys", s.createKey, need(gpuproxy.ScopeAdmin))
 	api.DELETE("/accounts/:account/keys/:id", s.revokeKey, need(gpuproxy.ScopeAdmin))
 
+	if s.svc.Alerts != nil {
+		api.PUT("/accounts/:account/alerts", s.setAlerts, need(gpuproxy.ScopeAdmin))
+		api.GET("/alerts/deliveries", s.listAlertDeliveries, need(gpuproxy.ScopeSpendingRead))
+	}
+
 	for _, mount := range s.svc.Mount {
 		mount(registrar{s})
 	}

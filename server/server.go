@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -68,6 +69,7 @@ type Services struct {
 	Guard       *guardrails.Service
 	Ledger      *billing.Ledger
 	Fleet       *fleet.Service   // nil: no GPU routes
+	Alerts      *alerts.Service  // nil: no budget alert routes
 	Meterer     *billing.Meterer // nil: no metering lag gauge
 	Store       Pinger
 	RateLimiter *auth.RateLimiter
