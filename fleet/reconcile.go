@@ -91,6 +91,8 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	return rep, err
 }
 
+// reconcileProvider reconciles one provider: its complete listing, matched
+// by tag to our live rows, each row resolved, then the orphans.
 func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, rep *ReconcileReport) {
 	list, err := p.List(ctx)
 	if err != nil {
@@ -98,14 +100,7 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		rep.Errors = append(rep.Errors, fmt.Errorf("listing %s: %w", p.Name(), err))
 		return
 	}
-	byTag := map[string]providers.Instance{}
-	byID := map[string]providers.Instance{}
-	for _, pi := range list {
-		byID[pi.ProviderID] = pi
-		if IsOurTag(pi.Tag) {
-			byTag[pi.Tag] = pi
-		}
-	}
+	l := indexListing(list)
 	rows, err := s.store.InstancesInStatus(ctx, Pending, Starting, Running, Terminating)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err)
@@ -118,50 +113,83 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 			continue
 		}
 		live[row.ID] = true
-		pi, found := byTag[row.ID]
-		if other, ok := byID[row.ProviderInstanceID]; !found && ok && row.ProviderInstanceID != "" {
-			// Our provider id, another tag: never taken as ours. Our own
-			// instance is absent from the complete listing, so the row is
-			// resolved as gone below.
-			s.tagMismatch(p.Name(), row, other, "reconciler")
-			rep.TagMismatch = append(rep.TagMismatch, row.ID)
-		}
-		switch {
-		case row.Status == Pending && found:
-			if _, err := s.markStarting(ctx, row, pi.ProviderID); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Errorf("adopting %s: %w", row.ID, err))
-				continue
-			}
-			rep.Adopted = append(rep.Adopted, row.ID)
-			s.opts.Logger.Info("reconciler adopted instance", "instance", row.ID, "provider_id", pi.ProviderID)
-		case row.Status == Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
-			if _, err := s.store.MarkFailed(ctx, row.ID, "the provider has no such instance; the create did not happen", now); err != nil {
-				rep.Errors = append(rep.Errors, err)
-				continue
-			}
-			rep.Failed = append(rep.Failed, row.ID)
-		case row.Status != Pending && (!found || pi.Status == providers.StatusTerminated):
-			at := now
-			if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
-				at = pi.StoppedAt
-			}
-			if _, err := s.markTerminated(ctx, row.ID, at, s.refundFor(row, p, at), "gone at the provider (reconciler)"); err != nil {
-				rep.Errors = append(rep.Errors, err)
-				continue
-			}
-			rep.Terminated = append(rep.Terminated, row.ID)
-			s.opts.Logger.Warn("reconciler: provider instance gone; row terminated", "instance", row.ID)
-		case found && pi.HasActualCost:
-			if s.truthUp(ctx, row, pi, rep) {
-				rep.Adjustments++
-			}
+		s.reconcileRow(ctx, p, l, row, now, rep)
+	}
+	s.reconcileOrphans(ctx, p, l, live, rep)
+}
+
+// listing is a provider's complete instance list, indexed.
+type listing struct {
+	byTag map[string]providers.Instance // instances tagged as ours, by tag
+	byID  map[string]providers.Instance // every instance, by provider id
+}
+
+func indexListing(list []providers.Instance) listing {
+	l := listing{byTag: map[string]providers.Instance{}, byID: map[string]providers.Instance{}}
+	for _, pi := range list {
+		l.byID[pi.ProviderID] = pi
+		if IsOurTag(pi.Tag) {
+			l.byTag[pi.Tag] = pi
 		}
 	}
-	for tag, pi := range byTag {
+	return l
+}
+
+// reconcileRow resolves one live row of p's against the listing: a
+// pending row is adopted when its tagged instance exists, or failed past
+// PendingGrace; any other row whose instance is gone is terminated; a
+// provider report of actual cost is trued up.
+func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l listing, row Instance, now time.Time,
+	rep *ReconcileReport) {
+	pi, found := l.byTag[row.ID]
+	if other, ok := l.byID[row.ProviderInstanceID]; !found && ok && row.ProviderInstanceID != "" {
+		// Our provider id, another tag: never taken as ours. Our own
+		// instance is absent from the complete listing, so the row is
+		// resolved as gone below.
+		s.tagMismatch(p.Name(), row, other, "reconciler")
+		rep.TagMismatch = append(rep.TagMismatch, row.ID)
+	}
+	switch {
+	case row.Status == Pending && found:
+		if _, err := s.markStarting(ctx, row, pi.ProviderID); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("adopting %s: %w", row.ID, err))
+			return
+		}
+		rep.Adopted = append(rep.Adopted, row.ID)
+		s.opts.Logger.Info("reconciler adopted instance", "instance", row.ID, "provider_id", pi.ProviderID)
+	case row.Status == Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
+		if _, err := s.store.MarkFailed(ctx, row.ID, "the provider has no such instance; the create did not happen", now); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			return
+		}
+		rep.Failed = append(rep.Failed, row.ID)
+	case row.Status != Pending && (!found || pi.Status == providers.StatusTerminated):
+		at := now
+		if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
+			at = pi.StoppedAt
+		}
+		if _, err := s.markTerminated(ctx, row.ID, at, s.refundFor(row, p, at), "gone at the provider (reconciler)"); err != nil {
+			rep.Errors = append(rep.Errors, err)
+			return
+		}
+		rep.Terminated = append(rep.Terminated, row.ID)
+		s.opts.Logger.Warn("reconciler: provider instance gone; row terminated", "instance", row.ID)
+	case found && pi.HasActualCost:
+		if s.truthUp(ctx, row, pi, rep) {
+			rep.Adjustments++
+		}
+	}
+}
+
+// reconcileOrphans destroys p's instances tagged as ours with no live row
+// (or, with OrphanPolicy "adopt", logs them for an operator): nothing is
+// left running unbilled.
+func (s *Service) reconcileOrphans(ctx context.Context, p providers.Provider, l listing, live map[string]bool,
+	rep *ReconcileReport) {
+	for tag, pi := range l.byTag {
 		if live[tag] || pi.Status == providers.StatusTerminated {
 			continue
 		}
-		// Tagged as ours but with no live row: never leave it running unbilled.
 		if s.opts.OrphanPolicy == "adopt" {
 			s.opts.Logger.Error("untracked instance tagged as ours left running (orphan_policy adopt): an operator must act",
 				"provider", p.Name(), "provider_id", pi.ProviderID, "tag", tag)
