@@ -22,11 +22,11 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/mcp"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
-	"github.com/aiserve/gpuproxy/server"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -49,9 +49,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// stack is the whole product in-process: SQLite, auth, guard rails,
-// ledger, the vast.ai simulator behind the real adapter and fleet, the REST
-// server with the MCP transports mounted, on a loopback port.
+// stack is the whole product in-process, wired by internal/app as the
+// binary is: SQLite, auth, guard rails, ledger, the vast.ai simulator
+// behind the real adapter and fleet, the proxy, the REST server with the
+// MCP transports mounted, on a loopback port.
 type stack struct {
 	t       testing.TB
 	url     string
@@ -67,7 +68,8 @@ type stack struct {
 }
 
 type stackOpts struct {
-	limits    []guardrails.Window
+	limits []guardrails.Window
+	// proxy is what proxy_inference_request calls (nil: not configured).
 	proxy     mcp.InferenceProxy
 	rateLimit int
 	spendPoll time.Duration
@@ -81,19 +83,6 @@ type stackOpts struct {
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	var st *db.Store
-	if o.dbFile != "" {
-		var err error
-		if st, err = db.Open(context.Background(), db.Options{URL: "sqlite:" + o.dbFile}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(st.Close)
-		if _, err := st.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		st = dbtest.Open(t, dbtest.SQLite)
-	}
 	logs := &syncBuffer{}
 	var log *slog.Logger
 	if o.quiet {
@@ -107,13 +96,10 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.spendPoll == 0 {
 		o.spendPoll = 100 * time.Millisecond
 	}
-	s := &stack{t: t, store: st, logs: logs}
 	if o.authCache == 0 {
 		o.authCache = -1
 	}
-	s.auth = auth.New(st, auth.Options{CacheTTL: o.authCache})
-	s.guard = guardrails.New(st, guardrails.Options{Defaults: o.limits, Logger: log})
-	s.ledger = billing.NewLedger(st, nil)
+	s := &stack{t: t, logs: logs}
 	s.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 300 * time.Millisecond})
 	vurl, err := s.vast.Start("127.0.0.1:0")
 	if err != nil {
@@ -121,20 +107,31 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	}
 	t.Cleanup(s.vast.Close)
 	s.vastURL = vurl
-	va := vastai.New(vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond})
-	s.fleet = fleet.New(st, s.guard, []providers.Provider{va}, fleet.Options{PollInterval: 50 * time.Millisecond,
-		OfferCacheTTL: -1, Logger: log, Leader: st.WithLeader, Ledger: s.ledger})
-	var srv *server.Server
-	mo := mcp.Options{Logger: log, SpendPoll: o.spendPoll, StartWait: 20 * time.Second, Version: "test"}
-	if !o.registrarAuth {
-		mo.Authenticate = func(r *http.Request) (gpuproxy.Principal, error) { return srv.Authenticate(r) }
+
+	var a *app.App
+	cfg := app.Config{Logger: log, Version: "test",
+		Auth:           auth.Options{CacheTTL: o.authCache},
+		RateLimit:      o.rateLimit,
+		Guard:          guardrails.Options{Defaults: o.limits},
+		VastAI:         vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond},
+		Fleet:          fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1},
+		MCP:            mcp.Options{SpendPoll: o.spendPoll, StartWait: 20 * time.Second},
+		InferenceProxy: o.proxy, NoInferenceProxy: o.proxy == nil,
 	}
-	s.mcp = mcp.New(mcp.Services{Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, Proxy: o.proxy}, mo)
-	t.Cleanup(func() { _ = s.mcp.Close() })
-	srv = server.New(server.Services{Auth: s.auth, Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, Store: st,
-		RateLimiter: auth.NewRateLimiter(o.rateLimit), Mount: []func(server.Registrar){s.mcp.Mount}},
-		server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
+	if o.dbFile != "" {
+		cfg.Database = db.Options{URL: "sqlite:" + o.dbFile}
+	} else {
+		cfg.Store = dbtest.Open(t, dbtest.SQLite)
+	}
+	if !o.registrarAuth {
+		cfg.MCP.Authenticate = func(r *http.Request) (gpuproxy.Principal, error) { return a.Server.Authenticate(r) }
+	}
+	if a, err = app.New(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	s.mcp, s.store, s.auth, s.guard, s.ledger, s.fleet = a.MCP, a.Store, a.Auth, a.Guard, a.Ledger, a.Fleet
+	hs := httptest.NewServer(a.Server)
 	t.Cleanup(hs.Close)
 	s.url = hs.URL
 	return s

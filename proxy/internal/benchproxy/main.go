@@ -1,9 +1,10 @@
 // Command benchproxy is gpuproxy's proxy path for scripts/bench-proxy.sh,
-// wired in process as cmd/gpuproxy wires it: the real server (request IDs,
+// wired by internal/app as cmd/gpuproxy is: the real server (request IDs,
 // structured request logs, Prometheus metrics, API-key authentication,
 // per-key rate limit), the guard-rail gate over a SQLite store, the proxy
-// with usage records batched into that store, and a fleet that is a fixed
-// map with one running instance whose endpoint is the benchmark upstream.
+// with usage records batched into that store; only the proxy's endpoints
+// come from a fixed map with one running instance whose endpoint is the
+// benchmark upstream, not from the fleet.
 //
 // It prints "READY <addr> <api-key>" when serving and, on SIGINT/SIGTERM,
 // shuts down, flushes the usage records and prints how many were written.
@@ -19,7 +20,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,13 +32,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/proxy"
-	"github.com/aiserve/gpuproxy/server"
 )
 
 func main() {
@@ -53,20 +52,21 @@ func main() {
 	}
 }
 
-// fixedFleet is the benchmark's fleet: one account, fixed endpoints.
+// fixedFleet is the benchmark's fleet: one account, fixed endpoints. Its
+// account is set before serving.
 type fixedFleet struct {
 	acct int64
 	eps  map[string]string
 }
 
-func (f fixedFleet) RunningEndpoint(_ context.Context, acct int64, id string) (string, error) {
+func (f *fixedFleet) RunningEndpoint(_ context.Context, acct int64, id string) (string, error) {
 	if ep, ok := f.eps[id]; ok && acct == f.acct {
 		return ep, nil
 	}
 	return "", gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %s not found", id)
 }
 
-func (f fixedFleet) RunningEndpoints(_ context.Context, acct int64) (map[string]string, error) {
+func (f *fixedFleet) RunningEndpoints(_ context.Context, acct int64) (map[string]string, error) {
 	if acct != f.acct {
 		return map[string]string{}, nil
 	}
@@ -151,46 +151,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer drop()
 		dbo = db.Options{URL: *dbURL, Schema: schema}
 	}
-	store, err := db.Open(ctx, dbo)
+	fleet := &fixedFleet{eps: map[string]string{"gpi_bench": "http://" + *upstream}}
+	a, err := app.New(ctx, app.Config{Database: dbo, Logger: log, Version: "bench", RateLimit: 1 << 30,
+		Proxy:     proxy.Options{Cost: c, AllowNetworks: proxy.LoopbackNetworks(), UsageBatch: *usageBatch},
+		Endpoints: fleet})
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if _, err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	authSvc := auth.New(store, auth.Options{})
-	acct, err := authSvc.CreateAccount(ctx, "bench")
+	defer a.Close()
+	acct, err := a.Auth.CreateAccount(ctx, "bench")
 	if err != nil {
 		return err
 	}
-	key, _, err := authSvc.CreateKey(ctx, "bench", "bench", gpuproxy.Presets["engineer"])
+	fleet.acct = acct.ID
+	key, _, err := a.Auth.CreateKey(ctx, "bench", "bench", gpuproxy.Presets["engineer"])
 	if err != nil {
 		return err
 	}
-
-	metrics := server.NewMetrics()
-	guard := guardrails.New(store, guardrails.Options{Logger: log, OnDecision: metrics.ObserveAdmission,
-		OnStoreError: metrics.StoreError})
 	// Limits far above what a run spends: a non-zero request cost is
 	// admitted against budget leases all run long.
-	if err := guard.SetLimits(ctx, acct.ID, []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}, ""); err != nil {
+	if err := a.Guard.SetLimits(ctx, acct.ID, []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}, ""); err != nil {
 		return err
 	}
-	gate := guardrails.NewProxyGate(guard, guardrails.ProxyGateOptions{})
-	ledger := billing.NewLedger(store, nil)
-	fleet := fixedFleet{acct: acct.ID, eps: map[string]string{"gpi_bench": "http://" + *upstream}}
-	p := proxy.New(fleet, gate, store, proxy.Options{Cost: c, AllowNetworks: proxy.LoopbackNetworks(),
-		Metrics: metrics, Logger: log, UsageBatch: *usageBatch})
-	srv := server.New(server.Services{Auth: authSvc, Guard: guard, Ledger: ledger, Store: store,
-		RateLimiter: auth.NewRateLimiter(1 << 30), Metrics: metrics, Mount: []func(server.Registrar){p.Mount}},
-		server.Options{Logger: log, Version: "bench"})
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	if *cpuprofile != "" {
 		pf, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -202,28 +189,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
 	fmt.Fprintf(stdout, "READY %s %s\n", ln.Addr(), key)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
+	if err := a.Serve(ctx, ln); err != nil {
 		return err
-	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
-	_ = srv.Drain(sctx)
-	if err := p.Close(sctx); err != nil {
+	if err := a.Flush(sctx); err != nil {
 		return err
 	}
-	if err := gate.Close(sctx); err != nil {
-		return err
-	}
-	tot, err := store.UsageTotals(context.Background(), proxy.UsageFilter{AccountID: acct.ID})
+	tot, err := a.Store.UsageTotals(context.Background(), proxy.UsageFilter{AccountID: acct.ID})
 	if err != nil {
 		return err
 	}
-	led, err := store.Totals(context.Background(), billing.Filter{AccountID: acct.ID})
+	led, err := a.Store.Totals(context.Background(), billing.Filter{AccountID: acct.ID})
 	if err != nil {
 		return err
 	}

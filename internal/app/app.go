@@ -1,0 +1,389 @@
+// Package app builds gpuproxy's service graph in one place: the store, auth,
+// guard rails and proxy gate, ledger and meterer, budget alerts, provider
+// adapters, fleet, inference proxy, MCP server and HTTP server, from a
+// Config of values. The
+// binary (cmd/gpuproxy), the proxy benchmark and the end-to-end tests all use
+// it; none reads the environment or a file here (cmd/gpuproxy does).
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/mcp"
+	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/providers/ionet"
+	"github.com/aiserve/gpuproxy/providers/vastai"
+	"github.com/aiserve/gpuproxy/proxy"
+	"github.com/aiserve/gpuproxy/server"
+)
+
+// Config is everything New needs, as values. Each package's own options are
+// passed through as given; New fills only what connects the pieces when it
+// is unset: the logger and version, the store-backed leader lock and
+// ledger, and the metrics hooks.
+type Config struct {
+	// Database is the store to open and migrate (db.Options.URL:
+	// "sqlite:PATH" or "postgres://…"); Close closes it.
+	Database db.Options
+	// Store, when set, is an open, migrated store used instead of opening
+	// Database; Close leaves it open.
+	Store *db.Store
+	// Logger receives every service's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Version is reported by /health and as the MCP serverInfo.version.
+	Version string
+
+	Auth auth.Options
+	// RateLimit is each key's requests per minute across REST, MCP and the
+	// proxy, shared by all replicas on Postgres (0 or less: no limit).
+	RateLimit int
+	Guard     guardrails.Options
+	Gate      guardrails.ProxyGateOptions
+	Meter     billing.MeterOptions
+	// Alerts configures budget alerts; their webhooks reach only public
+	// addresses and Alerts.AllowNetworks.
+	Alerts alerts.Options
+	// VastAI and IONet configure the provider adapters; each is enabled
+	// when its APIKey is set.
+	VastAI vastai.Options
+	IONet  ionet.Options
+	Fleet  fleet.Options
+	Proxy  proxy.Options
+	MCP    mcp.Options
+	Server server.Options
+
+	// Seams for tests and benchmarks; production leaves them zero.
+
+	// Endpoints, when set, is where the proxy finds running instances'
+	// endpoints instead of the fleet (a fixed map in the proxy benchmark).
+	Endpoints proxy.Fleet
+	// InferenceProxy, when set, is what MCP's proxy_inference_request calls
+	// instead of the proxy; NoInferenceProxy leaves that tool unconfigured.
+	InferenceProxy   mcp.InferenceProxy
+	NoInferenceProxy bool
+}
+
+// App is the wired service graph. Its fields are the pieces, for callers
+// that seed data or call a service directly; New builds them and Close
+// releases them.
+type App struct {
+	Store     *db.Store
+	Auth      *auth.Service
+	Guard     *guardrails.Service
+	Ledger    *billing.Ledger
+	Metrics   *server.Metrics
+	Providers []providers.Provider
+	Fleet     *fleet.Service
+	Meterer   *billing.Meterer
+	Alerts    *alerts.Service
+	Gate      *guardrails.ProxyGate
+	Proxy     *proxy.Proxy
+	MCP       *mcp.Server
+	Server    *server.Server
+
+	log       *slog.Logger
+	ownStore  bool
+	flushOnce sync.Once
+	flushErr  error
+	closeOnce sync.Once
+}
+
+// shutdownTimeout bounds a graceful HTTP shutdown; closeTimeout Close's
+// flush.
+const (
+	shutdownTimeout = 20 * time.Second
+	closeTimeout    = 10 * time.Second
+)
+
+// New opens (or takes) the store and builds every service over it.
+func New(ctx context.Context, c Config) (*App, error) {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	a := &App{log: c.Logger, Store: c.Store, Metrics: server.NewMetrics()}
+	if a.Store == nil {
+		st, err := openStore(ctx, c.Database)
+		if err != nil {
+			return nil, err
+		}
+		a.Store, a.ownStore = st, true
+	}
+	a.Auth = auth.New(a.Store, c.Auth)
+	a.Ledger = billing.NewLedger(a.Store, nil)
+	a.Guard = guardrails.New(a.Store, a.guardOptions(c.Guard))
+	a.Alerts = alerts.New(a.Store, a.Guard, a.alertsOptions(c.Alerts))
+	a.Gate = guardrails.NewProxyGate(a.Guard, c.Gate)
+	a.Meterer = billing.NewMeterer(a.Store, a.meterOptions(c.Meter))
+	a.Providers = a.providers(c.VastAI, c.IONet)
+	a.Fleet = fleet.New(a.Store, a.Guard, a.Providers, a.fleetOptions(c.Fleet))
+	a.Proxy = a.proxy(c)
+	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
+	a.Server = server.New(a.serverServices(c.RateLimit), a.serverOptions(c))
+	return a, nil
+}
+
+// openStore opens the store named by o and applies migrations.
+func openStore(ctx context.Context, o db.Options) (*db.Store, error) {
+	st, err := db.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (a *App) guardOptions(o guardrails.Options) guardrails.Options {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.OnDecision == nil {
+		o.OnDecision = a.Metrics.ObserveAdmission
+	}
+	if o.OnStoreError == nil {
+		o.OnStoreError = a.Metrics.StoreError
+	}
+	if o.OnRefusal == nil {
+		// Refusals become alert events (the alerts are built next).
+		o.OnRefusal = func(accountID int64, snap guardrails.Snapshot, cost gpuproxy.Micros, proxy bool) {
+			a.Alerts.Refused(accountID, snap, cost, proxy)
+		}
+	}
+	return o
+}
+
+func (a *App) alertsOptions(o alerts.Options) alerts.Options {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	return o
+}
+
+func (a *App) meterOptions(o billing.MeterOptions) billing.MeterOptions {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.OnCharge == nil {
+		o.OnCharge = func(m gpuproxy.Micros) { a.Metrics.MeteredCharge(int64(m)) }
+	}
+	return o
+}
+
+// providers builds an adapter for each provider with an API key, its
+// breaker state reported to the metrics.
+func (a *App) providers(va vastai.Options, in ionet.Options) []providers.Provider {
+	change := func(provider, _, to string) { a.Metrics.BreakerState(provider, to) }
+	var out []providers.Provider
+	if va.APIKey != "" {
+		if va.OnBreakerChange == nil {
+			va.OnBreakerChange = change
+		}
+		out = append(out, vastai.New(va))
+	}
+	if in.APIKey != "" {
+		if in.OnBreakerChange == nil {
+			in.OnBreakerChange = change
+		}
+		out = append(out, ionet.New(in))
+	}
+	for _, p := range out {
+		a.Metrics.BreakerState(p.Name(), p.BreakerState())
+	}
+	return out
+}
+
+func (a *App) fleetOptions(o fleet.Options) fleet.Options {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.Leader == nil {
+		o.Leader = a.Store.WithLeader
+	}
+	if o.Ledger == nil {
+		o.Ledger = a.Ledger
+	}
+	if o.OnKillSwitch == nil {
+		// Counted, and an alert event.
+		o.OnKillSwitch = func(accountID int64, instanceID string) {
+			a.Metrics.KillSwitchDestroy(accountID, instanceID)
+			a.Alerts.KillSwitch(accountID, instanceID)
+		}
+	}
+	if o.OnTagMismatch == nil {
+		o.OnTagMismatch = a.Metrics.TagMismatch
+	}
+	return o
+}
+
+func (a *App) proxy(c Config) *proxy.Proxy {
+	o := c.Proxy
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.Metrics == nil {
+		o.Metrics = a.Metrics
+	}
+	var endpoints proxy.Fleet = a.Fleet
+	if c.Endpoints != nil {
+		endpoints = c.Endpoints
+	}
+	return proxy.New(endpoints, a.Gate, a.Store, o)
+}
+
+func (a *App) mcpServices(c Config) mcp.Services {
+	svc := mcp.Services{Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Proxy: a.Proxy}
+	switch {
+	case c.NoInferenceProxy:
+		svc.Proxy = nil
+	case c.InferenceProxy != nil:
+		svc.Proxy = c.InferenceProxy
+	}
+	return svc
+}
+
+func (a *App) mcpOptions(c Config) mcp.Options {
+	o := c.MCP
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.Version == "" {
+		o.Version = c.Version
+	}
+	return o
+}
+
+// serverServices are what the HTTP server calls: the proxy and MCP mounted
+// behind its auth and rate limit, and each provider's breaker in /ready.
+func (a *App) serverServices(rateLimit int) server.Services {
+	svc := server.Services{
+		Auth:    a.Auth,
+		Guard:   a.Guard,
+		Ledger:  a.Ledger,
+		Fleet:   a.Fleet,
+		Alerts:  a.Alerts,
+		Meterer: a.Meterer,
+		Store:   a.Store,
+		RateLimiter: auth.NewSharedRateLimiter(rateLimit,
+			auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log}),
+		Metrics: a.Metrics,
+		Mount:   []func(server.Registrar){a.Proxy.Mount, a.MCP.Mount},
+	}
+	for _, p := range a.Providers {
+		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
+			if p.BreakerState() == "open" {
+				return fmt.Errorf("circuit breaker open")
+			}
+			return nil
+		}})
+	}
+	return svc
+}
+
+func (a *App) serverOptions(c Config) server.Options {
+	o := c.Server
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.Version == "" {
+		o.Version = c.Version
+	}
+	return o
+}
+
+// Run does the background work — metering, the fleet's polling,
+// reconciliation and kill switch, and budget alerts — until ctx ends. With
+// a shared Postgres each job runs on one replica at a time, or records
+// what it did so that no other replica repeats it.
+func (a *App) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Meterer.Run(ctx) })
+	wg.Go(func() { a.Fleet.Run(ctx) })
+	wg.Go(func() { a.Alerts.Run(ctx) })
+	wg.Wait()
+}
+
+// Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
+// in-flight requests finish (at most 20s). It returns early with the
+// error if serving fails.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: a.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	// Long-lived MCP streams (SSE, Streamable GET) end when shutdown starts,
+	// so in-flight requests can finish and Shutdown does not wait on them.
+	hs.RegisterOnShutdown(func() { _ = a.MCP.Close() })
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	return a.shutdown(hs)
+}
+
+// shutdown stops hs gracefully, with the connections the server took over
+// from net/http.
+func (a *App) shutdown(hs *http.Server) error {
+	a.log.Info("shutting down: finishing in-flight requests")
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(ctx)
+	// Shutdown does not wait for connections the server took over from
+	// net/http (the proxy's keep-alive fast path); Drain does.
+	if derr := a.Server.Drain(ctx); err == nil {
+		err = derr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Flush writes the proxy's queued usage records and settles its budget
+// leases, waiting at most until ctx ends. Call it after the HTTP server has
+// stopped; Close calls it if nobody did.
+func (a *App) Flush(ctx context.Context) error {
+	a.flushOnce.Do(func() {
+		var errs []error
+		if err := a.Proxy.Close(ctx); err != nil {
+			errs = append(errs, err) // "flushing proxy usage: …"
+		}
+		if err := a.Gate.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("settling proxy budget leases: %w", err))
+		}
+		a.flushErr = errors.Join(errs...)
+	})
+	return a.flushErr
+}
+
+// Close flushes (see Flush), ends MCP sessions and closes the store if New
+// opened it. Call it after the HTTP server and Run have stopped.
+func (a *App) Close() {
+	a.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := a.Flush(ctx); err != nil {
+			a.log.Error("closing", "err", err)
+		}
+		_ = a.MCP.Close()
+		if a.ownStore {
+			a.Store.Close()
+		}
+	})
+}
