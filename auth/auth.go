@@ -107,20 +107,45 @@ func (s *Service) Authenticate(ctx context.Context, credential string) (gpuproxy
 }
 
 func (s *Service) authKey(ctx context.Context, id, credential string) (gpuproxy.Principal, error) {
-	c, err := s.lookup(ctx, id, func(ctx context.Context) (cached, error) {
-		k, err := s.store.KeyByID(ctx, id)
-		c := cached{key: k}
-		if d, derr := hex.DecodeString(k.Hash); derr == nil && len(d) == sha256.Size {
-			copy(c.digest[:], d) // otherwise all zeros: matches no credential
-		}
-		return c, err
-	})
+	c, err := s.lookup(ctx, id, s.loadKey(id))
 	if err != nil {
 		return gpuproxy.Principal{}, err
 	}
 	k := c.key
 	sum := sha256.Sum256([]byte(credential))
 	if subtle.ConstantTimeCompare(sum[:], c.digest[:]) != 1 || !k.RevokedAt.IsZero() {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	return gpuproxy.Principal{AccountID: k.AccountID, AccountName: k.AccountName, KeyID: k.ID, Scopes: k.Scopes}, nil
+}
+
+// loadKey loads the stored key id for lookup.
+func (s *Service) loadKey(id string) func(context.Context) (cached, error) {
+	return func(ctx context.Context) (cached, error) {
+		k, err := s.store.KeyByID(ctx, id)
+		c := cached{key: k}
+		if d, derr := hex.DecodeString(k.Hash); derr == nil && len(d) == sha256.Size {
+			copy(c.digest[:], d) // otherwise all zeros: matches no credential
+		}
+		return c, err
+	}
+}
+
+// KeyPrincipal returns the principal of the API key with this id after
+// checking, as Authenticate does (cached for CacheTTL), that the key
+// exists and is not revoked. It is for sessions that carry a key's id once
+// the key itself was checked (the web console), so that revoking the key
+// ends them. Every failure is the same unauthorized error.
+func (s *Service) KeyPrincipal(ctx context.Context, id string) (gpuproxy.Principal, error) {
+	if len(id) != 16 || strings.HasPrefix(id, "jwt:") {
+		return gpuproxy.Principal{}, errUnauthorized
+	}
+	c, err := s.lookup(ctx, id, s.loadKey(id))
+	if err != nil {
+		return gpuproxy.Principal{}, err
+	}
+	k := c.key
+	if !k.RevokedAt.IsZero() {
 		return gpuproxy.Principal{}, errUnauthorized
 	}
 	return gpuproxy.Principal{AccountID: k.AccountID, AccountName: k.AccountName, KeyID: k.ID, Scopes: k.Scopes}, nil
