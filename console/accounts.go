@@ -1,0 +1,132 @@
+package console
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+type accountView struct {
+	Name     string
+	OnExceed string
+	Burn     gpuproxy.Micros
+	Windows  []windowView
+	// Rows are the limit form's rows: every window, plus blank rows to add.
+	Rows  []limitRow
+	Error string // the last submission's error, shown by its form
+}
+
+type limitRow struct{ Minutes, Limit string }
+
+type accountsData struct{ Accounts []accountView }
+
+// blankRows is how many empty rows each limits form offers for new windows.
+const blankRows = 2
+
+func (c *Console) accounts(q *req) error {
+	return c.renderAccounts(q, http.StatusOK, "", nil)
+}
+
+// renderAccounts shows every account with its windows; failed is the
+// account whose form was just refused (with its submitted rows) or "".
+func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, rows ...limitRow) error {
+	if err := q.p.Require(gpuproxy.ScopeAdmin); err != nil {
+		return err
+	}
+	ctx := q.r.Context()
+	as, err := c.svc.Auth.Accounts(ctx)
+	if err != nil {
+		return err
+	}
+	pg := c.newPage(q, "Accounts", "accounts")
+	var d accountsData
+	for _, a := range as {
+		snap, err := c.svc.Guard.Spending(ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		v := accountView{Name: a.Name, OnExceed: snap.OnExceed, Burn: snap.Burn}
+		for _, u := range snap.Windows {
+			v.Windows = append(v.Windows, newWindowView(u, snap.Burn, snap.At))
+			v.Rows = append(v.Rows, limitRow{Minutes: strconv.Itoa(u.Minutes), Limit: u.Limit.String()})
+		}
+		if a.Name == failed {
+			v.Error, v.Rows = gpuproxy.ErrorMessage(ferr), rows
+		}
+		for range blankRows {
+			v.Rows = append(v.Rows, limitRow{})
+		}
+		d.Accounts = append(d.Accounts, v)
+	}
+	if done := q.r.URL.Query().Get("saved"); failed == "" {
+		for _, a := range as {
+			if a.Name == done {
+				pg.Flash = "Limits of " + done + " saved."
+			}
+		}
+	}
+	pg.Data = d
+	c.render(q.w, q.r, status, "accounts", pg)
+	return nil
+}
+
+// setLimits replaces an account's windows and on_exceed policy, as
+// PUT /api/v1/accounts/{account}/limits does (admin).
+func (c *Console) setLimits(q *req) error {
+	if err := q.p.Require(gpuproxy.ScopeAdmin); err != nil {
+		return err
+	}
+	ctx := q.r.Context()
+	a, err := c.svc.Auth.Account(ctx, q.r.PathValue("account"))
+	if err != nil {
+		return err
+	}
+	f := q.r.PostForm
+	mins, lims := f["window_minutes"], f["limit"]
+	var rows []limitRow
+	var ws []guardrails.Window
+	var perr error
+	for i := range max(len(mins), len(lims)) {
+		var r limitRow
+		if i < len(mins) {
+			r.Minutes = strings.TrimSpace(mins[i])
+		}
+		if i < len(lims) {
+			r.Limit = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lims[i]), "$"))
+		}
+		if r.Minutes == "" && r.Limit == "" {
+			continue // a blank row, or one cleared to remove its window
+		}
+		rows = append(rows, r)
+		if perr != nil {
+			continue
+		}
+		m, err := strconv.Atoi(r.Minutes)
+		if err != nil {
+			perr = gpuproxy.Invalid("window_minutes", "%q is not a whole number of minutes", r.Minutes)
+			continue
+		}
+		lim, err := gpuproxy.ParseUSD(strings.ReplaceAll(r.Limit, ",", ""))
+		if err != nil {
+			perr = gpuproxy.Invalid("limit", "%q: %v", r.Limit, err)
+			continue
+		}
+		ws = append(ws, guardrails.Window{Minutes: m, Limit: lim})
+	}
+	if perr == nil && len(ws) == 0 {
+		perr = gpuproxy.Invalid("windows", "give at least one window (a number of minutes and a limit)")
+	}
+	if perr == nil {
+		perr = c.svc.Guard.SetLimits(ctx, a.ID, ws, f.Get("on_exceed"))
+	}
+	if code := gpuproxy.ErrorCode(perr); code == gpuproxy.EINVALID {
+		return c.renderAccounts(q, http.StatusBadRequest, a.Name, perr, rows...)
+	} else if perr != nil {
+		return perr
+	}
+	http.Redirect(q.w, q.r, "/console/accounts?saved="+a.Name+"#acct-"+a.Name, http.StatusSeeOther)
+	return nil
+}

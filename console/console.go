@@ -1,0 +1,359 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/auth"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
+)
+
+// Services are the shared services the console calls: the same ones the
+// REST API calls, never the API over HTTP.
+type Services struct {
+	Auth   *auth.Service
+	Guard  *guardrails.Service
+	Ledger *billing.Ledger
+	Fleet  *fleet.Service // nil: no instance pages
+	// RateLimiter, when set, counts console requests against the signed-in
+	// key's API rate limit, as REST and MCP calls are counted.
+	RateLimiter *auth.RateLimiter
+}
+
+// Options configure the console.
+type Options struct {
+	// Secret signs session and CSRF tokens (HMAC-SHA256). Replicas that
+	// share it share sessions. Empty: a random secret for this process, so
+	// sessions end when it restarts and do not span replicas.
+	Secret []byte
+	// SessionIdle is how long a session lasts without use (default 1h);
+	// every page view renews it.
+	SessionIdle time.Duration
+	// SessionMax is the longest a session lasts from sign-in (default 12h).
+	SessionMax time.Duration
+	// PageSize is the transactions page's default size (default 50).
+	PageSize int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives internal errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Console is the web console's HTTP handler.
+type Console struct {
+	svc  Services
+	opts Options
+	log  *slog.Logger
+	ses  sessions
+	mux  *http.ServeMux
+}
+
+// New returns the console.
+func New(svc Services, o Options) *Console {
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = time.Hour
+	}
+	if o.SessionMax <= 0 {
+		o.SessionMax = 12 * time.Hour
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 50
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	secret := o.Secret
+	switch {
+	case len(secret) == 0:
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+		o.Logger.Info("web console sessions are signed with a random secret of this process: they end when it " +
+			"restarts and do not span replicas (set console_secret to share them)")
+	case len(secret) < 32:
+		o.Logger.Warn("the web console's session secret is shorter than 32 bytes; use a long random one")
+	}
+	c := &Console{svc: svc, opts: o, log: o.Logger,
+		ses: sessions{secret: secret, idle: o.SessionIdle, max: o.SessionMax}}
+	c.routes()
+	return c
+}
+
+// Mount adds the console to the server: "/" (a redirect), "/console" and
+// everything under "/console/". The console authenticates its own
+// requests (session cookie), so the server's header auth is off for them.
+func (c *Console) Mount(r httpapi.Registrar) {
+	for _, p := range []string{"/", "/console", "/console/*"} {
+		method := "*"
+		if p == "/" {
+			method = http.MethodGet
+		}
+		r.Handle(method, p, c, false)
+	}
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	home := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusSeeOther) }
+	m.HandleFunc("GET /{$}", home)
+	m.HandleFunc("GET /console", home)
+	m.HandleFunc("GET /console/static/{file}", c.static)
+	m.HandleFunc("GET /console/login", c.loginForm)
+	m.HandleFunc("POST /console/login", c.login)
+	m.HandleFunc("GET /console/logout", c.logoutForm)
+	m.HandleFunc("POST /console/logout", c.logout)
+	m.HandleFunc("GET /console/{$}", c.signedIn(c.overview))
+	m.HandleFunc("GET /console/transactions", c.signedIn(c.transactions))
+	m.HandleFunc("GET /console/transactions.csv", c.signedIn(c.transactionsCSV))
+	m.HandleFunc("GET /console/instances", c.signedIn(c.instances))
+	m.HandleFunc("GET /console/instances/{id}", c.signedIn(c.instance))
+	m.HandleFunc("POST /console/instances/{id}/destroy", c.signedIn(c.destroyInstance))
+	m.HandleFunc("GET /console/accounts", c.signedIn(c.accounts))
+	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(c.setLimits))
+	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "there is no such page"))
+	})
+	c.mux = m
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; "+
+		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	c.mux.ServeHTTP(w, r)
+}
+
+// req is one signed-in request.
+type req struct {
+	w  http.ResponseWriter
+	r  *http.Request
+	p  gpuproxy.Principal
+	ss session
+}
+
+// signedIn runs h for a signed-in caller: a valid session whose key still
+// exists and is not revoked, within its rate limit. Others go to the
+// sign-in page. POSTs must carry the session's CSRF token.
+func (c *Console) signedIn(h func(q *req) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		now := c.opts.Now()
+		ck, err := r.Cookie(cookieName)
+		var ss session
+		ok := err == nil
+		if ok {
+			ss, ok = c.ses.decode(ck.Value, now)
+		}
+		if !ok {
+			c.toLogin(w, r, "")
+			return
+		}
+		p, err := c.svc.Auth.KeyPrincipal(r.Context(), ss.KeyID)
+		if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED {
+			clearCookie(w, r)
+			c.toLogin(w, r, "revoked")
+			return
+		}
+		if err != nil {
+			c.fail(w, r, nil, err)
+			return
+		}
+		q := &req{w: w, r: r, p: p, ss: ss}
+		if rl := c.svc.RateLimiter; rl != nil {
+			if allowed, wait := rl.Allow(p.KeyID, now); !allowed {
+				secs := max(int((wait+time.Second-1)/time.Second), 1)
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				c.fail(w, r, q, &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
+					Message: "rate limit exceeded for this key; retry after " + strconv.Itoa(secs) + "s"})
+				return
+			}
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if err := r.ParseForm(); err != nil {
+				c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read"))
+				return
+			}
+			if crossSite(r) || !c.ses.checkCSRF(ss, r.PostForm.Get("csrf")) {
+				c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EFORBIDDEN,
+					"this form is stale or did not come from this console (CSRF check failed); reload the page and try again"))
+				return
+			}
+		}
+		if c.ses.needsRenewal(ss, now) {
+			q.ss = c.ses.renewed(ss, now)
+			c.ses.setCookie(w, r, q.ss)
+		}
+		if err := h(q); err != nil {
+			c.fail(w, r, q, err)
+		}
+	}
+}
+
+// crossSite reports a request a browser marks as coming from another site.
+func crossSite(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") == "cross-site"
+}
+
+// toLogin sends a caller without a session to the sign-in page, then back.
+func (c *Console) toLogin(w http.ResponseWriter, r *http.Request, why string) {
+	v := url.Values{}
+	if r.Method == http.MethodGet && r.URL.Path != "/console/" {
+		v.Set("next", r.URL.RequestURI())
+	}
+	if why != "" {
+		v.Set("why", why)
+	}
+	to := "/console/login"
+	if len(v) > 0 {
+		to += "?" + v.Encode()
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// safeNext accepts only a path inside the console as a post-sign-in
+// destination (no open redirect).
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/console/") || strings.ContainsAny(next, "\\\r\n") || strings.HasPrefix(next, "/console//") {
+		return "/console/"
+	}
+	return next
+}
+
+func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
+	msg := ""
+	switch r.URL.Query().Get("why") {
+	case "revoked":
+		msg = "Your session ended: its API key was revoked or no longer exists."
+	case "out":
+		msg = "You are signed out."
+	}
+	c.render(w, r, http.StatusOK, "login", &page{Title: "Sign in", Flash: msg,
+		Data: loginData{Next: safeNext(r.URL.Query().Get("next"))}})
+}
+
+type loginData struct{ Next string }
+
+// login checks the pasted key once and starts a session naming its id.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read"))
+		return
+	}
+	// A browser marks a form posted from another site; signing a person in
+	// from elsewhere (login CSRF) is refused.
+	if crossSite(r) {
+		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "sign in from this console's own page"))
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	key := strings.TrimSpace(r.PostForm.Get("api_key"))
+	again := func(status int, msg string) {
+		c.render(w, r, status, "login", &page{Title: "Sign in", Error: msg, Data: loginData{Next: next}})
+	}
+	if !strings.HasPrefix(key, auth.KeyPrefix) {
+		again(http.StatusUnauthorized, "Paste an API key (it starts with "+auth.KeyPrefix+"); tokens cannot start a console session.")
+		return
+	}
+	p, err := c.svc.Auth.Authenticate(r.Context(), key)
+	switch gpuproxy.ErrorCode(err) {
+	case "":
+	case gpuproxy.EUNAUTHORIZED:
+		again(http.StatusUnauthorized, "That key was not accepted: it is unknown or revoked.")
+		return
+	default:
+		c.fail(w, r, nil, err)
+		return
+	}
+	c.ses.setCookie(w, r, c.ses.start(p.KeyID, c.opts.Now()))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logoutForm asks for a POST, so a link elsewhere cannot sign a person out.
+func (c *Console) logoutForm(w http.ResponseWriter, r *http.Request) {
+	c.signedIn(func(q *req) error {
+		c.render(w, r, http.StatusOK, "logout", c.newPage(q, "Sign out", ""))
+		return nil
+	})(w, r)
+}
+
+// logout ends the session in this browser. A request without a valid
+// session has nothing to end and is sent to the sign-in page.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if ck, err := r.Cookie(cookieName); err != nil || !c.validSession(ck.Value) {
+		clearCookie(w, r)
+		http.Redirect(w, r, "/console/login?why=out", http.StatusSeeOther)
+		return
+	}
+	c.signedIn(func(q *req) error {
+		clearCookie(w, r)
+		http.Redirect(w, r, "/console/login?why=out", http.StatusSeeOther)
+		return nil
+	})(w, r)
+}
+
+func (c *Console) validSession(tok string) bool {
+	_, ok := c.ses.decode(tok, c.opts.Now())
+	return ok
+}
+
+// target is the account a page shows: the caller's own, or — for admin
+// keys only — the one named by ?account=. A non-admin naming another
+// account gets not found, as in the API.
+func (c *Console) target(q *req) (id int64, name string, err error) {
+	n := q.r.FormValue("account")
+	if n == "" || n == q.p.AccountName {
+		return q.p.AccountID, q.p.AccountName, nil
+	}
+	if !q.p.Has(gpuproxy.ScopeAdmin) {
+		return 0, "", gpuproxy.Errorf(gpuproxy.ENOTFOUND, "account %q not found", n)
+	}
+	a, err := c.svc.Auth.Account(q.r.Context(), n)
+	return a.ID, a.Name, err
+}
+
+// fail renders err as an error page with its HTTP status; internal
+// errors are logged and shown as "internal error".
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, q *req, err error) {
+	code := gpuproxy.ErrorCode(err)
+	if code == gpuproxy.EUNAUTHORIZED {
+		c.toLogin(w, r, "")
+		return
+	}
+	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE || errors.Is(err, context.DeadlineExceeded) {
+		c.log.Error("console request failed", "path", r.URL.Path, "code", code, "err", err)
+	}
+	status := httpapi.Status(err)
+	var pg *page
+	if q != nil {
+		pg = c.newPage(q, "Error", "")
+	} else {
+		pg = &page{}
+	}
+	pg.Title = http.StatusText(status)
+	pg.Data = errorData{Status: status, Code: code, Message: gpuproxy.ErrorMessage(err)}
+	c.render(w, r, status, "error", pg)
+}
+
+type errorData struct {
+	Status  int
+	Code    string
+	Message string
+}

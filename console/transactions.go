@@ -1,0 +1,163 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
+)
+
+// filterKeys are the API's ledger filters, kept in links and forms.
+var filterKeys = []string{"from", "to", "type", "provider", "instance_id"}
+
+type transactionsData struct {
+	Filter    map[string]string
+	Limit     int
+	Types     []billing.Type
+	Providers []string
+	Entries   []billing.Entry
+	Totals    billing.Totals
+	Paged     bool   // a page after the first
+	NextLink  string // "" on the last page
+	FirstLink string
+	PageCSV   string // this page as CSV
+	AllCSV    string // every matching entry as CSV
+}
+
+// ledgerQuery parses the API's filters (from, to, type, provider,
+// instance_id, limit, cursor) with the API's own parser, for the account
+// the page shows.
+func (c *Console) ledgerQuery(q *req) (billing.Filter, string, error) {
+	if !q.p.Has(gpuproxy.ScopeBillingRead) {
+		return billing.Filter{}, "", q.p.Require(gpuproxy.ScopeBillingRead)
+	}
+	v := q.r.URL.Query()
+	f, err := httpapi.LedgerFilter(v.Get)
+	if err != nil {
+		return f, "", err
+	}
+	var name string
+	if f.AccountID, name, err = c.target(q); err != nil {
+		return f, "", err
+	}
+	if f.Limit == 0 {
+		f.Limit = c.opts.PageSize
+	}
+	return f, name, nil
+}
+
+func (c *Console) transactions(q *req) error {
+	f, name, err := c.ledgerQuery(q)
+	if err != nil {
+		return err
+	}
+	ctx := q.r.Context()
+	pg := c.newPage(q, "Transactions", "transactions")
+	pg.Target = name
+	if pg.Admin {
+		if pg.Accounts, err = c.accountNames(ctx); err != nil {
+			return err
+		}
+	}
+	pageRes, err := c.svc.Ledger.Transactions(ctx, f)
+	if err != nil {
+		return err
+	}
+	v := q.r.URL.Query()
+	d := transactionsData{Filter: map[string]string{}, Limit: f.Limit, Entries: pageRes.Entries,
+		Totals: pageRes.Totals, Paged: f.After != nil,
+		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}}
+	if c.svc.Fleet != nil {
+		d.Providers = c.svc.Fleet.ProviderNames()
+	}
+	keep := url.Values{}
+	for _, k := range filterKeys {
+		if s := v.Get(k); s != "" {
+			d.Filter[k] = s
+			keep.Set(k, s)
+		}
+	}
+	if name != q.p.AccountName {
+		keep.Set("account", name)
+	}
+	keep.Set("limit", strconv.Itoa(f.Limit))
+	d.FirstLink = "/console/transactions?" + keep.Encode()
+	all := cloneValues(keep)
+	all.Del("limit")
+	all.Set("all", "1")
+	d.AllCSV = "/console/transactions.csv?" + all.Encode()
+	this := cloneValues(keep)
+	if cur := v.Get("cursor"); cur != "" {
+		this.Set("cursor", cur)
+	}
+	d.PageCSV = "/console/transactions.csv?" + this.Encode()
+	if pageRes.Next != "" {
+		next := cloneValues(keep)
+		next.Set("cursor", pageRes.Next)
+		d.NextLink = "/console/transactions?" + next.Encode()
+	}
+	pg.Data = d
+	c.render(q.w, q.r, http.StatusOK, "transactions", pg)
+	return nil
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// transactionsCSV writes exactly the rows the same query shows, in the
+// API's export format (billing.TransactionsCSV: the account, UTC
+// date-times, amounts signed by cost, GPU columns): this page (same
+// filters, size and cursor), or with all=1 every entry the filters match,
+// read in pages so memory stays flat.
+func (c *Console) transactionsCSV(q *req) error {
+	f, name, err := c.ledgerQuery(q)
+	if err != nil {
+		return err
+	}
+	ctx := q.r.Context()
+	var entries []billing.Entry
+	all := q.r.URL.Query().Get("all") == "1"
+	if !all {
+		p, err := c.svc.Ledger.Transactions(ctx, f)
+		if err != nil {
+			return err
+		}
+		entries = p.Entries
+	}
+	fname := "transactions-" + name + ".csv"
+	if !all {
+		fname = "transactions-" + name + "-page.csv"
+	}
+	h := q.w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="`+fname+`"`)
+	h.Set("Cache-Control", "no-store")
+	q.w.WriteHeader(http.StatusOK)
+	cw := billing.NewTransactionsCSV(q.w)
+	if all {
+		f.After = nil
+		err = c.svc.Ledger.Each(ctx, f, cw.Write)
+	} else {
+		for _, e := range entries {
+			if err = cw.Write(e); err != nil {
+				break
+			}
+		}
+	}
+	if ferr := cw.Flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		// The header is sent; a truncated file is all that can signal it.
+		c.log.Error("console CSV export failed", "err", err)
+	}
+	return nil
+}
