@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -31,6 +32,7 @@ type app struct {
 	providers []providers.Provider
 	gate      *guardrails.ProxyGate
 	proxy     *proxy.Proxy
+	alerts    *alerts.Service
 	closers   []io.Closer
 }
 
@@ -48,7 +50,10 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	}
 	a.guard = guardrails.New(e.store, guardrails.Options{Defaults: ws, Horizon: e.cfg.Horizon, Logger: log,
 		LeaseExpiry: e.cfg.Proxy.LeaseExpiry,
-		OnDecision:  a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError})
+		OnDecision:  a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError, OnRefusal: a.refused})
+	if err := a.newAlerts(sandboxProviders != nil); err != nil {
+		return nil, err
+	}
 	a.meterer = billing.NewMeterer(e.store, billing.MeterOptions{Interval: e.cfg.MeteringInterval, Logger: log,
 		OnCharge: func(m gpuproxy.Micros) { a.metrics.MeteredCharge(int64(m)) }})
 	a.providers = sandboxProviders
@@ -62,7 +67,7 @@ func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders 
 	a.fleet = fleet.New(e.store, a.guard, a.providers, fleet.Options{OfferCacheTTL: fc.OfferCacheTTL,
 		PollInterval: fc.PollInterval, ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace,
 		StartTimeout: fc.StartTimeout, OrphanPolicy: fc.OrphanPolicy, Logger: log, Leader: e.store.WithLeader,
-		Ledger: e.ledger, KillMargin: fc.KillMargin, OnKillSwitch: a.metrics.KillSwitchDestroy,
+		Ledger: e.ledger, KillMargin: fc.KillMargin, OnKillSwitch: a.killSwitch,
 		OnTagMismatch: a.metrics.TagMismatch})
 	pc := e.cfg.Proxy
 	cost, err := pc.requestCost()
@@ -100,6 +105,7 @@ func (a *app) services() server.Services {
 		Ledger:      a.ledger,
 		Fleet:       a.fleet,
 		Meterer:     a.meterer,
+		Alerts:      a.alerts,
 		Store:       a.store,
 		RateLimiter: auth.NewSharedRateLimiter(a.cfg.RateLimit, auth.RateLimitOptions{Store: a.store.SharedRateBuckets(), Logger: a.log}),
 		Metrics:     a.metrics,

@@ -30,6 +30,7 @@ type config struct {
 	Fleet            fleetConf     `yaml:"fleet"`
 	Proxy            proxyConf     `yaml:"proxy"`
 	Metrics          metricsConf   `yaml:"metrics"`
+	Alerts           alertsConf    `yaml:"alerts"`
 }
 
 // metricsConf configures /metrics: on its own listen address (then not on

@@ -56,6 +56,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return cmdLimits(ctx, rest, getenv, stdout)
 	case "credits":
 		return cmdCredits(ctx, rest, getenv, stdout)
+	case "alerts":
+		return cmdAlerts(ctx, rest, getenv, stdout)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "gpuproxy", version)
 		return nil
@@ -83,5 +85,8 @@ const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; D
   keys revoke --account NAME KEY_ID
   limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]
   credits add --account NAME --amount USD [--description TEXT]
+  alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret]
+                                              budget alert webhook; prints the signing secret once
+  alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]
   version
 `

@@ -56,6 +56,7 @@ func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 	var wg sync.WaitGroup
 	wg.Go(func() { a.meterer.Run(bg) })
 	wg.Go(func() { a.fleet.Run(bg) })
+	wg.Go(func() { a.alerts.Run(bg) })
 	defer func() { stop(); wg.Wait() }()
 	return m.ServeStdio(ctx, p, stdin, stdout)
 }
