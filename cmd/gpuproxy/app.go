@@ -31,8 +31,8 @@ type app struct {
 	fleet     *fleet.Service
 	providers []providers.Provider
 	gate      *guardrails.ProxyGate
-	proxy     *proxy.Proxy
 	alerts    *alerts.Service
+	proxy     *proxy.Proxy
 	closers   []io.Closer
 }
 
@@ -104,8 +104,8 @@ func (a *app) services() server.Services {
 		Guard:       a.guard,
 		Ledger:      a.ledger,
 		Fleet:       a.fleet,
-		Meterer:     a.meterer,
 		Alerts:      a.alerts,
+		Meterer:     a.meterer,
 		Store:       a.store,
 		RateLimiter: auth.NewSharedRateLimiter(a.cfg.RateLimit, auth.RateLimitOptions{Store: a.store.SharedRateBuckets(), Logger: a.log}),
 		Metrics:     a.metrics,

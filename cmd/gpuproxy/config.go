@@ -29,8 +29,8 @@ type config struct {
 	Providers        providersConf `yaml:"providers"`
 	Fleet            fleetConf     `yaml:"fleet"`
 	Proxy            proxyConf     `yaml:"proxy"`
-	Metrics          metricsConf   `yaml:"metrics"`
 	Alerts           alertsConf    `yaml:"alerts"`
+	Metrics          metricsConf   `yaml:"metrics"`
 }
 
 // metricsConf configures /metrics: on its own listen address (then not on

@@ -85,10 +85,10 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	var wg sync.WaitGroup
 	wg.Go(func() { a.meterer.Run(bg) })
 	wg.Go(func() { a.fleet.Run(bg) })
+	wg.Go(func() { a.alerts.Run(bg) })
 
 	log.Info("gpuproxy listening", "addr", ln.Addr().String(), "store", e.store.Dialect(), "version", version,
 		"providers", a.fleet.ProviderNames())
-	wg.Go(func() { a.alerts.Run(bg) })
 	fmt.Fprintf(stdout, "gpuproxy listening on http://%s (store: %s, providers: %v)\n", ln.Addr(), e.store.Dialect(),
 		a.fleet.ProviderNames())
 	if sb != nil {
