@@ -571,3 +571,33 @@ func TestKillSwitchAndRefusalEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestPayload: the JSON body has the window's numbers (used = spent +
+// held + committed) and a text people read (Slack shows it as it is).
+func TestPayload(t *testing.T) {
+	t.Parallel()
+	u := guardrails.Usage{Window: guardrails.Window{Minutes: 60, Limit: 50 * usd}, Spent: 31_500_000, Held: 2 * usd,
+		Committed: 7_250_000}
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	ev, err := alerts.CrossingEvent(7, "acme", u, 800_000, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p alerts.Payload
+	if err := json.Unmarshal(ev.Body, &p); err != nil {
+		t.Fatal(err)
+	}
+	const text = "gpuproxy: account acme has reached 81.5% of its 60-minute limit of $50.00, crossing the 80% alert " +
+		"threshold ($40.75: spent $31.50, held $2.00, committed $7.25; remaining $9.25)."
+	if !strings.HasPrefix(p.ID, "evt_") || p.ID != ev.ID || p.Type != "threshold_crossed" || !p.CreatedAt.Equal(at) ||
+		p.Account != "acme" || p.WindowMinutes != 60 || p.Threshold != 0.8 || p.Window.Used != 40_750_000 ||
+		p.Window.Remaining != 9_250_000 || p.Window.UsedFraction != 0.815 || p.Text != text ||
+		ev.AccountID != 7 || ev.Threshold != 800_000 || ev.Kind != p.Type {
+		t.Fatalf("payload %+v\n%s", p, ev.Body)
+	}
+	ev, err = alerts.RefusalEvent(7, "acme", "proxy", u, 125, 5*time.Minute, at)
+	if err != nil || !strings.Contains(string(ev.Body), `"cost":0.000125`) ||
+		!strings.Contains(string(ev.Body), "refused a proxy call of account acme") {
+		t.Fatalf("refusal: %s %v", ev.Body, err)
+	}
+}

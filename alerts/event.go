@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -69,6 +70,20 @@ func newEventID() string {
 
 func percent(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
 
+// usd renders m for people: "$31.50", "$0.000125" (cents always, more
+// places only when there are more).
+func usd(m gpuproxy.Micros) string {
+	s := m.String()
+	i := strings.IndexByte(s, '.')
+	switch {
+	case i < 0:
+		s += ".00"
+	case len(s)-i == 2:
+		s += "0"
+	}
+	return "$" + s
+}
+
 // event renders p as the outbox event of account.
 func event(accountID int64, p Payload, th gpuproxy.AlertThreshold) (gpuproxy.AlertEvent, error) {
 	body, err := json.Marshal(p)
@@ -84,9 +99,9 @@ func CrossingEvent(accountID int64, account string, u guardrails.Usage, t gpupro
 	w := windowJSON(u)
 	p := Payload{ID: newEventID(), Type: gpuproxy.AlertThresholdCrossed, CreatedAt: at.UTC(), Account: account,
 		WindowMinutes: u.Minutes, Threshold: t.Fraction(), Window: w}
-	p.Text = fmt.Sprintf("gpuproxy: account %s has reached %s of its %d-minute limit of $%s, crossing the %s alert "+
-		"threshold ($%s: spent $%s, held $%s, committed $%s; remaining $%s).", account, percent(w.UsedFraction),
-		u.Minutes, u.Limit, t, w.Used, u.Spent, u.Held, u.Committed, w.Remaining)
+	p.Text = fmt.Sprintf("gpuproxy: account %s has reached %s of its %d-minute limit of %s, crossing the %s alert "+
+		"threshold (%s: spent %s, held %s, committed %s; remaining %s).", account, percent(w.UsedFraction),
+		u.Minutes, usd(u.Limit), t, usd(w.Used), usd(u.Spent), usd(u.Held), usd(u.Committed), usd(w.Remaining))
 	return event(accountID, p, t)
 }
 
@@ -98,8 +113,8 @@ func KillSwitchEvent(accountID int64, account, instance string, u guardrails.Usa
 	p := Payload{ID: newEventID(), Type: gpuproxy.AlertKillSwitch, CreatedAt: at.UTC(), Account: account,
 		WindowMinutes: u.Minutes, Window: w, InstanceID: instance}
 	p.Text = fmt.Sprintf("gpuproxy: the kill switch (on_exceed: destroy) destroyed instance %s of account %s: "+
-		"its %d-minute window is at $%s of its $%s limit (spent $%s, held $%s, committed $%s).", instance, account,
-		u.Minutes, w.Used, u.Limit, u.Spent, u.Held, u.Committed)
+		"its %d-minute window is at %s of its %s limit (spent %s, held %s, committed %s).", instance, account,
+		u.Minutes, usd(w.Used), usd(u.Limit), usd(u.Spent), usd(u.Held), usd(u.Committed))
 	return event(accountID, p, 0)
 }
 
@@ -114,8 +129,9 @@ func RefusalEvent(accountID int64, account, request string, u guardrails.Usage, 
 	if request == "proxy" {
 		what = "a proxy call"
 	}
-	p.Text = fmt.Sprintf("gpuproxy: the spending limit refused %s of account %s: its %d-minute window allows $%s "+
-		"and has spent $%s, held $%s, committed $%s, so $%s did not fit. Further refusals of this window are not "+
-		"reported for %s.", what, account, u.Minutes, u.Limit, u.Spent, u.Held, u.Committed, cost, gap)
+	p.Text = fmt.Sprintf("gpuproxy: the spending limit refused %s of account %s: its %d-minute window allows %s "+
+		"and has spent %s, held %s, committed %s, so %s did not fit. Further refusals of this window are not "+
+		"reported for %s.", what, account, u.Minutes, usd(u.Limit), usd(u.Spent), usd(u.Held), usd(u.Committed),
+		usd(cost), gap)
 	return event(accountID, p, 0)
 }
