@@ -11,6 +11,7 @@ func (s *Server) routes() {
 	e := s.e
 	e.GET("/health", s.health)
 	e.GET("/ready", s.ready)
+	e.GET("/openapi.json", s.openAPI)
 	if !s.opts.NoMetricsRoute {
 		e.GET("/metrics", echoHandler(s.svc.Metrics.MetricsHandler(s.opts.MetricsToken)))
 	}
@@ -50,6 +51,9 @@ func (s *Server) routes() {
 
 	for _, mount := range s.svc.Mount {
 		mount(registrar{s})
+	}
+	for _, r := range s.Routes() { // every route, for operators (and the OpenAPI route test)
+		s.log.Debug("route", "method", r.Method, "path", r.Path)
 	}
 }
 
