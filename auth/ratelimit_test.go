@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -173,28 +174,31 @@ func TestRateLimiterBatches(t *testing.T) {
 // slow make one claim, and share its batch.
 func TestRateLimiterSingleFlight(t *testing.T) {
 	t.Parallel()
-	gate := make(chan struct{})
-	f := &fakeTokens{answer: grant(50, 0), gate: gate}
-	rl := auth.NewSharedRateLimiter(60000, auth.RateLimitOptions{Store: f, Replicas: 20})
-	var allowed atomic.Int64
-	var wg sync.WaitGroup
-	for range 40 {
-		wg.Go(func() {
-			if ok, _ := rl.Allow("k", time.Now()); ok {
-				allowed.Add(1)
-			}
-		})
-	}
-	// Wait until the first claim is in flight and the others queue behind it.
-	for f.count() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	close(gate)
-	wg.Wait()
-	if f.count() != 1 || f.maxInflight != 1 || allowed.Load() != 40 {
-		t.Fatalf("%d claims (at most %d at once), %d allowed; want 1 claim for 40 requests", f.count(), f.maxInflight, allowed.Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		f := &fakeTokens{answer: grant(50, 0), gate: gate}
+		rl := auth.NewSharedRateLimiter(60000, auth.RateLimitOptions{Store: f, Replicas: 20})
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				if ok, _ := rl.Allow("k", time.Now()); ok {
+					allowed.Add(1)
+				}
+			})
+		}
+		// Every request is parked: one claim in flight, the others behind it.
+		synctest.Wait()
+		claims := f.count()
+		close(gate)
+		wg.Wait()
+		if claims != 1 {
+			t.Fatalf("%d claims while one was in flight, want 1", claims)
+		}
+		if f.count() != 1 || f.maxInflight != 1 || allowed.Load() != 40 {
+			t.Fatalf("%d claims (at most %d at once), %d allowed; want 1 claim for 40 requests", f.count(), f.maxInflight, allowed.Load())
+		}
+	})
 }
 
 // syncBuffer is a log sink safe for concurrent writers.

@@ -13,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 // leaseStack is one account on real stores with a gate per replica.
@@ -153,7 +154,7 @@ func TestProxyLeaseSettlement(t *testing.T) {
 				t.Fatalf("during the lease: spent %s, held %s; want a hold and nothing spent yet", u.Spent, u.Held)
 			}
 			clk.advance(1500 * time.Millisecond)
-			waitFor(t, func() bool { u := st.spending(t); return u.Held == 0 })
+			poll.Until(t, 10*time.Second, "the lease is settled", func() bool { u := st.spending(t); return u.Held == 0 })
 			u := st.spending(t)
 			if u.Spent != 100_000 {
 				t.Fatalf("spent %s, want 5 charged calls × $0.02 = $0.10", u.Spent)
@@ -223,17 +224,6 @@ func TestProxyLeaseRefusalNamesWindow(t *testing.T) {
 	}
 	if _, err := st.gates[0].Admit(ctx, st.acct, 0); err != nil {
 		t.Fatalf("a free call under the limit: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -6,11 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 // spendStore is a hand-written fake of guardrails.Store that serves a
@@ -194,29 +196,29 @@ func TestProxyGateRefusalDetails(t *testing.T) {
 // a stale snapshot cause exactly one store read.
 func TestProxyGateSharesOneRead(t *testing.T) {
 	t.Parallel()
-	g, st, _, _ := newGate(t, 0)
-	st.gate = make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for range 100 {
-		wg.Go(func() { errs <- g.Check(context.Background(), 7, usd) })
-	}
-	// Wait until the read is in flight, give the others time to queue.
-	for st.reads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	close(st.gate)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		g, st, _, _ := newGate(t, 0)
+		st.gate = make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 100)
+		for range 100 {
+			wg.Go(func() { errs <- g.Check(context.Background(), 7, usd) })
 		}
-	}
-	if st.reads.Load() != 1 {
-		t.Fatalf("store reads = %d, want 1 shared read", st.reads.Load())
-	}
+		// Every caller is parked: one read in flight, the others waiting on it.
+		synctest.Wait()
+		inFlight := st.reads.Load()
+		close(st.gate)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if inFlight != 1 || st.reads.Load() != 1 {
+			t.Fatalf("store reads = %d while callers waited, %d in all; want 1 shared read", inFlight, st.reads.Load())
+		}
+	})
 }
 
 // TestProxyGateCallerCancelDoesNotPoisonRead: a caller that gives up while
@@ -229,9 +231,7 @@ func TestProxyGateCallerCancelDoesNotPoisonRead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() { first <- g.Check(ctx, 1, 0) }()
-	for st.reads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the shared read starts", func() bool { return st.reads.Load() > 0 })
 	second := make(chan error, 1)
 	go func() { second <- g.Check(context.Background(), 1, 0) }()
 	cancel()

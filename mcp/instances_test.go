@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/mcp"
 )
 
@@ -123,7 +124,8 @@ func TestInstanceLifecycle(t *testing.T) {
 			if !strings.Contains(text(res), inst.ID) {
 				t.Fatalf("text does not name the instance:\n%s", text(res))
 			}
-			time.Sleep(50 * time.Millisecond) // notifications may trail the result on SSE streams
+			// Notifications may trail the result on SSE streams.
+			poll.Wait(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) > 0 })
 			mu.Lock()
 			n := len(progress)
 			okTok := n > 0 && progress[0].ProgressToken == "tok-"+via

@@ -13,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/mcp"
 )
 
@@ -114,6 +115,10 @@ func TestSubscription(t *testing.T) {
 	_, other := s.key("other", "engineer")
 	for _, via := range transports {
 		t.Run(via, func(t *testing.T) {
+			// The previous transport's subscription has ended.
+			poll.Until(t, 10*time.Second, "the previous subscription ends", func() bool {
+				return !s.mcp.SpendWatchedForTest(p.AccountID)
+			})
 			updated := make(chan string, 10)
 			cs := s.connect(via, key, &sdk.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, r *sdk.ResourceUpdatedNotificationRequest) {
 				updated <- r.Params.URI
@@ -123,7 +128,12 @@ func TestSubscription(t *testing.T) {
 			if err := cs.Subscribe(ctx, &sdk.SubscribeParams{URI: mcp.SpendingURI}); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(200 * time.Millisecond) // the subscription is registered (listen streams are asynchronous)
+			// The listen stream the new protocol opens for a subscription is
+			// registered asynchronously: wait until the server has it and
+			// has taken its baseline, so the checks below see a live stream.
+			poll.Until(t, 10*time.Second, "the server registers the subscription", func() bool {
+				return s.mcp.SpendWatchedForTest(p.AccountID)
+			})
 			// Another account's spend must not notify this one.
 			charge(t, s, other.AccountID, 1)
 			select {

@@ -10,6 +10,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -103,7 +104,12 @@ func TestCallTimeoutsAndFailures(t *testing.T) {
 	}
 	// The caller's own cancellation is reported as such.
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	sent := s.Requests()
+	go func() {
+		// Once the request is at the instance (at most 5 s).
+		poll.Wait(5*time.Second, func() bool { return s.Requests() > sent })
+		cancel()
+	}()
 	_, _, _, err = e.proxy.Call(cctx, invoker(e.acct.ID), s.URL()+"/v1/chat/completions", "POST", nil, chatBody(true, "x"))
 	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		gpuproxy.ErrorCode(err) != proxy.CodeUpstreamTimeout {

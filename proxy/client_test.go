@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -22,16 +23,20 @@ import (
 func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{})
-	var conns atomic.Int64
+	var conns, closed atomic.Int64
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+		case http.StateClosed:
+			closed.Add(1)
 		}
 	}
+	// Past the proxy's probeAfter, so the pool checks the connection.
 	up.Config.IdleTimeout = 300 * time.Millisecond
 	up.Start()
 	defer up.Close()
@@ -49,7 +54,7 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	}
 	// Idle past the instance's timeout: the closed connection is found
 	// by the probe before a POST is written to it.
-	time.Sleep(600 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the instance closes the idle connection", func() bool { return closed.Load() == 1 })
 	if r := post("gpi_ka"); r.status != 200 {
 		t.Fatalf("POST after the instance closed the idle connection: %d %s", r.status, r.body)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -57,7 +58,11 @@ func TestUpstreamFailures(t *testing.T) {
 	drop := sim(t)
 	drop.SetHang(true)
 	e.fleet.add(e.acct.ID, "gpi_drop", drop.URL())
-	go func() { time.Sleep(200 * time.Millisecond); drop.Close() }()
+	go func() {
+		// Once the request hangs there (at most 5 s: a miss fails below).
+		poll.Wait(5*time.Second, func() bool { return drop.Requests() > 0 })
+		drop.Close()
+	}()
 	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_drop/v1/models", nil, nil); r.status != 502 {
 		t.Fatalf("dropped connection: %d %s", r.status, r.body)
 	}
@@ -98,7 +103,9 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatal(st)
 	}
 	failing.Store(false)
-	time.Sleep(350 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool {
+		return e.proxy.BreakerState("gpi_5xx") == "half-open"
+	})
 	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil); r.status != 200 {
 		t.Fatalf("after recovery: %d %s", r.status, r.body)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -123,7 +124,8 @@ func TestUsageStoreFailureRetries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The first write and a retry are refused.
+	poll.Until(t, 5*time.Second, "the recorder retries a refused write", func() bool { return st.inserts.Load() >= 2 })
 	st.setFail(false)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 )
@@ -518,7 +519,7 @@ func TestBreaker(t *testing.T) {
 	if sim.Count("") != before {
 		t.Fatal("a request reached the sim through an open breaker")
 	}
-	time.Sleep(170 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
 	if _, err := a.List(ctx); err != nil {
 		t.Fatalf("after open period: %v", err)
 	}

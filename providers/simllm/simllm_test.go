@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 func startInference(t *testing.T) *Server {
@@ -128,7 +130,7 @@ func TestInferenceHangAndClose(t *testing.T) {
 		_, err := http.Get(s.URL() + "/v1/models")
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool { return s.Requests() == 3 })
 	s.Close()
 	select {
 	case err := <-errc:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -161,7 +162,7 @@ func TestBreakerOpensFailsFastAndRecovers(t *testing.T) {
 	wantKind(t, err, providers.KindUnavailable)
 
 	sim.ClearFaults()
-	time.Sleep(170 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
 	if _, err := a.Search(ctx, providers.SearchFilter{Limit: 1}); err != nil {
 		t.Fatalf("after recovery: %v", err)
 	}

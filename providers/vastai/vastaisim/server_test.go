@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 const testKey = "sim-test-key-0123456789"
@@ -553,7 +555,9 @@ func TestStartAndClose(t *testing.T) {
 		_, err := http.Get(base + "/api/v1/instances/")
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool {
+		return s.CountRequests("GET", "/api/v1/instances/") == 1
+	})
 	s.Close()
 	s.Close()
 	select {
