@@ -11,6 +11,7 @@ import (
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/console"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/providers"
@@ -111,6 +112,9 @@ func (a *app) services() server.Services {
 		Metrics:     a.metrics,
 		Mount:       []func(server.Registrar){a.proxy.Mount},
 	}
+	// The web console at /console/: the same services and per-key rate limit.
+	svc.Mount = append(svc.Mount, console.New(console.Services{Auth: a.auth, Guard: a.guard, Ledger: a.ledger,
+		Fleet: a.fleet, RateLimiter: svc.RateLimiter}, console.Options{Secret: []byte(a.cfg.ConsoleSecret), Logger: a.log}).Mount)
 	for _, p := range a.providers {
 		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
 			if st := p.BreakerState(); st == "open" {

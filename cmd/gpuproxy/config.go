@@ -21,6 +21,7 @@ type config struct {
 	Listen           string        `yaml:"listen"`
 	DatabaseURL      string        `yaml:"database_url"`
 	JWTSecret        string        `yaml:"jwt_secret"`
+	ConsoleSecret    string        `yaml:"console_secret"` // signs web console sessions (console.Options.Secret)
 	RateLimit        int           `yaml:"rate_limit_per_minute"`
 	Horizon          time.Duration `yaml:"horizon"`
 	Limits           []limitConfig `yaml:"limits"`
@@ -176,6 +177,7 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 		{"DATABASE_URL", str(&c.DatabaseURL)},
 		{"GPUPROXY_LISTEN", str(&c.Listen)},
 		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
+		{"GPUPROXY_CONSOLE_SECRET", str(&c.ConsoleSecret)},
 		{"GPUPROXY_LOG_LEVEL", str(&c.LogLevel)},
 		{"GPUPROXY_METRICS_LISTEN", str(&c.Metrics.Listen)},
 		{"GPUPROXY_METRICS_TOKEN", str(&c.Metrics.Token)},

@@ -93,7 +93,9 @@ Then try:
   curl -s -H "X-API-Key: $GPUPROXY_API_KEY" %s/api/v1/gpu/instances
   curl -s -H "X-API-Key: $GPUPROXY_ADMIN_KEY" %s/api/v1/billing/transactions
 
-`, admin, asst, base, base, base, base, base)
+Web console: %s/console/ (sign in by pasting either key)
+
+`, admin, asst, base, base, base, base, base, base)
 	return nil
 }
 
