@@ -254,6 +254,8 @@ func TestCrossingsOncePerReplicaSet(t *testing.T) {
 			if err != nil || len(ds) != len(want) {
 				t.Fatalf("deliveries: %d %v", len(ds), err)
 			}
+			t.Logf("%d replicas, %d evaluations of the account (window reads under its lock): %d POSTs for %d crossings, "+
+				"every signature valid", c.replicas, st.reads.Load(), len(posts), len(want))
 			for _, d := range ds {
 				if d.Status != gpuproxy.AlertDelivered || d.Attempts != 1 || d.LastStatus != http.StatusNoContent {
 					t.Fatalf("delivery %+v", d)
