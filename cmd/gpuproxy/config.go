@@ -140,28 +140,57 @@ func defaultConfig() config {
 		LogLevel: "info"}
 }
 
-// loadConfig reads path (if not empty) and applies environment overrides.
+// loadConfig is the configuration: the defaults, then the file at path (if
+// not empty), then the environment's overrides, validated.
 func loadConfig(path string, getenv func(string) string) (config, error) {
 	c := defaultConfig()
-	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return c, fmt.Errorf("reading config: %w", err)
-		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&c); err != nil {
-			return c, fmt.Errorf("parsing %s: %w", path, err)
-		}
+	if err := c.readFile(path); err != nil {
+		return c, err
 	}
-	env := func(name string, set func(string) error) error {
-		if v := getenv(name); v != "" {
-			if err := set(v); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-		}
+	if err := c.applyEnv(getenv); err != nil {
+		return c, err
+	}
+	err := c.validate() // sets c.Proxy.allowNets: not in the return statement
+	return c, err
+}
+
+// readFile decodes the YAML file at path over c; unknown keys are errors.
+func (c *config) readFile(path string) error {
+	if path == "" {
 		return nil
 	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return nil
+}
+
+// envOverride sets a config field from one environment variable.
+type envOverride struct {
+	name string
+	set  func(string) error
+}
+
+// applyEnv applies each environment variable that is set over c.
+func (c *config) applyEnv(getenv func(string) string) error {
+	for _, e := range c.envOverrides() {
+		if v := getenv(e.name); v != "" {
+			if err := e.set(v); err != nil {
+				return fmt.Errorf("%s: %w", e.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// envOverrides lists the environment variables that override c's fields.
+func (c *config) envOverrides() []envOverride {
 	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
 	dur := func(dst *time.Duration) func(string) error {
 		return func(v string) error {
@@ -170,10 +199,7 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 			return err
 		}
 	}
-	for _, e := range []struct {
-		name string
-		set  func(string) error
-	}{
+	return []envOverride{
 		{"DATABASE_URL", str(&c.DatabaseURL)},
 		{"GPUPROXY_LISTEN", str(&c.Listen)},
 		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
@@ -219,35 +245,36 @@ func loadConfig(path string, getenv func(string) string) (config, error) {
 			}
 			return err
 		}},
-	} {
-		if err := env(e.name, e.set); err != nil {
-			return c, err
-		}
 	}
+}
+
+// validate checks the values no field type can, and parses the proxy's
+// allowed networks.
+func (c *config) validate() error {
 	if c.Horizon <= 0 {
-		return c, fmt.Errorf("horizon must be positive")
+		return fmt.Errorf("horizon must be positive")
 	}
 	if c.MeteringInterval <= 0 {
-		return c, fmt.Errorf("metering_interval must be positive")
+		return fmt.Errorf("metering_interval must be positive")
 	}
 	if _, err := c.Proxy.requestCost(); err != nil {
-		return c, fmt.Errorf("proxy.request_cost: %w", err)
+		return fmt.Errorf("proxy.request_cost: %w", err)
 	}
 	if c.Proxy.MaxRequestBody > 1<<20 {
-		return c, fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
+		return fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
 	}
 	nets, err := parseNetworks(c.Proxy.AllowNetworks)
 	if err != nil {
-		return c, fmt.Errorf("proxy.allow_networks: %w", err)
+		return fmt.Errorf("proxy.allow_networks: %w", err)
 	}
 	c.Proxy.allowNets = nets
 	if c.Fleet.KillMargin < 0 {
-		return c, fmt.Errorf("fleet.kill_margin must not be negative")
+		return fmt.Errorf("fleet.kill_margin must not be negative")
 	}
 	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
-		return c, fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
+		return fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
 	}
-	return c, nil
+	return nil
 }
 
 // windows returns the default limit windows.
