@@ -1,7 +1,7 @@
 // Package app builds gpuproxy's service graph in one place: the store, auth,
 // guard rails and proxy gate, ledger and meterer, budget alerts, provider
-// adapters, fleet, inference proxy, MCP server and HTTP server, from a
-// Config of values. The
+// adapters, fleet, inference proxy, MCP server, web console and HTTP server,
+// from a Config of values. The
 // binary (cmd/gpuproxy), the proxy benchmark and the end-to-end tests all use
 // it; none reads the environment or a file here (cmd/gpuproxy does).
 package app
@@ -20,6 +20,7 @@ import (
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/console"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
@@ -64,7 +65,9 @@ type Config struct {
 	Fleet  fleet.Options
 	Proxy  proxy.Options
 	MCP    mcp.Options
-	Server server.Options
+	// Console configures the web console (its Secret signs sessions).
+	Console console.Options
+	Server  server.Options
 
 	// Seams for tests and benchmarks; production leaves them zero.
 
@@ -93,6 +96,7 @@ type App struct {
 	Gate      *guardrails.ProxyGate
 	Proxy     *proxy.Proxy
 	MCP       *mcp.Server
+	Console   *console.Console
 	Server    *server.Server
 
 	log       *slog.Logger
@@ -132,7 +136,13 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.Fleet = fleet.New(a.Store, a.Guard, a.Providers, a.fleetOptions(c.Fleet))
 	a.Proxy = a.proxy(c)
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
-	a.Server = server.New(a.serverServices(c.RateLimit), a.serverOptions(c))
+	// One limiter: REST, MCP, the proxy and the console count against the
+	// same per-key limit.
+	limiter := auth.NewSharedRateLimiter(c.RateLimit,
+		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
+	a.Console = console.New(console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
+		RateLimiter: limiter}, a.consoleOptions(c.Console))
+	a.Server = server.New(a.serverServices(limiter), a.serverOptions(c))
 	return a, nil
 }
 
@@ -268,21 +278,28 @@ func (a *App) mcpOptions(c Config) mcp.Options {
 	return o
 }
 
-// serverServices are what the HTTP server calls: the proxy and MCP mounted
-// behind its auth and rate limit, and each provider's breaker in /ready.
-func (a *App) serverServices(rateLimit int) server.Services {
+func (a *App) consoleOptions(o console.Options) console.Options {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	return o
+}
+
+// serverServices are what the HTTP server calls: the proxy, the console and
+// MCP mounted behind its auth and rate limit, and each provider's breaker in
+// /ready.
+func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 	svc := server.Services{
-		Auth:    a.Auth,
-		Guard:   a.Guard,
-		Ledger:  a.Ledger,
-		Fleet:   a.Fleet,
-		Alerts:  a.Alerts,
-		Meterer: a.Meterer,
-		Store:   a.Store,
-		RateLimiter: auth.NewSharedRateLimiter(rateLimit,
-			auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log}),
-		Metrics: a.Metrics,
-		Mount:   []func(server.Registrar){a.Proxy.Mount, a.MCP.Mount},
+		Auth:        a.Auth,
+		Guard:       a.Guard,
+		Ledger:      a.Ledger,
+		Fleet:       a.Fleet,
+		Alerts:      a.Alerts,
+		Meterer:     a.Meterer,
+		Store:       a.Store,
+		RateLimiter: limiter,
+		Metrics:     a.Metrics,
+		Mount:       []func(server.Registrar){a.Proxy.Mount, a.Console.Mount, a.MCP.Mount},
 	}
 	for _, p := range a.Providers {
 		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
