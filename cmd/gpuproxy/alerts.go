@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
-	"github.com/aiserve/gpuproxy/guardrails"
 )
 
 // alertsConf configures budget alerts (alerts.Options); zero values take
@@ -39,33 +37,6 @@ func (c alertsConf) options() (alerts.Options, error) {
 	}
 	return alerts.Options{EvalInterval: c.EvalInterval, SendInterval: c.SendInterval, Timeout: c.Timeout,
 		RetryMin: c.RetryMin, RetryMax: c.RetryMax, RetryFor: c.RetryFor, RefusalGap: c.RefusalGap}, nil
-}
-
-// newAlerts builds the budget alert service of a; sandbox lets webhooks
-// reach loopback.
-func (a *app) newAlerts(sandbox bool) error {
-	o, err := a.cfg.Alerts.options()
-	if err != nil {
-		return err
-	}
-	o.AllowNetworks, o.Logger = a.cfg.Proxy.networks(sandbox), a.log
-	a.alerts = alerts.New(a.store, a.guard, o)
-	return nil
-}
-
-// refused is guardrails.Options.OnRefusal: refusals become alert events.
-func (a *app) refused(accountID int64, snap guardrails.Snapshot, cost gpuproxy.Micros, proxy bool) {
-	if a.alerts != nil {
-		a.alerts.Refused(accountID, snap, cost, proxy)
-	}
-}
-
-// killSwitch is fleet.Options.OnKillSwitch: counted, and an alert event.
-func (a *app) killSwitch(accountID int64, instanceID string) {
-	a.metrics.KillSwitchDestroy(accountID, instanceID)
-	if a.alerts != nil {
-		a.alerts.KillSwitch(accountID, instanceID)
-	}
 }
 
 func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -95,18 +66,13 @@ func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, s
 			th = append(th, v)
 		}
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	e, err := openCLI(ctx, *f.config, getenv)
 	if err != nil {
 		return err
 	}
-	defer e.store.Close()
-	o, err := e.cfg.Alerts.options()
-	if err != nil {
-		return err
-	}
-	o.AllowNetworks, o.Logger = e.cfg.Proxy.networks(false), slog.New(slog.DiscardHandler)
-	svc := alerts.New(e.store, e.guard, o) // not run: set and list only
-	a, err := e.auth.Account(ctx, *account)
+	defer e.Close()
+	svc := e.Alerts // not run: set and list only
+	a, err := e.Auth.Account(ctx, *account)
 	if err != nil {
 		return cliErr(err)
 	}

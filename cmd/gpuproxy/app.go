@@ -3,141 +3,103 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"time"
+	"sync"
 
-	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
+	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
 )
 
-// app is the whole wired service: every package gets its configuration as
-// values here and nowhere else.
-type app struct {
-	*env
-	log       *slog.Logger
-	metrics   *server.Metrics
-	guard     *guardrails.Service
-	meterer   *billing.Meterer
-	fleet     *fleet.Service
-	providers []providers.Provider
-	gate      *guardrails.ProxyGate
-	alerts    *alerts.Service
-	proxy     *proxy.Proxy
-	closers   []io.Closer
+// appConfig is the service graph's configuration (internal/app) from the
+// loaded config: every package gets its settings as values here. sandbox
+// lets the proxy reach the simulators' instances on loopback.
+func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
+	ws, err := c.windows()
+	if err != nil {
+		return app.Config{}, err
+	}
+	cost, err := c.Proxy.requestCost()
+	if err != nil {
+		return app.Config{}, fmt.Errorf("proxy.request_cost: %w", err)
+	}
+	fc, pc := c.Fleet, c.Proxy
+	ao, err := c.Alerts.options()
+	if err != nil {
+		return app.Config{}, err
+	}
+	// Webhooks reach the proxy's allowed networks too.
+	ao.AllowNetworks = pc.networks(sandbox)
+	return app.Config{
+		Database:  db.Options{URL: c.DatabaseURL},
+		Logger:    log,
+		Version:   version,
+		Auth:      auth.Options{JWTSecret: []byte(c.JWTSecret)},
+		RateLimit: c.RateLimit,
+		Guard:     guardrails.Options{Defaults: ws, Horizon: c.Horizon, LeaseExpiry: pc.LeaseExpiry},
+		Gate:      guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge, LeaseSpan: pc.LeaseSpan},
+		Meter:     billing.MeterOptions{Interval: c.MeteringInterval},
+		Alerts:    ao,
+		VastAI: vastai.Options{BaseURL: c.Providers.VastAI.BaseURL, APIKey: c.Providers.VastAI.APIKey,
+			Timeout: c.Providers.VastAI.Timeout, BreakerFailures: c.Providers.VastAI.BreakerFailures,
+			BreakerOpenFor: c.Providers.VastAI.BreakerOpenFor},
+		IONet: ionet.Options{BaseURL: c.Providers.IONet.BaseURL, APIKey: c.Providers.IONet.APIKey,
+			Timeout: c.Providers.IONet.Timeout, BreakerFailures: c.Providers.IONet.BreakerFailures,
+			BreakerOpenFor: c.Providers.IONet.BreakerOpenFor},
+		Fleet: fleet.Options{OfferCacheTTL: fc.OfferCacheTTL, PollInterval: fc.PollInterval,
+			ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace, StartTimeout: fc.StartTimeout,
+			OrphanPolicy: fc.OrphanPolicy, KillMargin: fc.KillMargin},
+		Proxy: proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody, MaxResponseBody: pc.MaxResponseBody,
+			UpstreamTimeout: pc.UpstreamTimeout, AllowNetworks: pc.networks(sandbox)},
+		Console: console.Options{Secret: []byte(c.ConsoleSecret)},
+		Server: server.Options{KeepNetHTTP: pc.KeepNetHTTP, MetricsToken: c.Metrics.Token,
+			NoMetricsRoute: c.Metrics.Listen != ""},
+	}, nil
 }
 
-// newApp wires services over an opened env. sandboxProviders, when set,
-// replaces configured providers (the --sandbox simulators), and lets the
-// proxy reach their instances on loopback.
-func newApp(e *env, log *slog.Logger, metrics *server.Metrics, sandboxProviders []providers.Provider) (*app, error) {
-	if metrics == nil {
-		metrics = server.NewMetrics()
-	}
-	a := &app{env: e, log: log, metrics: metrics}
-	ws, err := e.cfg.windows()
+// openApp opens the store named by cfg, migrates it and wires the services.
+func openApp(ctx context.Context, cfg config, sandbox bool, log *slog.Logger) (*app.App, error) {
+	ac, err := cfg.appConfig(sandbox, log)
 	if err != nil {
 		return nil, err
 	}
-	a.guard = guardrails.New(e.store, guardrails.Options{Defaults: ws, Horizon: e.cfg.Horizon, Logger: log,
-		LeaseExpiry: e.cfg.Proxy.LeaseExpiry,
-		OnDecision:  a.metrics.ObserveAdmission, OnStoreError: a.metrics.StoreError, OnRefusal: a.refused})
-	if err := a.newAlerts(sandboxProviders != nil); err != nil {
+	return app.New(ctx, ac)
+}
+
+// openCLI loads the configuration at configPath (with the environment's
+// overrides) and opens the service graph for a CLI command, whose output
+// is its own: the services log nothing.
+func openCLI(ctx context.Context, configPath string, getenv func(string) string) (*app.App, error) {
+	cfg, err := loadConfig(configPath, getenv)
+	if err != nil {
 		return nil, err
 	}
-	a.meterer = billing.NewMeterer(e.store, billing.MeterOptions{Interval: e.cfg.MeteringInterval, Logger: log,
-		OnCharge: func(m gpuproxy.Micros) { a.metrics.MeteredCharge(int64(m)) }})
-	a.providers = sandboxProviders
-	if a.providers == nil {
-		a.providers = configuredProviders(e.cfg.Providers, a.metrics.BreakerState)
-	}
-	for _, p := range a.providers {
-		a.metrics.BreakerState(p.Name(), p.BreakerState())
-	}
-	fc := e.cfg.Fleet
-	a.fleet = fleet.New(e.store, a.guard, a.providers, fleet.Options{OfferCacheTTL: fc.OfferCacheTTL,
-		PollInterval: fc.PollInterval, ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace,
-		StartTimeout: fc.StartTimeout, OrphanPolicy: fc.OrphanPolicy, Logger: log, Leader: e.store.WithLeader,
-		Ledger: e.ledger, KillMargin: fc.KillMargin, OnKillSwitch: a.killSwitch,
-		OnTagMismatch: a.metrics.TagMismatch})
-	pc := e.cfg.Proxy
-	cost, err := pc.requestCost()
-	if err != nil {
-		return nil, fmt.Errorf("proxy.request_cost: %w", err)
-	}
-	a.gate = guardrails.NewProxyGate(a.guard, guardrails.ProxyGateOptions{MaxAge: pc.SnapshotMaxAge,
-		LeaseSpan: pc.LeaseSpan})
-	a.proxy = proxy.New(a.fleet, a.gate, e.store, proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody,
-		MaxResponseBody: pc.MaxResponseBody, UpstreamTimeout: pc.UpstreamTimeout,
-		AllowNetworks: pc.networks(sandboxProviders != nil), Metrics: metrics, Logger: log})
-	return a, nil
+	return openApp(ctx, cfg, false, slog.New(slog.DiscardHandler))
 }
 
-// configuredProviders builds an adapter for each provider with an API key.
-func configuredProviders(c providersConf, onBreaker func(provider, state string)) []providers.Provider {
-	change := func(provider, _, to string) { onBreaker(provider, to) }
-	var out []providers.Provider
-	if v := c.VastAI; v.APIKey != "" {
-		out = append(out, vastai.New(vastai.Options{BaseURL: v.BaseURL, APIKey: v.APIKey, Timeout: v.Timeout,
-			BreakerFailures: v.BreakerFailures, BreakerOpenFor: v.BreakerOpenFor, OnBreakerChange: change}))
-	}
-	if v := c.IONet; v.APIKey != "" {
-		out = append(out, ionet.New(ionet.Options{BaseURL: v.BaseURL, APIKey: v.APIKey, Timeout: v.Timeout,
-			BreakerFailures: v.BreakerFailures, BreakerOpenFor: v.BreakerOpenFor, OnBreakerChange: change}))
-	}
-	return out
-}
-
-// services returns what the HTTP server needs.
-func (a *app) services() server.Services {
-	svc := server.Services{
-		Auth:        a.auth,
-		Guard:       a.guard,
-		Ledger:      a.ledger,
-		Fleet:       a.fleet,
-		Alerts:      a.alerts,
-		Meterer:     a.meterer,
-		Store:       a.store,
-		RateLimiter: auth.NewSharedRateLimiter(a.cfg.RateLimit, auth.RateLimitOptions{Store: a.store.SharedRateBuckets(), Logger: a.log}),
-		Metrics:     a.metrics,
-		Mount:       []func(server.Registrar){a.proxy.Mount},
-	}
-	// The web console at /console/: the same services and per-key rate limit.
-	svc.Mount = append(svc.Mount, console.New(console.Services{Auth: a.auth, Guard: a.guard, Ledger: a.ledger,
-		Fleet: a.fleet, RateLimiter: svc.RateLimiter}, console.Options{Secret: []byte(a.cfg.ConsoleSecret), Logger: a.log}).Mount)
-	for _, p := range a.providers {
-		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
-			if st := p.BreakerState(); st == "open" {
-				return fmt.Errorf("circuit breaker open")
-			}
-			return nil
-		}})
-	}
-	return svc
-}
-
-// Close flushes proxy usage records, settles the proxy's budget leases
-// and closes other resources; call it after the HTTP server has stopped.
-func (a *app) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.proxy.Close(ctx); err != nil {
-		a.log.Error("flushing proxy usage", "err", err)
-	}
-	if err := a.gate.Close(ctx); err != nil {
-		a.log.Error("settling proxy budget leases", "err", err)
-	}
-	for _, c := range a.closers {
-		_ = c.Close()
+// runInBackground starts a's background work (metering, the fleet's
+// polling, reconciler and kill switch) until parent ends or the returned
+// function, which waits for it to stop, is called.
+func runInBackground(parent context.Context, a *app.App) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/auth"
-	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
@@ -49,44 +47,6 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-// env bundles the opened store and services for a CLI command.
-type env struct {
-	cfg    config
-	store  *db.Store
-	auth   *auth.Service
-	guard  *guardrails.Service
-	ledger *billing.Ledger
-}
-
-func openEnv(ctx context.Context, configPath string, getenv func(string) string) (*env, error) {
-	cfg, err := loadConfig(configPath, getenv)
-	if err != nil {
-		return nil, err
-	}
-	return openEnvConfig(ctx, cfg)
-}
-
-// openEnvConfig opens and migrates the store named by cfg.
-func openEnvConfig(ctx context.Context, cfg config) (*env, error) {
-	st, err := db.Open(ctx, db.Options{URL: cfg.DatabaseURL})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := st.Migrate(ctx); err != nil {
-		st.Close()
-		return nil, err
-	}
-	ws, err := cfg.windows()
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	return &env{cfg: cfg, store: st,
-		auth:   auth.New(st, auth.Options{JWTSecret: []byte(cfg.JWTSecret)}),
-		guard:  guardrails.New(st, guardrails.Options{Defaults: ws, Horizon: cfg.Horizon}),
-		ledger: billing.NewLedger(st, nil)}, nil
-}
-
 func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	f := newFlags("migrate")
 	if err := f.parse(args); err != nil {
@@ -117,21 +77,21 @@ func cmdAccounts(ctx context.Context, args []string, getenv func(string) string,
 	if len(f.args) == 0 {
 		return fmt.Errorf("usage: accounts create NAME | accounts list")
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv)
 	if err != nil {
 		return err
 	}
-	defer e.store.Close()
+	defer svc.Close()
 	switch {
 	case f.args[0] == "create" && len(f.args) == 2:
-		a, err := e.auth.CreateAccount(ctx, f.args[1])
+		a, err := svc.Auth.CreateAccount(ctx, f.args[1])
 		if err != nil {
 			return cliErr(err)
 		}
 		fmt.Fprintf(stdout, "created account %s (id %d)\n", a.Name, a.ID)
 		return nil
 	case f.args[0] == "list":
-		as, err := e.auth.Accounts(ctx)
+		as, err := svc.Auth.Accounts(ctx)
 		if err != nil {
 			return cliErr(err)
 		}
@@ -157,11 +117,11 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if len(f.args) == 0 || *account == "" {
 		return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv)
 	if err != nil {
 		return err
 	}
-	defer e.store.Close()
+	defer svc.Close()
 	switch f.args[0] {
 	case "create":
 		var sc []gpuproxy.Scope
@@ -178,7 +138,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 				return cliErr(err)
 			}
 		}
-		plain, k, err := e.auth.CreateKey(ctx, *account, *name, sc)
+		plain, k, err := svc.Auth.CreateKey(ctx, *account, *name, sc)
 		if err != nil {
 			return cliErr(err)
 		}
@@ -186,7 +146,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), plain)
 		return nil
 	case "list":
-		ks, err := e.auth.Keys(ctx, *account)
+		ks, err := svc.Auth.Keys(ctx, *account)
 		if err != nil {
 			return cliErr(err)
 		}
@@ -205,7 +165,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if len(f.args) != 2 {
 			return fmt.Errorf("usage: keys revoke --account NAME KEY_ID")
 		}
-		if err := e.auth.RevokeKey(ctx, *account, f.args[1]); err != nil {
+		if err := svc.Auth.RevokeKey(ctx, *account, f.args[1]); err != nil {
 			return cliErr(err)
 		}
 		fmt.Fprintf(stdout, "revoked key %s\n", f.args[1])
@@ -233,19 +193,19 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 			return cliErr(err)
 		}
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv)
 	if err != nil {
 		return err
 	}
-	defer e.store.Close()
-	a, err := e.auth.Account(ctx, *account)
+	defer svc.Close()
+	a, err := svc.Auth.Account(ctx, *account)
 	if err != nil {
 		return cliErr(err)
 	}
-	if err := e.guard.SetLimits(ctx, a.ID, ws, *onExceed); err != nil {
+	if err := svc.Guard.SetLimits(ctx, a.ID, ws, *onExceed); err != nil {
 		return cliErr(err)
 	}
-	snap, err := e.guard.Spending(ctx, a.ID)
+	snap, err := svc.Guard.Spending(ctx, a.ID)
 	if err != nil {
 		return cliErr(err)
 	}
@@ -275,16 +235,16 @@ func cmdCredits(ctx context.Context, args []string, getenv func(string) string, 
 	case amt <= 0:
 		return cliErr(gpuproxy.Invalid("--amount", "must be greater than 0"))
 	}
-	e, err := openEnv(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv)
 	if err != nil {
 		return err
 	}
-	defer e.store.Close()
-	a, err := e.auth.Account(ctx, *account)
+	defer svc.Close()
+	a, err := svc.Auth.Account(ctx, *account)
 	if err != nil {
 		return cliErr(err)
 	}
-	en, err := e.ledger.AddCredit(ctx, a.ID, amt, *desc, "")
+	en, err := svc.Ledger.AddCredit(ctx, a.ID, amt, *desc, "")
 	if err != nil {
 		return cliErr(err)
 	}

@@ -11,23 +11,16 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/ionet"
-	"github.com/aiserve/gpuproxy/providers/vastai"
+	"github.com/aiserve/gpuproxy/internal/app"
 )
 
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.
 const sandboxDB = "data/sandbox.db"
 
-// sandboxEnv is the simulated marketplaces of --sandbox.
-type sandboxEnv struct {
-	*simulators
-	providers []providers.Provider
-}
-
-// startSandbox starts both simulators on loopback and points the config at
-// a fresh SQLite file unless DATABASE_URL is set.
-func startSandbox(cfg *config, onBreaker func(provider, from, to string)) (*sandboxEnv, error) {
+// startSandbox starts both simulators on loopback, points the providers'
+// configuration at them and the store at a fresh SQLite file unless
+// DATABASE_URL is set. Close the simulators when done.
+func startSandbox(cfg *config) (*simulators, error) {
 	if cfg.DatabaseURL == "" {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			if err := os.Remove(sandboxDB + suffix); err != nil && !os.IsNotExist(err) {
@@ -52,29 +45,31 @@ func startSandbox(cfg *config, onBreaker func(provider, from, to string)) (*sand
 	if err != nil {
 		return nil, err
 	}
-	return &sandboxEnv{simulators: sims, providers: []providers.Provider{
-		vastai.New(vastai.Options{BaseURL: sims.vastURL, APIKey: sims.vastKey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
-		ionet.New(ionet.Options{BaseURL: sims.ioURL, APIKey: sims.ioKey, Timeout: 10 * time.Second, OnBreakerChange: onBreaker}),
-	}}, nil
+	// The simulators replace any configured provider.
+	cfg.Providers = providersConf{
+		VastAI: providerConf{BaseURL: sims.vastURL, APIKey: sims.vastKey, Timeout: 10 * time.Second},
+		IONet:  providerConf{BaseURL: sims.ioURL, APIKey: sims.ioKey, Timeout: 10 * time.Second},
+	}
+	return sims, nil
 }
 
-// seed creates the demo account (default limits, $500 credit) and prints
-// ready-to-paste keys and examples.
-func (sb *sandboxEnv) seed(ctx context.Context, a *app, w io.Writer, base string) error {
-	if _, err := a.auth.Account(ctx, "demo"); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
-		acct, err := a.auth.CreateAccount(ctx, "demo")
+// seedSandbox creates the demo account (default limits, $500 credit) and
+// prints ready-to-paste keys and examples.
+func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base string) error {
+	if _, err := a.Auth.Account(ctx, "demo"); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		acct, err := a.Auth.CreateAccount(ctx, "demo")
 		if err != nil {
 			return err
 		}
-		if _, err := a.ledger.AddCredit(ctx, acct.ID, 500*gpuproxy.MicrosPerUSD, "sandbox starting credit", "sandbox-credit"); err != nil {
+		if _, err := a.Ledger.AddCredit(ctx, acct.ID, 500*gpuproxy.MicrosPerUSD, "sandbox starting credit", "sandbox-credit"); err != nil {
 			return err
 		}
 	}
-	admin, _, err := a.auth.CreateKey(ctx, "demo", "sandbox admin", gpuproxy.Presets["admin"])
+	admin, _, err := a.Auth.CreateKey(ctx, "demo", "sandbox admin", gpuproxy.Presets["admin"])
 	if err != nil {
 		return err
 	}
-	asst, _, err := a.auth.CreateKey(ctx, "demo", "sandbox assistant", gpuproxy.Presets["assistant"])
+	asst, _, err := a.Auth.CreateKey(ctx, "demo", "sandbox assistant", gpuproxy.Presets["assistant"])
 	if err != nil {
 		return err
 	}
