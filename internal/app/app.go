@@ -1,9 +1,3 @@
-// Package app builds gpuproxy's service graph in one place: the store, auth,
-// guard rails and proxy gate, ledger and meterer, budget alerts, provider
-// adapters, fleet, inference proxy, MCP server, web console and HTTP server,
-// from a Config of values. The
-// binary (cmd/gpuproxy), the proxy benchmark and the end-to-end tests all use
-// it; none reads the environment or a file here (cmd/gpuproxy does).
 package app
 
 import (
@@ -35,7 +29,7 @@ import (
 // Config is everything New needs, as values. Each package's own options are
 // passed through as given; New fills only what connects the pieces when it
 // is unset: the logger and version, the store-backed leader lock and
-// ledger, and the metrics hooks.
+// ledger, and the metrics and budget-alert hooks.
 type Config struct {
 	// Database is the store to open and migrate (db.Options.URL:
 	// "sqlite:PATH" or "postgres://…"); Close closes it.
@@ -49,8 +43,9 @@ type Config struct {
 	Version string
 
 	Auth auth.Options
-	// RateLimit is each key's requests per minute across REST, MCP and the
-	// proxy, shared by all replicas on Postgres (0 or less: no limit).
+	// RateLimit is each key's requests per minute across REST, MCP, the
+	// proxy and the console, shared by all replicas on Postgres (0 or
+	// less: no limit).
 	RateLimit int
 	Guard     guardrails.Options
 	Gate      guardrails.ProxyGateOptions
