@@ -156,10 +156,13 @@ func TestBodiesAreBounded(t *testing.T) {
 		t.Fatalf("100 KB body: %d %s", r.status, r.body)
 	}
 	// Over the bound, chunked (no declared length): cut off and refused.
+	// A connection of its own: the refusal closes it while the client may
+	// still be sending, and a pooled (taken-over, then handed back)
+	// connection can turn that close into a reset before the 413 is read.
 	req, _ := http.NewRequest("POST", e.url+"/api/v1/proxy/gpi_big/v1/chat/completions",
 		io.MultiReader(bytes.NewReader(huge)))
 	req.Header.Set("X-API-Key", e.key)
-	res, err := http.DefaultClient.Do(req)
+	res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -334,6 +334,9 @@ func (c *conn) serveOne(rt Route, req *http.Request) (keep bool) {
 	// where this one ended; the response is completed in any case.
 	whole := body.end()
 	done := w.finish()
+	if !whole && ok && done {
+		whole = body.discardRest()
+	}
 	return ok && whole && done && !c.t.closing.Load()
 }
 

@@ -219,3 +219,39 @@ func TestDrainWaitsForBusyConnections(t *testing.T) {
 		t.Fatalf("%d connections taken over after Drain", n)
 	}
 }
+
+// TestUnreadBodyIsDiscarded: a route that answers without reading a
+// declared body (a refusal) leaves the rest to be read and thrown away, as
+// net/http does up to 256 KiB: the client's whole body is taken, the answer
+// read, and the connection serves the next request. A larger unread body
+// ends the connection after the answer.
+func TestUnreadBodyIsDiscarded(t *testing.T) {
+	t.Parallel()
+	rt := newRoot()
+	hs := httptest.NewServer(rt)
+	t.Cleanup(hs.Close)
+	c := dial(t, hs)
+	if got := c.get("/x/1"); got != "/x/1 by net/http" {
+		t.Fatalf("first request: %q", got)
+	}
+	waitLen(t, rt.conns, 1)
+	post := func(n int) {
+		t.Helper()
+		head := "POST /x/refuse HTTP/1.1\r\nHost: test\r\nContent-Length: " + strconv.Itoa(n) + "\r\n\r\n"
+		if _, err := io.WriteString(c.c, head+strings.Repeat("b", n)); err != nil {
+			t.Fatalf("sending a %d-byte body: %v", n, err)
+		}
+	}
+	post(200 << 10)
+	if got, err := c.read(); err != nil || got != "/x/refuse by takeover" {
+		t.Fatalf("refused POST: %q, %v", got, err)
+	}
+	if got := c.get("/x/2"); got != "/x/2 by takeover" {
+		t.Fatalf("after a discarded body: %q; want the same taken-over connection", got)
+	}
+	go post(300 << 10) // over the discard bound: may block once the server stops reading
+	if got, err := c.read(); err != nil || got != "/x/refuse by takeover" {
+		t.Fatalf("refused POST over the bound: %q, %v", got, err)
+	}
+	waitLen(t, rt.conns, 0)
+}

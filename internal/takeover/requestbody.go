@@ -62,3 +62,29 @@ func (b *requestBody) end() bool {
 	b.closed = true
 	return b.remain.Load() == 0
 }
+
+// maxDiscard is how much of a request body the handler left unread is read
+// and thrown away after the response, as net/http's server does
+// (maxPostHandlerReadBytes): the client can finish sending and read the
+// answer instead of meeting a reset, and the connection lives on.
+const maxDiscard = 256 << 10
+
+// discardRest reads and drops what is left of the body, when that is at
+// most maxDiscard, under the connection's read deadline; call it after end
+// and after the response went out. It reports whether the body is now read
+// to its end.
+func (b *requestBody) discardRest() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	remain := b.remain.Load()
+	if remain <= 0 {
+		return true
+	}
+	if remain > maxDiscard || b.err != nil {
+		return false
+	}
+	n, err := b.c.br.Discard(int(remain))
+	remain -= int64(n)
+	b.remain.Store(remain)
+	return err == nil && remain == 0
+}
