@@ -184,7 +184,7 @@ func oldMigrations(t *testing.T) []string {
 		}
 		out = append(out, string(b))
 	}
-	if !strings.Contains(out[4], "FUNCTION gp_admit") {
+	if !strings.Contains(out[4], "gp_admit(") {
 		t.Fatal("old 0005 does not define gp_admit: wrong commit")
 	}
 	return out
