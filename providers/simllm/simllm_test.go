@@ -2,15 +2,14 @@ package simllm
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 func startInference(t *testing.T) *Server {
@@ -29,19 +28,19 @@ func TestInferenceModelsAndChat(t *testing.T) {
 	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:") || s.Port() == 0 {
 		t.Fatalf("URL %q", s.URL())
 	}
-	m := call(t, "GET", s.URL()+"/v1/models", "", nil).json(t)
+	m := call(t, "GET", s.URL()+"/v1/models", "", nil).JSON(t)
 	if m["data"].([]any)[0].(map[string]any)["id"] != "test-model" {
 		t.Fatalf("models: %v", m)
 	}
 	r := call(t, "POST", s.URL()+"/v1/chat/completions", "", map[string]any{
 		"model": "test-model", "messages": []map[string]any{{"role": "user", "content": "hello there"}}})
-	m = r.json(t)
+	m = r.JSON(t)
 	msg := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
-	if r.status != 200 || !strings.Contains(msg, "hello there") || m["usage"].(map[string]any)["prompt_tokens"] != float64(2) {
-		t.Fatalf("chat: HTTP %d %s", r.status, r.body)
+	if r.Status != 200 || !strings.Contains(msg, "hello there") || m["usage"].(map[string]any)["prompt_tokens"] != float64(2) {
+		t.Fatalf("chat: HTTP %d %s", r.Status, r.Body)
 	}
-	if bad := call(t, "POST", s.URL()+"/v1/chat/completions", "", map[string]any{"messages": []any{}}); bad.status != 400 {
-		t.Fatalf("empty messages: HTTP %d", bad.status)
+	if bad := call(t, "POST", s.URL()+"/v1/chat/completions", "", map[string]any{"messages": []any{}}); bad.Status != 400 {
+		t.Fatalf("empty messages: HTTP %d", bad.Status)
 	}
 }
 
@@ -118,8 +117,8 @@ func TestInferenceHangAndClose(t *testing.T) {
 		t.Fatal("hang mode answered")
 	}
 	s.SetHang(false)
-	if r := call(t, "GET", s.URL()+"/health", "", nil); r.status != 200 {
-		t.Fatalf("health: HTTP %d", r.status)
+	if r := call(t, "GET", s.URL()+"/health", "", nil); r.Status != 200 {
+		t.Fatalf("health: HTTP %d", r.Status)
 	}
 	if s.Requests() != 2 {
 		t.Fatalf("requests %d, want 2", s.Requests())
@@ -146,35 +145,8 @@ func TestInferenceHangAndClose(t *testing.T) {
 	}
 }
 
-type reply struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (r reply) json(t *testing.T) map[string]any {
+// call sends a JSON request to the simulator (it takes no key).
+func call(t *testing.T, method, u, _ string, body any) teststack.Response {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("body is not a JSON object: %q", r.body)
-	}
-	return m
-}
-
-func call(t *testing.T, method, u, _ string, body any) reply {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, u, rd)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header, b}
+	return teststack.SendJSON(t, method, u, body)
 }

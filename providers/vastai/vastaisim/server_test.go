@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 const testKey = "sim-test-key-0123456789"
@@ -29,51 +30,25 @@ func newTestServer(t *testing.T, o Options) (*Server, string) {
 	return s, ts.URL
 }
 
-type reply struct {
-	status int
-	header http.Header
-	body   []byte
+// call sends a JSON request to the simulator with key as vast.ai's bearer
+// token (none if empty).
+func call(t *testing.T, method, u, key string, body any) teststack.Response {
+	t.Helper()
+	if key == "" {
+		return teststack.SendJSON(t, method, u, body)
+	}
+	return teststack.SendJSON(t, method, u, body, "Authorization", "Bearer "+key)
 }
 
-func (r reply) json(t *testing.T) map[string]any {
+func offersOf(t *testing.T, r teststack.Response) []map[string]any {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("body is not a JSON object: %q", r.body)
-	}
-	return m
-}
-
-func call(t *testing.T, method, u, key string, body any) reply {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, u, rd)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header, b}
-}
-
-func offersOf(t *testing.T, r reply) []map[string]any {
-	t.Helper()
-	if r.status != http.StatusOK {
-		t.Fatalf("search: HTTP %d %s", r.status, r.body)
+	if r.Status != http.StatusOK {
+		t.Fatalf("search: HTTP %d %s", r.Status, r.Body)
 	}
 	var body struct {
 		Offers []map[string]any `json:"offers"`
 	}
-	if err := json.Unmarshal(r.body, &body); err != nil {
+	if err := json.Unmarshal(r.Body, &body); err != nil {
 		t.Fatal(err)
 	}
 	return body.Offers
@@ -183,8 +158,8 @@ func TestSearchOrderLimitAndStorage(t *testing.T) {
 		t.Fatalf("legacy GET ?q=: %d offers", n)
 	}
 	bad := call(t, "POST", base+"/api/v0/bundles/", testKey, map[string]any{"gpu_rma": map[string]any{"gte": 1}})
-	if bad.status != http.StatusBadRequest || bad.json(t)["error"] != "invalid_request" {
-		t.Fatalf("unknown field: HTTP %d %s", bad.status, bad.body)
+	if bad.Status != http.StatusBadRequest || bad.JSON(t)["error"] != "invalid_request" {
+		t.Fatalf("unknown field: HTTP %d %s", bad.Status, bad.Body)
 	}
 }
 
@@ -192,16 +167,16 @@ func TestAuth(t *testing.T) {
 	t.Parallel()
 	_, base := newTestServer(t, Options{})
 	r := call(t, "GET", base+"/api/v1/instances/", "", nil)
-	if r.status != http.StatusForbidden || r.json(t)["msg"] != "This action requires login." {
-		t.Fatalf("missing key: HTTP %d %s", r.status, r.body)
+	if r.Status != http.StatusForbidden || r.JSON(t)["msg"] != "This action requires login." {
+		t.Fatalf("missing key: HTTP %d %s", r.Status, r.Body)
 	}
 	r = call(t, "GET", base+"/api/v1/instances/", "wrong", nil)
-	if m := r.json(t); r.status != http.StatusUnauthorized || m["error"] != "auth_error" || m["msg"] != "Invalid user key" {
-		t.Fatalf("bad key: HTTP %d %s", r.status, r.body)
+	if m := r.JSON(t); r.Status != http.StatusUnauthorized || m["error"] != "auth_error" || m["msg"] != "Invalid user key" {
+		t.Fatalf("bad key: HTTP %d %s", r.Status, r.Body)
 	}
 	r = call(t, "GET", base+"/api/v1/instances/?api_key="+testKey, "", nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("api_key query: HTTP %d", r.status)
+	if r.Status != http.StatusOK {
+		t.Fatalf("api_key query: HTTP %d", r.Status)
 	}
 }
 
@@ -215,17 +190,17 @@ func TestInstanceLifecycle(t *testing.T) {
 	ask := base + "/api/v0/asks/" + itoa(offer.ID) + "/"
 	r := call(t, "PUT", ask, testKey, map[string]any{"client_id": "me", "image": "vllm/vllm-openai",
 		"disk": 10, "label": "job-1", "env": map[string]string{"-p 8000:8000": "1", "HF_TOKEN": "x"}, "runtype": "args"})
-	m := r.json(t)
-	if r.status != http.StatusOK || m["success"] != true || m["instance_api_key"] == "" {
-		t.Fatalf("create: HTTP %d %s", r.status, r.body)
+	m := r.JSON(t)
+	if r.Status != http.StatusOK || m["success"] != true || m["instance_api_key"] == "" {
+		t.Fatalf("create: HTTP %d %s", r.Status, r.Body)
 	}
 	id := int64(m["new_contract"].(float64))
-	if again := call(t, "PUT", ask, testKey, map[string]any{"image": "x"}); again.status != http.StatusGone ||
-		again.json(t)["error"] != "no_such_ask" {
-		t.Fatalf("renting a rented offer: HTTP %d %s", again.status, again.body)
+	if again := call(t, "PUT", ask, testKey, map[string]any{"image": "x"}); again.Status != http.StatusGone ||
+		again.JSON(t)["error"] != "no_such_ask" {
+		t.Fatalf("renting a rented offer: HTTP %d %s", again.Status, again.Body)
 	}
-	if unknown := call(t, "PUT", base+"/api/v0/asks/42", testKey, map[string]any{"image": "x"}); unknown.status != http.StatusNotFound {
-		t.Fatalf("renting an unknown offer: HTTP %d", unknown.status)
+	if unknown := call(t, "PUT", base+"/api/v0/asks/42", testKey, map[string]any{"image": "x"}); unknown.Status != http.StatusNotFound {
+		t.Fatalf("renting an unknown offer: HTTP %d", unknown.Status)
 	}
 	for _, o := range offersOf(t, call(t, "POST", base+"/api/v0/bundles/", testKey, map[string]any{"limit": 1000})) {
 		if int64(o["id"].(float64)) == offer.ID {
@@ -235,7 +210,7 @@ func TestInstanceLifecycle(t *testing.T) {
 
 	show := func() map[string]any {
 		r := call(t, "GET", base+"/api/v0/instances/"+itoa(id), testKey, nil)
-		v, _ := r.json(t)["instances"].(map[string]any)
+		v, _ := r.JSON(t)["instances"].(map[string]any)
 		return v
 	}
 	var in map[string]any
@@ -259,20 +234,20 @@ func TestInstanceLifecycle(t *testing.T) {
 		t.Fatalf("HostPort %v is not a string", hp)
 	}
 	models := call(t, "GET", "http://127.0.0.1:"+hp.(string)+"/v1/models", "", nil)
-	if models.status != http.StatusOK || !strings.Contains(string(models.body), "sim-llm") {
-		t.Fatalf("models: HTTP %d %s", models.status, models.body)
+	if models.Status != http.StatusOK || !strings.Contains(string(models.Body), "sim-llm") {
+		t.Fatalf("models: HTTP %d %s", models.Status, models.Body)
 	}
 
-	if d := call(t, "DELETE", base+"/api/v0/instances/"+itoa(id)+"/", testKey, map[string]any{}); d.status != http.StatusOK {
-		t.Fatalf("destroy: HTTP %d", d.status)
+	if d := call(t, "DELETE", base+"/api/v0/instances/"+itoa(id)+"/", testKey, map[string]any{}); d.Status != http.StatusOK {
+		t.Fatalf("destroy: HTTP %d", d.Status)
 	}
-	if d := call(t, "DELETE", base+"/api/v0/instances/"+itoa(id)+"/", testKey, map[string]any{}); d.status != http.StatusNotFound ||
-		d.json(t)["error"] != "not_found" {
-		t.Fatalf("second destroy: HTTP %d %s", d.status, d.body)
+	if d := call(t, "DELETE", base+"/api/v0/instances/"+itoa(id)+"/", testKey, map[string]any{}); d.Status != http.StatusNotFound ||
+		d.JSON(t)["error"] != "not_found" {
+		t.Fatalf("second destroy: HTTP %d %s", d.Status, d.Body)
 	}
-	if g := call(t, "GET", base+"/api/v0/instances/"+itoa(id)+"/", testKey, nil); g.status != http.StatusOK ||
-		strings.TrimSpace(string(g.body)) != `{"instances":null}` {
-		t.Fatalf("get after destroy: HTTP %d %s", g.status, g.body)
+	if g := call(t, "GET", base+"/api/v0/instances/"+itoa(id)+"/", testKey, nil); g.Status != http.StatusOK ||
+		strings.TrimSpace(string(g.Body)) != `{"instances":null}` {
+		t.Fatalf("get after destroy: HTTP %d %s", g.Status, g.Body)
 	}
 	if _, err := http.Get("http://127.0.0.1:" + hp.(string) + "/v1/models"); err == nil {
 		t.Fatal("inference listener still up after destroy")
@@ -311,7 +286,7 @@ func TestListV1Pagination(t *testing.T) {
 		if token != "" {
 			u += "&after_token=" + url.QueryEscape(token)
 		}
-		m := call(t, "GET", u, testKey, nil).json(t)
+		m := call(t, "GET", u, testKey, nil).JSON(t)
 		pages++
 		for _, in := range m["instances"].([]any) {
 			ids = append(ids, in.(map[string]any)["id"].(float64))
@@ -333,15 +308,15 @@ func TestListV1Pagination(t *testing.T) {
 			t.Fatal("ids not ascending across pages")
 		}
 	}
-	if r := call(t, "GET", base+"/api/v1/instances/?after_token=bogus", testKey, nil); r.status != 400 || r.json(t)["error"] != "invalid_token" {
-		t.Fatalf("bad token: HTTP %d %s", r.status, r.body)
+	if r := call(t, "GET", base+"/api/v1/instances/?after_token=bogus", testKey, nil); r.Status != 400 || r.JSON(t)["error"] != "invalid_token" {
+		t.Fatalf("bad token: HTTP %d %s", r.Status, r.Body)
 	}
 	f := url.QueryEscape(`{"dph_total":{"lt":1}}`)
-	if r := call(t, "GET", base+"/api/v1/instances/?select_filters="+f, testKey, nil); r.status != 400 {
-		t.Fatalf("computed filter: HTTP %d", r.status)
+	if r := call(t, "GET", base+"/api/v1/instances/?select_filters="+f, testKey, nil); r.Status != 400 {
+		t.Fatalf("computed filter: HTTP %d", r.Status)
 	}
 	f = url.QueryEscape(`{"actual_status":{"eq":"running"}}`)
-	if m := call(t, "GET", base+"/api/v1/instances?select_filters="+f, testKey, nil).json(t); m["total_instances"].(float64) != 0 {
+	if m := call(t, "GET", base+"/api/v1/instances?select_filters="+f, testKey, nil).JSON(t); m["total_instances"].(float64) != 0 {
 		t.Fatalf("filter running: %v", m["total_instances"])
 	}
 }
@@ -350,22 +325,22 @@ func TestRateLimits(t *testing.T) {
 	t.Parallel()
 	s, base := newTestServer(t, Options{})
 	for range 3 { // off by default
-		if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.status != 200 {
-			t.Fatalf("HTTP %d with rate limits off", r.status)
+		if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.Status != 200 {
+			t.Fatalf("HTTP %d with rate limits off", r.Status)
 		}
 	}
 	s.SetRateLimits(DefaultRateLimits())
 	call(t, "GET", base+"/api/v1/instances/", testKey, nil)
 	r := call(t, "GET", base+"/api/v1/instances/", testKey, nil)
-	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "" ||
-		!strings.HasPrefix(string(r.body), "API requests too frequent") {
-		t.Fatalf("list: HTTP %d %q Retry-After=%q", r.status, r.body, r.header.Get("Retry-After"))
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") != "" ||
+		!strings.HasPrefix(string(r.Body), "API requests too frequent") {
+		t.Fatalf("list: HTTP %d %q Retry-After=%q", r.Status, r.Body, r.Header.Get("Retry-After"))
 	}
 	offers := s.Offers()
 	call(t, "PUT", base+"/api/v0/asks/"+itoa(offers[0].ID)+"/", testKey, map[string]any{"image": "i"})
 	r = call(t, "PUT", base+"/api/v0/asks/"+itoa(offers[1].ID)+"/", testKey, map[string]any{"image": "i"})
-	if r.status != http.StatusTooManyRequests || !strings.Contains(r.json(t)["detail"].(string), "threshold=4.5") {
-		t.Fatalf("create: HTTP %d %s", r.status, r.body)
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(r.JSON(t)["detail"].(string), "threshold=4.5") {
+		t.Fatalf("create: HTTP %d %s", r.Status, r.Body)
 	}
 }
 
@@ -373,21 +348,21 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	s, base := newTestServer(t, Options{})
 	s.RateLimitNext(1, "/api/v0/bundles")
-	if r := call(t, "POST", base+"/api/v0/bundles/", testKey, nil); r.status != 429 || string(r.body) != "API requests too frequent" ||
-		r.header.Get("Retry-After") != "" {
-		t.Fatalf("429 fault: HTTP %d %q", r.status, r.body)
+	if r := call(t, "POST", base+"/api/v0/bundles/", testKey, nil); r.Status != 429 || string(r.Body) != "API requests too frequent" ||
+		r.Header.Get("Retry-After") != "" {
+		t.Fatalf("429 fault: HTTP %d %q", r.Status, r.Body)
 	}
 	s.FailNext(2, 503, "")
 	for range 2 {
-		if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.status != 503 {
-			t.Fatalf("5xx fault: HTTP %d", r.status)
+		if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.Status != 503 {
+			t.Fatalf("5xx fault: HTTP %d", r.Status)
 		}
 	}
 	s.SuccessFalseNext(1, "/api/v1/instances")
-	if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.status != 200 || r.json(t)["success"] != false {
-		t.Fatalf("success:false fault: HTTP %d %s", r.status, r.body)
+	if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.Status != 200 || r.JSON(t)["success"] != false {
+		t.Fatalf("success:false fault: HTTP %d %s", r.Status, r.Body)
 	}
-	if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.status != 200 || r.json(t)["success"] != true {
+	if r := call(t, "GET", base+"/api/v1/instances/", testKey, nil); r.Status != 200 || r.JSON(t)["success"] != true {
 		t.Fatal("faults did not run out")
 	}
 	s.DropNext(1, "/api/v1")
@@ -419,29 +394,29 @@ func TestAmbiguousCreates(t *testing.T) {
 	t.Parallel()
 	s, base := newTestServer(t, Options{StartDelay: -1})
 	offers := s.Offers()
-	rent := func(i int) (reply, error) {
+	rent := func(i int) (teststack.Response, error) {
 		b, _ := json.Marshal(map[string]any{"image": "img", "label": "amb"})
 		req, _ := http.NewRequest("PUT", base+"/api/v0/asks/"+itoa(offers[i].ID)+"/", bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer "+testKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return reply{}, err
+			return teststack.Response{}, err
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		return reply{resp.StatusCode, resp.Header, body}, nil
+		return teststack.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
 	}
 	s.AmbiguousCreateNext(1, AmbiguousServerError)
 	s.AmbiguousCreateNext(1, AmbiguousStopped)
 	s.AmbiguousCreateNext(1, AmbiguousDrop)
 	r, _ := rent(0)
-	if r.status != 500 || r.json(t)["new_contract"] == nil {
-		t.Fatalf("server error mode: HTTP %d %s", r.status, r.body)
+	if r.Status != 500 || r.JSON(t)["new_contract"] == nil {
+		t.Fatalf("server error mode: HTTP %d %s", r.Status, r.Body)
 	}
 	r, _ = rent(1)
-	m := r.json(t)
-	if r.status != 400 || m["new_contract"] == nil {
-		t.Fatalf("stopped mode: HTTP %d %s", r.status, r.body)
+	m := r.JSON(t)
+	if r.Status != 400 || m["new_contract"] == nil {
+		t.Fatalf("stopped mode: HTTP %d %s", r.Status, r.Body)
 	}
 	if in, _ := s.Instance(int64(m["new_contract"].(float64))); in.Status != "stopped" {
 		t.Fatalf("stopped mode left status %q", in.Status)
@@ -460,13 +435,13 @@ func TestChargesAndUser(t *testing.T) {
 	clock := func() time.Time { return now }
 	s, base := newTestServer(t, Options{Now: clock, StartDelay: -1, Credit: 50})
 	o := s.Offers()[0]
-	m := call(t, "PUT", base+"/api/v0/asks/"+itoa(o.ID)+"/", testKey, map[string]any{"image": "i", "disk": 10, "label": "c"}).json(t)
+	m := call(t, "PUT", base+"/api/v0/asks/"+itoa(o.ID)+"/", testKey, map[string]any{"image": "i", "disk": 10, "label": "c"}).JSON(t)
 	id := int64(m["new_contract"].(float64))
 	now = now.Add(2 * time.Hour)
 	in, _ := s.Instance(id)
 	want := in.DPHTotal * 2
 	f := url.QueryEscape(`{"day":{"gte":1799990000,"lte":1800100000}}`)
-	res := call(t, "GET", base+"/api/v0/charges/?select_filters="+f, testKey, nil).json(t)
+	res := call(t, "GET", base+"/api/v0/charges/?select_filters="+f, testKey, nil).JSON(t)
 	rows := res["results"].([]any)
 	if len(rows) != 1 {
 		t.Fatalf("charges: %v", res)
@@ -475,10 +450,10 @@ func TestChargesAndUser(t *testing.T) {
 	if row["source"] != "instance-"+itoa(id) || abs(row["amount"].(float64)-want) > 1e-6 {
 		t.Fatalf("charge row %v, want amount %v", row, want)
 	}
-	if r := call(t, "GET", base+"/api/v0/charges/", testKey, nil); r.status != 400 {
-		t.Fatalf("charges without day range: HTTP %d", r.status)
+	if r := call(t, "GET", base+"/api/v0/charges/", testKey, nil); r.Status != 400 {
+		t.Fatalf("charges without day range: HTTP %d", r.Status)
 	}
-	u := call(t, "GET", base+"/api/v0/users/current", testKey, nil).json(t)
+	u := call(t, "GET", base+"/api/v0/users/current", testKey, nil).JSON(t)
 	if abs(u["credit"].(float64)-(50-want)) > 1e-6 || u["api_key"] != testKey {
 		t.Fatalf("user: credit %v, want %v", u["credit"], 50-want)
 	}
@@ -495,13 +470,13 @@ func TestManageAndLegacyList(t *testing.T) {
 	t.Parallel()
 	s, base := newTestServer(t, Options{StartDelay: -1})
 	o := s.Offers()[0]
-	id := int64(call(t, "PUT", base+"/api/v0/asks/"+itoa(o.ID), testKey, map[string]any{"image": "i"}).json(t)["new_contract"].(float64))
+	id := int64(call(t, "PUT", base+"/api/v0/asks/"+itoa(o.ID), testKey, map[string]any{"image": "i"}).JSON(t)["new_contract"].(float64))
 	inst := base + "/api/v0/instances/" + itoa(id) + "/"
 	if in, _ := s.Instance(id); in.Status != "running" || in.Endpoint == "" {
 		t.Fatalf("instance %+v, want running with endpoint", in)
 	}
-	if r := call(t, "PUT", inst, testKey, map[string]any{"state": "stopped"}); r.status != 200 {
-		t.Fatalf("stop: HTTP %d", r.status)
+	if r := call(t, "PUT", inst, testKey, map[string]any{"state": "stopped"}); r.Status != 200 {
+		t.Fatalf("stop: HTTP %d", r.Status)
 	}
 	if in, _ := s.Instance(id); in.Status != "stopped" || in.Endpoint != "" {
 		t.Fatalf("stopped instance %+v still serving", in)
@@ -511,25 +486,25 @@ func TestManageAndLegacyList(t *testing.T) {
 		t.Fatalf("restarted instance %+v", in)
 	}
 	r := call(t, "PUT", inst, testKey, map[string]any{"label": "relabelled"})
-	if !strings.Contains(r.json(t)["msg"].(string), "relabelled") {
-		t.Fatalf("label: %s", r.body)
+	if !strings.Contains(r.JSON(t)["msg"].(string), "relabelled") {
+		t.Fatalf("label: %s", r.Body)
 	}
-	if r := call(t, "PUT", inst, testKey, map[string]any{"label": strings.Repeat("x", 1025)}); r.json(t)["error"] != "label_too_long" {
-		t.Fatalf("long label: %s", r.body)
+	if r := call(t, "PUT", inst, testKey, map[string]any{"label": strings.Repeat("x", 1025)}); r.JSON(t)["error"] != "label_too_long" {
+		t.Fatalf("long label: %s", r.Body)
 	}
-	if r := call(t, "PUT", base+"/api/v0/instances/1/", testKey, map[string]any{"state": "stopped"}); r.status != 404 ||
-		r.json(t)["error"] != "no_such_instance" {
-		t.Fatalf("manage unknown: HTTP %d %s", r.status, r.body)
+	if r := call(t, "PUT", base+"/api/v0/instances/1/", testKey, map[string]any{"state": "stopped"}); r.Status != 404 ||
+		r.JSON(t)["error"] != "no_such_instance" {
+		t.Fatalf("manage unknown: HTTP %d %s", r.Status, r.Body)
 	}
-	m := call(t, "GET", base+"/api/v0/instances", testKey, nil).json(t)
+	m := call(t, "GET", base+"/api/v0/instances", testKey, nil).JSON(t)
 	if m["instances_found"] != float64(1) || m["instances"].([]any)[0].(map[string]any)["label"] != "relabelled" {
 		t.Fatalf("v0 list: %v", m)
 	}
-	if r := call(t, "PATCH", inst, testKey, nil); r.status != http.StatusMethodNotAllowed {
-		t.Fatalf("PATCH: HTTP %d", r.status)
+	if r := call(t, "PATCH", inst, testKey, nil); r.Status != http.StatusMethodNotAllowed {
+		t.Fatalf("PATCH: HTTP %d", r.Status)
 	}
-	if r := call(t, "GET", base+"/api/v0/nothing/", testKey, nil); r.status != http.StatusNotFound {
-		t.Fatalf("unknown path: HTTP %d", r.status)
+	if r := call(t, "GET", base+"/api/v0/nothing/", testKey, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("unknown path: HTTP %d", r.Status)
 	}
 }
 
@@ -563,7 +538,7 @@ func TestStartAndClose(t *testing.T) {
 	select {
 	case err := <-errc:
 		if err == nil {
-			t.Fatal("hung request got a reply after Close")
+			t.Fatal("hung request got a teststack.Response after Close")
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close left a request hanging")
