@@ -27,7 +27,7 @@ var AllScopes = []Scope{ScopeOffersRead, ScopeInstancesRead, ScopeInstancesWrite
 
 // Presets are named scope sets for common roles.
 var Presets = map[string][]Scope{
-	"assistant": {ScopeOffersRead, ScopeInstancesRead, ScopeInstancesWrite, ScopeSpendingRead, ScopeProxyInvoke},
+	"assistant": {ScopeOffersRead, ScopeInstancesRead, ScopeInstancesWrite, ScopeSpendingRead, ScopeBillingRead, ScopeProxyInvoke},
 	"engineer":  {ScopeOffersRead, ScopeInstancesRead, ScopeInstancesWrite, ScopeSpendingRead, ScopeBillingRead, ScopeProxyInvoke},
 	"finance":   {ScopeSpendingRead, ScopeBillingRead},
 	"admin":     {ScopeAdmin},

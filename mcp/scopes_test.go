@@ -32,11 +32,10 @@ func TestScopes(t *testing.T) {
 			[]string{"create_gpu_instance", "destroy_gpu_instance", "list_gpu_instances", "list_my_instances", "proxy_inference_request"},
 			[]string{mcp.InstancesURI, mcp.OffersURI}},
 		{"assistant", assistant,
-			[]string{"check_spending_limit", "create_gpu_instance", "destroy_gpu_instance", "get_spending_info",
-				"list_gpu_instances", "list_my_instances", "proxy_inference_request"},
-			[]string{mcp.OffersURI, mcp.InstancesURI, mcp.SpendingURI},
-			[]string{"get_billing_transactions"},
-			[]string{mcp.BillingURI}},
+			[]string{"check_spending_limit", "create_gpu_instance", "destroy_gpu_instance", "get_billing_transactions",
+				"get_spending_info", "list_gpu_instances", "list_my_instances", "proxy_inference_request"},
+			[]string{mcp.OffersURI, mcp.InstancesURI, mcp.SpendingURI, mcp.BillingURI},
+			nil, nil},
 	} {
 		for _, via := range transports {
 			t.Run(tc.preset+"/"+via, func(t *testing.T) {

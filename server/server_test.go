@@ -202,8 +202,8 @@ func TestScopes(t *testing.T) {
 		{fin, "GET", "/api/v1/spending", "", 200},
 		{fin, "POST", "/api/v1/accounts", `{"name":"x"}`, 403},
 		{fin, "POST", "/api/v1/billing/credits", `{"account":"acme","amount":5}`, 403},
-		{asst, "GET", "/api/v1/billing/transactions", "", 403},
-		{asst, "GET", "/api/v1/billing/summary", "", 403},
+		{asst, "GET", "/api/v1/billing/transactions", "", 200},
+		{asst, "POST", "/api/v1/billing/credits", `{"account":"acme","amount":5}`, 403},
 		{asst, "POST", "/api/v1/spending/check", `{"estimated_cost":1}`, 200},
 		{asst, "PUT", "/api/v1/accounts/acme/limits", `{"on_exceed":"destroy"}`, 403},
 	} {
