@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 )
@@ -56,13 +56,7 @@ func setup(t *testing.T, so ionetsim.Options, ao Options) (*ionetsim.Server, *Ad
 // leak the API key.
 func wantKind(t *testing.T, err error, k providers.Kind) *providers.Error {
 	t.Helper()
-	var pe *providers.Error
-	if !errors.As(err, &pe) || pe.Kind != k {
-		t.Fatalf("want %s error, got %v", k, err)
-	}
-	if strings.Contains(err.Error(), secretKey) || strings.Contains(pe.Message, secretKey) {
-		t.Fatalf("error leaks the API key: %v", err)
-	}
+	pe := teststack.WantKind(t, err, k, secretKey)
 	if pe.Provider != providers.IONet {
 		t.Fatalf("provider %q", pe.Provider)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -46,17 +46,7 @@ func newAdapter(t *testing.T, url string, mutate ...func(*Options)) *Adapter {
 // that the API key never leaks into it.
 func wantKind(t *testing.T, err error, k providers.Kind) *providers.Error {
 	t.Helper()
-	var pe *providers.Error
-	if !errors.As(err, &pe) {
-		t.Fatalf("error %v (%T), want *providers.Error of kind %s", err, err, k)
-	}
-	if pe.Kind != k {
-		t.Fatalf("kind %s (%v), want %s", pe.Kind, err, k)
-	}
-	if strings.Contains(err.Error(), testKey) || strings.Contains(pe.Message, testKey) {
-		t.Fatalf("API key leaked into error: %v", err)
-	}
-	return pe
+	return teststack.WantKind(t, err, k, testKey)
 }
 
 // lastBody returns the JSON body of the last request of method under path.

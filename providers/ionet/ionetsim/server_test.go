@@ -1,9 +1,7 @@
 package ionetsim
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 const testKey = "sim-test-key"
@@ -60,34 +59,22 @@ func (e *env) call(method, path string, body any) (int, map[string]any) {
 	return e.callKey(testKey, method, path, body)
 }
 
+// callKey sends a JSON request with key as io.net's X-API-KEY (none if
+// empty) and decodes the JSON reply (a body that is not JSON comes back
+// as {"_raw": body}).
 func (e *env) callKey(key, method, path string, body any) (int, map[string]any) {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, _ := json.Marshal(b)
-		rd = bytes.NewReader(raw)
-	}
-	req, _ := http.NewRequest(method, e.url+path, rd)
+	var hdr []string
 	if key != "" {
-		req.Header.Set("X-API-KEY", key)
+		hdr = []string{"X-API-KEY", key}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	r := teststack.SendJSON(e.t, method, e.url+path, body, hdr...)
 	var out map[string]any
-	_ = json.Unmarshal(raw, &out)
+	_ = json.Unmarshal(r.Body, &out)
 	if out == nil {
-		out = map[string]any{"_raw": string(raw)}
+		out = map[string]any{"_raw": string(r.Body)}
 	}
-	return res.StatusCode, out
+	return r.Status, out
 }
 
 func deployBody(name string, hw, loc, gpus, hours int) map[string]any {
