@@ -34,6 +34,7 @@ type Instance struct {
 	Endpoint           string
 	IdempotencyKey     string
 	HoldID             int64
+	KeyID              string // the API key whose principal created it; its spend counts against the key's windows
 	Error              string
 	CreatedAt          time.Time
 	StartedAt          time.Time // provider reported running (metering starts)

@@ -51,6 +51,10 @@ type Entry struct {
 	Description    string
 	IdempotencyKey string
 	Basis          Basis
+	// KeyID attributes the entry to the API key that caused it (a proxy
+	// lease's key). When empty, the store attributes an entry for an
+	// instance to the key that created the instance. Append only.
+	KeyID string
 
 	// Account, GPUName and NumGPUs describe the entry for finance views:
 	// the account's name and the GPU of the instance row the entry names

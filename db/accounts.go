@@ -82,6 +82,58 @@ func (s *Store) SetLimits(ctx context.Context, accountID int64, windows []guardr
 	})
 }
 
+// SetKeyLimits replaces an API key's own windows (an empty list removes
+// them) under its account's lock, so no admission interleaves. A key of
+// another account is not found.
+func (s *Store) SetKeyLimits(ctx context.Context, accountID int64, keyID string, windows []guardrails.Window) error {
+	return s.inTx(ctx, func(c conn) error {
+		if err := s.lockAccount(ctx, c, accountID); err != nil {
+			return err
+		}
+		var n int
+		if err := c.queryRow(ctx, "SELECT count(*) FROM api_keys WHERE id = $1 AND account_id = $2",
+			keyID, accountID).Scan(&n); err != nil {
+			return translate(err)
+		}
+		if n == 0 {
+			return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "key %q not found", keyID)
+		}
+		if _, err := c.exec(ctx, "DELETE FROM api_key_limits WHERE key_id = $1", keyID); err != nil {
+			return translate(err)
+		}
+		for _, w := range windows {
+			if _, err := c.exec(ctx,
+				"INSERT INTO api_key_limits (key_id, window_minutes, limit_micros) VALUES ($1, $2, $3)",
+				keyID, w.Minutes, int64(w.Limit)); err != nil {
+				return translate(err)
+			}
+		}
+		return nil
+	})
+}
+
+// KeyLimits returns every key's own windows for an account, by key id.
+func (s *Store) KeyLimits(ctx context.Context, accountID int64) (map[string][]guardrails.Window, error) {
+	r, err := s.pool().query(ctx, `SELECT l.key_id, l.window_minutes, l.limit_micros FROM api_key_limits l
+		JOIN api_keys k ON k.id = l.key_id WHERE k.account_id = $1 ORDER BY l.key_id, l.window_minutes`, accountID)
+	type kw struct {
+		id string
+		w  guardrails.Window
+	}
+	rs, err := scanAll(r, err, func(r rows) (kw, error) {
+		var v kw
+		return v, r.Scan(&v.id, &v.w.Minutes, &v.w.Limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]guardrails.Window{}
+	for _, v := range rs {
+		out[v.id] = append(out[v.id], v.w)
+	}
+	return out, nil
+}
+
 // Limits returns an account's own windows (empty when it uses defaults).
 func (s *Store) Limits(ctx context.Context, accountID int64) ([]guardrails.Window, error) {
 	r, err := s.pool().query(ctx,

@@ -19,7 +19,8 @@ import (
 
 const instanceCols = `id, account_id, provider, provider_instance_id, offer_id, gpu_name, num_gpus,
 	price_micros, billing, hours, prepaid_total_micros, image, label, status, endpoint,
-	COALESCE(idempotency_key, ''), COALESCE(hold_id, 0), error, created_us, started_us, terminated_us, updated_us`
+	COALESCE(idempotency_key, ''), COALESCE(hold_id, 0), error, created_us, started_us, terminated_us, updated_us,
+	COALESCE(key_id, '')`
 
 func scanInstance(r row) (gpuproxy.Instance, error) {
 	var in gpuproxy.Instance
@@ -28,7 +29,8 @@ func scanInstance(r row) (gpuproxy.Instance, error) {
 	var started, terminated *int64
 	err := r.Scan(&in.ID, &in.AccountID, &in.Provider, &in.ProviderInstanceID, &in.OfferID, &in.GPUName,
 		&in.NumGPUs, &in.PricePerHour, &in.Billing, &in.Hours, &in.PrepaidTotal, &in.Image, &in.Label,
-		&status, &in.Endpoint, &in.IdempotencyKey, &in.HoldID, &in.Error, &created, &started, &terminated, &updated)
+		&status, &in.Endpoint, &in.IdempotencyKey, &in.HoldID, &in.Error, &created, &started, &terminated, &updated,
+		&in.KeyID)
 	in.Status = gpuproxy.InstanceStatus(status)
 	in.CreatedAt, in.UpdatedAt = fromUS(created), fromUS(updated)
 	in.StartedAt, in.TerminatedAt = fromNullUS(started), fromNullUS(terminated)
@@ -89,6 +91,11 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 	if inst.CreatedAt.IsZero() {
 		inst.CreatedAt = req.Now
 	}
+	if req.KeyID == "" {
+		req.KeyID = inst.KeyID
+	} else if inst.KeyID == "" {
+		inst.KeyID = req.KeyID
+	}
 	replay := func(old gpuproxy.Instance) guardrails.AdmitResult {
 		return guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now},
 			Admitted: true, HoldID: old.HoldID}
@@ -147,13 +154,13 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 func insertInstance(ctx context.Context, c conn, in gpuproxy.Instance) (gpuproxy.Instance, error) {
 	out, err := scanInstance(c.queryRow(ctx, `INSERT INTO instances (id, account_id, provider, provider_instance_id,
 		offer_id, gpu_name, num_gpus, price_micros, billing, hours, prepaid_total_micros, image, label, status,
-		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us, key_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
 		RETURNING `+instanceCols,
 		in.ID, in.AccountID, in.Provider, in.ProviderInstanceID, in.OfferID, in.GPUName, in.NumGPUs,
 		int64(in.PricePerHour), in.Billing, in.Hours, int64(in.PrepaidTotal), in.Image, in.Label, string(in.Status),
 		in.Endpoint, nullString(in.IdempotencyKey), nullID(in.HoldID), in.Error, us(in.CreatedAt),
-		nullUS(in.StartedAt), nullUS(in.TerminatedAt), us(in.UpdatedAt)))
+		nullUS(in.StartedAt), nullUS(in.TerminatedAt), us(in.UpdatedAt), nullString(in.KeyID)))
 	if err = translate(err); err != nil {
 		return out, fmt.Errorf("inserting instance: %w", err)
 	}

@@ -46,8 +46,9 @@ func (s *Store) admitPG(ctx context.Context, c conn, req guardrails.AdmitRequest
 		mode = 1
 	}
 	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
-	r, err := c.query(ctx, "SELECT * FROM gp_admit($1, $2, $3, $4, $5, $6, $7, $8)",
-		req.AccountID, int64(req.Cost), us(req.Now), req.Horizon.Microseconds(), mins, lims, mode, req.Ref)
+	r, err := c.query(ctx, "SELECT * FROM gp_admit($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		req.AccountID, int64(req.Cost), us(req.Now), req.Horizon.Microseconds(), mins, lims, mode, req.Ref,
+		nullString(req.KeyID))
 	if err != nil {
 		return res, translate(err)
 	}
@@ -57,13 +58,23 @@ func (s *Store) admitPG(ctx context.Context, c conn, req guardrails.AdmitRequest
 		var minutes int32
 		var limit, spent, held, committed, burn int64
 		var hold *int64
-		if err := r.Scan(&minutes, &limit, &spent, &held, &committed, &burn, &res.OnExceed, &hold); err != nil {
+		var scope string
+		if err := r.Scan(&minutes, &limit, &spent, &held, &committed, &burn, &res.OnExceed, &hold, &scope); err != nil {
 			return res, translate(err)
 		}
-		res.Held, res.Burn = gpuproxy.Micros(held), gpuproxy.Micros(burn)
-		res.Windows = append(res.Windows, guardrails.Usage{
+		u := guardrails.Usage{
 			Window: guardrails.Window{Minutes: int(minutes), Limit: gpuproxy.Micros(limit)},
-			Spent:  gpuproxy.Micros(spent), Held: gpuproxy.Micros(held), Committed: gpuproxy.Micros(committed)})
+			Spent:  gpuproxy.Micros(spent), Held: gpuproxy.Micros(held), Committed: gpuproxy.Micros(committed)}
+		if scope == "key" {
+			if res.Key == nil {
+				res.Key = &guardrails.KeyUsage{KeyID: req.KeyID}
+			}
+			res.Key.Held, res.Key.Burn = gpuproxy.Micros(held), gpuproxy.Micros(burn)
+			res.Key.Windows = append(res.Key.Windows, u)
+		} else {
+			res.Held, res.Burn = gpuproxy.Micros(held), gpuproxy.Micros(burn)
+			res.Windows = append(res.Windows, u)
+		}
 		if hold != nil {
 			res.HoldID, res.Admitted = *hold, true
 		}
@@ -116,11 +127,16 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 		}
 		res.Windows = append(res.Windows, u)
 	}
+	if req.KeyID != "" {
+		if res.Key, err = keyUsageSQL(ctx, c, req); err != nil {
+			return res, err
+		}
+	}
 	res.Admitted = res.Fits(req.Cost)
 	if req.Hold && res.Admitted {
 		if err := c.queryRow(ctx,
-			"INSERT INTO holds (account_id, amount_micros, ref, status, created_us) VALUES ($1, $2, $3, 'open', $4) RETURNING id",
-			req.AccountID, int64(req.Cost), req.Ref, now).Scan(&res.HoldID); err != nil {
+			"INSERT INTO holds (account_id, amount_micros, ref, status, created_us, key_id) VALUES ($1, $2, $3, 'open', $4, $5) RETURNING id",
+			req.AccountID, int64(req.Cost), req.Ref, now, nullString(req.KeyID)).Scan(&res.HoldID); err != nil {
 			return res, err
 		}
 		if _, err := c.exec(ctx, "UPDATE accounts SET held_micros = held_micros + $1 WHERE id = $2",
@@ -129,6 +145,45 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 		}
 	}
 	return res, nil
+}
+
+// keyUsageSQL reads req.KeyID's own windows (nil when it has none), the
+// same rule as gp_admit's key part: spent is every ledger row attributed to
+// the key dated after the window's start, later rows included; burn the
+// price of its instances' running meters; held its open holds.
+func keyUsageSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (*guardrails.KeyUsage, error) {
+	r, err := c.query(ctx,
+		"SELECT window_minutes, limit_micros FROM api_key_limits WHERE key_id = $1 ORDER BY window_minutes", req.KeyID)
+	windows, err := scanAll(r, err, func(r rows) (guardrails.Window, error) {
+		var w guardrails.Window
+		return w, r.Scan(&w.Minutes, &w.Limit)
+	})
+	if err != nil || len(windows) == 0 {
+		return nil, err
+	}
+	k := &guardrails.KeyUsage{KeyID: req.KeyID}
+	if err := c.queryRow(ctx,
+		"SELECT COALESCE(sum(amount_micros), 0) FROM holds WHERE key_id = $1 AND status = 'open'", req.KeyID).
+		Scan(&k.Held); err != nil {
+		return nil, err
+	}
+	if err := c.queryRow(ctx, `SELECT COALESCE(sum(mt.price_micros), 0) FROM meters mt JOIN instances i ON i.id = mt.instance_id
+		WHERE i.key_id = $1 AND i.account_id = $2 AND mt.account_id = $2 AND mt.stop_us IS NULL`, req.KeyID, req.AccountID).
+		Scan(&k.Burn); err != nil {
+		return nil, err
+	}
+	now := us(req.Now)
+	for _, w := range windows {
+		wUS := int64(w.Minutes) * usPerMinute
+		u := guardrails.Usage{Window: w, Held: k.Held,
+			Committed: k.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
+		if err := c.queryRow(ctx, "SELECT COALESCE(sum(spend_micros), 0) FROM ledger WHERE key_id = $1 AND at_us > $2",
+			req.KeyID, now-wUS).Scan(&u.Spent); err != nil {
+			return nil, err
+		}
+		k.Windows = append(k.Windows, u)
+	}
+	return k, nil
 }
 
 // windowSumSQL sums spend in (t−W, t] plus every row dated after t:

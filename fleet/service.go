@@ -171,6 +171,9 @@ type CreateRequest struct {
 	Env            map[string]string
 	Ports          []int
 	IdempotencyKey string
+	// KeyID is the API key creating the instance: the cost must fit its
+	// own windows too, and the instance's spend counts against them.
+	KeyID string
 }
 
 func (r *CreateRequest) validate(known []string) error {
@@ -254,11 +257,13 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 	inst := Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
 		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
 		Image: req.Image, Label: req.Label, Status: Pending, IdempotencyKey: req.IdempotencyKey,
-		CreatedAt: s.opts.Now().UTC()}
+		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC()}
 	if q.Billing == providers.BillingPrepaid {
 		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
 	}
-	res, inst, existing, err := s.store.AdmitInstance(ctx, s.guard.Request(accountID, cost, inst.ID), inst)
+	areq := s.guard.Request(accountID, cost, inst.ID)
+	areq.KeyID = req.KeyID
+	res, inst, existing, err := s.store.AdmitInstance(ctx, areq, inst)
 	if existing {
 		return inst, err
 	}

@@ -23,6 +23,9 @@ type Store interface {
 	Admit(ctx context.Context, req AdmitRequest) (AdmitResult, error)
 	ReleaseHold(ctx context.Context, accountID, holdID int64, now time.Time) (bool, error)
 	SetLimits(ctx context.Context, accountID int64, windows []Window, onExceed string) error
+	// SetKeyLimits replaces an API key's own windows (none: the key has
+	// only its account's), under the account's lock.
+	SetKeyLimits(ctx context.Context, accountID int64, keyID string, windows []Window) error
 	// SettleLease closes a proxy lease's hold (whether or not it is still
 	// open) and appends one charge per LeaseCharge, idempotently, in one
 	// transaction serialized with admissions.
@@ -95,7 +98,13 @@ func (s *Service) Horizon() time.Duration { return s.opts.Horizon }
 
 // Spending returns the account's current windows.
 func (s *Service) Spending(ctx context.Context, accountID int64) (Snapshot, error) {
-	res, err := s.admit(ctx, accountID, 0, false, "")
+	return s.KeySpending(ctx, accountID, "")
+}
+
+// KeySpending returns the account's current windows and, when keyID has
+// windows of its own, the key's (Snapshot.Key).
+func (s *Service) KeySpending(ctx context.Context, accountID int64, keyID string) (Snapshot, error) {
+	res, err := s.admit(ctx, accountID, keyID, 0, false, "")
 	return res.Snapshot, err
 }
 
@@ -109,10 +118,16 @@ type Decision struct {
 // Check reports whether cost would be admitted now, per window, without
 // holding anything.
 func (s *Service) Check(ctx context.Context, accountID int64, cost gpuproxy.Micros) (Decision, error) {
+	return s.KeyCheck(ctx, accountID, "", cost)
+}
+
+// KeyCheck is Check for a cost keyID would cause: it must fit the key's
+// own windows too.
+func (s *Service) KeyCheck(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros) (Decision, error) {
 	if err := validCost(cost); err != nil {
 		return Decision{}, err
 	}
-	res, err := s.admit(ctx, accountID, cost, false, "")
+	res, err := s.admit(ctx, accountID, keyID, cost, false, "")
 	if err != nil {
 		return Decision{}, err
 	}
@@ -128,7 +143,7 @@ func (s *Service) Admit(ctx context.Context, accountID int64, cost gpuproxy.Micr
 	if err := validCost(cost); err != nil {
 		return 0, Snapshot{}, err
 	}
-	res, err := s.admit(ctx, accountID, cost, true, ref)
+	res, err := s.admit(ctx, accountID, "", cost, true, ref)
 	if err != nil {
 		return 0, res.Snapshot, err
 	}
@@ -161,9 +176,20 @@ func (s *Service) SetLimits(ctx context.Context, accountID int64, windows []Wind
 	return s.storeErr(s.store.SetLimits(ctx, accountID, windows, onExceed))
 }
 
-func (s *Service) admit(ctx context.Context, accountID int64, cost gpuproxy.Micros, hold bool, ref string) (AdmitResult, error) {
+// SetKeyLimits replaces an API key's own windows; an empty list removes
+// them, leaving the key only its account's.
+func (s *Service) SetKeyLimits(ctx context.Context, accountID int64, keyID string, windows []Window) error {
+	if len(windows) > 0 {
+		if err := ValidateWindows(windows); err != nil {
+			return err
+		}
+	}
+	return s.storeErr(s.store.SetKeyLimits(ctx, accountID, keyID, windows))
+}
+
+func (s *Service) admit(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros, hold bool, ref string) (AdmitResult, error) {
 	res, err := s.store.Admit(ctx, AdmitRequest{AccountID: accountID, Cost: cost, Now: s.opts.Now(),
-		Horizon: s.opts.Horizon, Defaults: s.opts.Defaults, Hold: hold, Ref: ref})
+		Horizon: s.opts.Horizon, Defaults: s.opts.Defaults, Hold: hold, Ref: ref, KeyID: keyID})
 	return res, s.storeErr(err)
 }
 
@@ -214,32 +240,52 @@ func (s *Service) refusal(accountID int64, snap Snapshot, cost gpuproxy.Micros, 
 
 // Refusal builds the spending_limit_exceeded error for cost against snap:
 // it names the first window that does not fit and lists every window.
+// A window of the admitting key's own is named with scope "key" and the
+// key's id; the account's with scope "account".
 func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
 	var first *Usage
-	windows := make([]map[string]any, 0, len(snap.Windows))
-	for i, u := range snap.Windows {
-		fits := u.Fits(cost)
-		if proxy {
-			fits = u.FitsProxy(cost)
+	scope := "account"
+	list := func(us []Usage, sc string) []map[string]any {
+		out := make([]map[string]any, 0, len(us))
+		for i, u := range us {
+			fits := u.Fits(cost)
+			if proxy {
+				fits = u.FitsProxy(cost)
+			}
+			if !fits && first == nil {
+				first, scope = &us[i], sc
+			}
+			out = append(out, map[string]any{"window_minutes": u.Minutes, "limit": u.Limit,
+				"spent": u.Spent, "held": u.Held, "committed": u.Committed, "remaining": u.Remaining(),
+				"would_exceed": !fits})
 		}
-		if !fits && first == nil {
-			first = &snap.Windows[i]
-		}
-		windows = append(windows, map[string]any{"window_minutes": u.Minutes, "limit": u.Limit,
-			"spent": u.Spent, "held": u.Held, "committed": u.Committed, "remaining": u.Remaining(),
-			"would_exceed": !fits})
+		return out
+	}
+	windows := list(snap.Windows, "account")
+	var keyWindows []map[string]any
+	if snap.Key != nil {
+		keyWindows = list(snap.Key.Windows, "key")
 	}
 	if first == nil {
 		first = &Usage{}
 	}
-	msg := fmt.Sprintf("spending limit exceeded: the %d-minute window allows $%s; spent $%s, held $%s, committed $%s, "+
+	whose := "the"
+	if scope == "key" {
+		whose = fmt.Sprintf("API key %s's own", snap.Key.KeyID)
+	}
+	msg := fmt.Sprintf("spending limit exceeded: %s %d-minute window allows $%s; spent $%s, held $%s, committed $%s, "+
 		"so this request's $%s does not fit (remaining $%s). Destroy idle instances, wait for the window to roll, "+
-		"or ask an admin to raise the limit.", first.Minutes, first.Limit, first.Spent, first.Held, first.Committed,
+		"or ask an admin to raise the limit.", whose, first.Minutes, first.Limit, first.Spent, first.Held, first.Committed,
 		cost, first.Remaining())
-	return &gpuproxy.Error{Code: gpuproxy.ELIMIT, Message: msg, Details: map[string]any{
-		"window_minutes": first.Minutes, "limit": first.Limit, "spent": first.Spent, "held": first.Held,
+	details := map[string]any{
+		"scope": scope, "window_minutes": first.Minutes, "limit": first.Limit, "spent": first.Spent, "held": first.Held,
 		"committed": first.Committed, "cost": cost, "remaining": first.Remaining(), "windows": windows,
-	}}
+	}
+	if snap.Key != nil {
+		details["key_id"] = snap.Key.KeyID
+		details["key_windows"] = keyWindows
+	}
+	return &gpuproxy.Error{Code: gpuproxy.ELIMIT, Message: msg, Details: details}
 }
 
 // Request builds the admission request for cost with this service's

@@ -50,6 +50,9 @@ func (s *spendStore) SetLimits(context.Context, int64, []guardrails.Window, stri
 func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.LeaseCharge, time.Time) error {
 	return nil
 }
+func (s *spendStore) SetKeyLimits(context.Context, int64, string, []guardrails.Window) error {
+	return nil
+}
 func (s *spendStore) ExpireLeases(context.Context, time.Time, time.Time) (int, error) { return 0, nil }
 
 func (s *spendStore) set(spent, held gpuproxy.Micros, err error) {

@@ -71,13 +71,34 @@ type Snapshot struct {
 	Burn      gpuproxy.Micros // USD/hour of running time-billed instances
 	Held      gpuproxy.Micros
 	At        time.Time
+	// Key is the admitting key's own windows, when it has any: a cost must
+	// fit them as well as the account's (DESIGN.md, "Per-key windows").
+	Key *KeyUsage
 }
 
-// Fits reports whether cost is admissible in every window.
+// KeyUsage is an API key's own windows, counting only what the key caused:
+// ledger rows attributed to it, the burn of its running instances and its
+// open holds.
+type KeyUsage struct {
+	KeyID   string
+	Windows []Usage
+	Burn    gpuproxy.Micros
+	Held    gpuproxy.Micros
+}
+
+// Fits reports whether cost is admissible in every window, the key's
+// included.
 func (s Snapshot) Fits(cost gpuproxy.Micros) bool {
 	for _, u := range s.Windows {
 		if !u.Fits(cost) {
 			return false
+		}
+	}
+	if s.Key != nil {
+		for _, u := range s.Key.Windows {
+			if !u.Fits(cost) {
+				return false
+			}
 		}
 	}
 	return true
@@ -103,6 +124,10 @@ type AdmitRequest struct {
 	Defaults  []Window // used when the account has no limits of its own
 	Hold      bool
 	Ref       string // what the hold is for (e.g. an instance id)
+	// KeyID is the admitting API key: when it has windows of its own the
+	// cost must fit them too, and the hold is attributed to it. Empty for
+	// admissions no key caused.
+	KeyID string
 }
 
 // AdmitResult is the store's answer: the snapshot the decision was made on

@@ -198,7 +198,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	acct := c.p.AccountID
 	inst, err := s.svc.Fleet.Create(ctx, acct, fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
-		IdempotencyKey: in.IdempotencyKey})
+		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID})
 	if err != nil {
 		return result{}, renameOfferField(err)
 	}

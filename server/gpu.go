@@ -79,7 +79,7 @@ func (s *Server) createInstance(c echo.Context) error {
 	p := principal(c)
 	inst, err := s.svc.Fleet.Create(c.Request().Context(), p.AccountID, fleet.CreateRequest{Provider: req.Provider,
 		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
-		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key"))})
+		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID})
 	if err != nil {
 		return err
 	}

@@ -30,15 +30,22 @@
 --    spend_minutes, the partial edge minutes and everything later from the
 --    ledger) under the lock, the decision is made on the exact figures, and
 --    the cache is refreshed.
+-- Per-key windows (p_key, when the key has limits in api_key_limits): the
+-- key's limits are read under the lock, the cache is bypassed, and the cost
+-- must also fit every key window, exactly: the key's spent is every ledger
+-- row attributed to it dated after the window's start (later rows count, as
+-- above), its burn the price of its instances' running meters, its held its
+-- open holds other than the new one. Key rows are returned with o_scope
+-- 'key'. A key without limits adds one indexed look-up to the fast path.
 -- Each statement of a VOLATILE function in READ COMMITTED takes a fresh
 -- snapshot, so every read after the lock sees all the previous holder
 -- committed. The Go twin of the rule is guardrails.Usage.Fits; the
 -- conformance suite keeps this and the SQLite path (rule in Go) identical.
 CREATE OR REPLACE FUNCTION gp_admit(
     p_account BIGINT, p_cost BIGINT, p_now BIGINT, p_horizon_us BIGINT,
-    p_def_minutes INT[], p_def_limits BIGINT[], p_mode INT, p_ref TEXT)
+    p_def_minutes INT[], p_def_limits BIGINT[], p_mode INT, p_ref TEXT, p_key TEXT)
 RETURNS TABLE (o_minutes INT, o_limit BIGINT, o_spent BIGINT, o_held BIGINT,
-               o_committed BIGINT, o_burn BIGINT, o_on_exceed TEXT, o_hold_id BIGINT)
+               o_committed BIGINT, o_burn BIGINT, o_on_exceed TEXT, o_hold_id BIGINT, o_scope TEXT)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 DECLARE
     v_on_exceed TEXT;
@@ -61,14 +68,20 @@ DECLARE
     c_spent     BIGINT[];
     c_burn      BIGINT;
     cm          BIGINT;
+    k_minutes   INT[];
+    k_limits    BIGINT[];
+    k_spent     BIGINT[];
+    k_comm      BIGINT[];
+    k_held      BIGINT;
+    k_burn      BIGINT;
 BEGIN
     IF p_mode = 1 THEN
         -- The hold row is written before the account row is locked, so its
         -- heap, index and WAL work stay out of the serialized section. Other
         -- sessions cannot see it before this statement commits; a refusal
         -- deletes it again in the same transaction.
-        INSERT INTO holds (account_id, amount_micros, ref, status, created_us)
-        VALUES (p_account, p_cost, p_ref, 'open', p_now) RETURNING id INTO v_hold;
+        INSERT INTO holds (account_id, amount_micros, ref, status, created_us, key_id)
+        VALUES (p_account, p_cost, p_ref, 'open', p_now, p_key) RETURNING id INTO v_hold;
         UPDATE accounts a SET held_micros = a.held_micros + p_cost WHERE a.id = p_account
         RETURNING a.on_exceed, a.held_micros - p_cost, a.spend_version, a.cache_version, a.cache_at_us,
                   a.cache_own, a.cache_minutes, a.cache_limits, a.cache_spent, a.cache_burn
@@ -76,7 +89,12 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION 'account % not found', p_account USING ERRCODE = 'P0002';
         END IF;
-        IF c_ver = v_ver AND p_now >= c_at
+        IF p_key IS NOT NULL THEN
+            -- Under the lock: key limits change only under it (SetKeyLimits).
+            SELECT array_agg(kl.window_minutes ORDER BY kl.window_minutes), array_agg(kl.limit_micros ORDER BY kl.window_minutes)
+              INTO k_minutes, k_limits FROM api_key_limits kl WHERE kl.key_id = p_key;
+        END IF;
+        IF k_minutes IS NULL AND c_ver = v_ver AND p_now >= c_at
            AND (c_own OR (c_minutes = p_def_minutes AND c_limits = p_def_limits)) THEN
             v_ok := TRUE;
             v_comm := '{}';
@@ -93,6 +111,7 @@ BEGIN
                 FOR i IN 1 .. array_length(c_minutes, 1) LOOP
                     o_minutes := c_minutes[i]; o_limit := c_limits[i]; o_spent := c_spent[i]; o_held := v_held;
                     o_committed := v_comm[i]; o_burn := c_burn; o_on_exceed := v_on_exceed; o_hold_id := v_hold;
+                    o_scope := 'account';
                     RETURN NEXT;
                 END LOOP;
                 RETURN;
@@ -139,6 +158,27 @@ BEGIN
             v_ok := FALSE;
         END IF;
     END LOOP;
+    IF p_key IS NOT NULL AND p_mode <> 1 THEN
+        SELECT array_agg(kl.window_minutes ORDER BY kl.window_minutes), array_agg(kl.limit_micros ORDER BY kl.window_minutes)
+          INTO k_minutes, k_limits FROM api_key_limits kl WHERE kl.key_id = p_key;
+    END IF;
+    IF k_minutes IS NOT NULL THEN
+        SELECT COALESCE(sum(h.amount_micros), 0) INTO k_held FROM holds h
+         WHERE h.key_id = p_key AND h.status = 'open' AND h.id IS DISTINCT FROM v_hold;
+        SELECT COALESCE(sum(mt.price_micros), 0) INTO k_burn FROM meters mt JOIN instances i ON i.id = mt.instance_id
+         WHERE i.key_id = p_key AND i.account_id = p_account AND mt.account_id = p_account AND mt.stop_us IS NULL;
+        k_spent := '{}';
+        k_comm := '{}';
+        FOR i IN 1 .. array_length(k_minutes, 1) LOOP
+            k_spent := k_spent || COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                                             WHERE g.key_id = p_key AND g.at_us > p_now - k_minutes[i]::BIGINT * 60000000), 0)::BIGINT;
+            cm := floor(k_burn::NUMERIC * LEAST(p_horizon_us, k_minutes[i]::BIGINT * 60000000) / 3600000000)::BIGINT;
+            k_comm := k_comm || cm;
+            IF k_spent[i] + cm + k_held + p_cost > k_limits[i] THEN
+                v_ok := FALSE;
+            END IF;
+        END LOOP;
+    END IF;
     IF p_mode = 1 THEN
         UPDATE accounts SET held_micros = held_micros - CASE WHEN v_ok THEN 0 ELSE p_cost END,
                cache_version = CASE WHEN v_lastneg <= p_now - (SELECT max(m) FROM unnest(v_minutes) AS m)::BIGINT * 60000000
@@ -155,6 +195,13 @@ BEGIN
     FOR i IN 1 .. COALESCE(array_length(v_minutes, 1), 0) LOOP
         o_minutes := v_minutes[i]; o_limit := v_limits[i]; o_spent := v_spent[i]; o_held := v_held;
         o_committed := v_comm[i]; o_burn := v_burn; o_on_exceed := v_on_exceed; o_hold_id := v_hold;
+        o_scope := 'account';
+        RETURN NEXT;
+    END LOOP;
+    FOR i IN 1 .. COALESCE(array_length(k_minutes, 1), 0) LOOP
+        o_minutes := k_minutes[i]; o_limit := k_limits[i]; o_spent := k_spent[i]; o_held := k_held;
+        o_committed := k_comm[i]; o_burn := k_burn; o_on_exceed := v_on_exceed; o_hold_id := v_hold;
+        o_scope := 'key';
         RETURN NEXT;
     END LOOP;
 END $$;
