@@ -57,8 +57,8 @@ func TestBreakersEndWithTheirInstances(t *testing.T) {
 	breakers, series := proxy.Breakers(e.proxy), e.metrics.series()
 	call := func(id string, want int) {
 		t.Helper()
-		if r := e.do(e.key, "POST", "/api/v1/proxy/"+id+"/v1/x", []byte(`{}`), nil); r.status != want {
-			t.Fatalf("%s: %d %s; want %d", id, r.status, r.body, want)
+		if r := e.do(e.key, "POST", "/api/v1/proxy/"+id+"/v1/x", []byte(`{}`), nil); r.Status != want {
+			t.Fatalf("%s: %d %s; want %d", id, r.Status, r.Body, want)
 		}
 	}
 	const n = 100

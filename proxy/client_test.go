@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -41,12 +42,12 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	up.Start()
 	defer up.Close()
 	e.fleet.add(e.acct.ID, "gpi_ka", up.URL)
-	post := func(id string) resp {
+	post := func(id string) teststack.Response {
 		return e.do(e.key, "POST", "/api/v1/proxy/"+id+"/v1/x", []byte(`{"a":1}`), nil)
 	}
 	for range 5 {
-		if r := post("gpi_ka"); r.status != 200 {
-			t.Fatalf("%d %s", r.status, r.body)
+		if r := post("gpi_ka"); r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 	}
 	if n := conns.Load(); n != 1 {
@@ -55,8 +56,8 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	// Idle past the instance's timeout: the closed connection is found
 	// by the probe before a POST is written to it.
 	poll.Until(t, 5*time.Second, "the instance closes the idle connection", func() bool { return closed.Load() == 1 })
-	if r := post("gpi_ka"); r.status != 200 {
-		t.Fatalf("POST after the instance closed the idle connection: %d %s", r.status, r.body)
+	if r := post("gpi_ka"); r.Status != 200 {
+		t.Fatalf("POST after the instance closed the idle connection: %d %s", r.Status, r.Body)
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d upstream connections, want 2", n)
@@ -80,8 +81,8 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	defer closer.Close()
 	e.fleet.add(e.acct.ID, "gpi_closer", closer.URL)
 	for i := range 3 {
-		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_closer/v1/x", nil, nil); r.status != 200 || string(r.body) != "ok" {
-			t.Fatalf("GET %d on a connection the instance closed: %d %s", i, r.status, r.body)
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_closer/v1/x", nil, nil); r.Status != 200 || string(r.Body) != "ok" {
+			t.Fatalf("GET %d on a connection the instance closed: %d %s", i, r.Status, r.Body)
 		}
 	}
 	if n := conns2.Load(); n != 3 {
@@ -115,13 +116,13 @@ func TestHTTPSEndpointAndStreamedBody(t *testing.T) {
 	}
 	body := bytes.Repeat([]byte("b"), 300<<10) // above the in-memory size: streamed
 	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_tls/v1/stream", body, nil)
-	if r.status != 200 || string(r.body) != "data: x\n\ndata: xx\n\ndata: xxx\n\n" || got.Load() != 300<<10 {
-		t.Fatalf("%d %q, upstream read %d bytes", r.status, r.body, got.Load())
+	if r.Status != 200 || string(r.Body) != "data: x\n\ndata: xx\n\ndata: xxx\n\n" || got.Load() != 300<<10 {
+		t.Fatalf("%d %q, upstream read %d bytes", r.Status, r.Body, got.Load())
 	}
 	// A certificate the proxy does not trust is a 502, not a silent pass.
 	e2 := newEnv(t, envOpts{})
 	e2.fleet.add(e2.acct.ID, "gpi_tls", up.URL)
-	if r := e2.do(e2.key, "GET", "/api/v1/proxy/gpi_tls/v1/stream", nil, nil); r.status != 502 {
-		t.Fatalf("untrusted certificate: %d %s", r.status, r.body)
+	if r := e2.do(e2.key, "GET", "/api/v1/proxy/gpi_tls/v1/stream", nil, nil); r.Status != 502 {
+		t.Fatalf("untrusted certificate: %d %s", r.Status, r.Body)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -164,12 +165,12 @@ func TestSSRFRefused(t *testing.T) {
 				for name, ips := range tc.names {
 					e.resolver.set(name, ips...)
 				}
-				var r resp
+				var r teststack.Response
 				switch {
 				case tc.target != "":
 					_, _, _, err := e.proxy.Call(context.Background(), gpuproxy.Principal{AccountID: e.acct.ID,
 						Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}}, tc.target, "GET", nil, nil)
-					r = resp{status: proxy.HTTPStatus(err)}
+					r = teststack.Response{Status: proxy.HTTPStatus(err)}
 					if gpuproxy.ErrorCode(err) != tc.code {
 						t.Errorf("%s: Call error %v, want %s", tc.name, err, tc.code)
 					}
@@ -187,15 +188,15 @@ func TestSSRFRefused(t *testing.T) {
 				default:
 					r = e.do(e.key, "GET", "/api/v1/proxy/"+tc.instance+"/v1/models", nil, nil)
 				}
-				if r.errCode() != tc.code {
-					t.Errorf("%s: %d %s, want code %s", tc.name, r.status, r.body, tc.code)
+				if r.ErrCode() != tc.code {
+					t.Errorf("%s: %d %s, want code %s", tc.name, r.Status, r.Body, tc.code)
 					continue
 				}
-				if tc.class != "" && r.errDetails()["address_class"] != tc.class {
-					t.Errorf("%s: details %v, want class %s", tc.name, r.errDetails(), tc.class)
+				if tc.class != "" && r.ErrDetails()["address_class"] != tc.class {
+					t.Errorf("%s: details %v, want class %s", tc.name, r.ErrDetails(), tc.class)
 				}
-				if r.status != 403 && r.status != 404 && r.status != 400 {
-					t.Errorf("%s: status %d", tc.name, r.status)
+				if r.Status != 403 && r.Status != 404 && r.Status != 400 {
+					t.Errorf("%s: status %d", tc.name, r.Status)
 				}
 			}
 			if s.Requests() != 0 || decoyHits.Load() != 0 {
@@ -208,11 +209,11 @@ func TestSSRFRefused(t *testing.T) {
 			// mode, as the one control that the table is not refusing
 			// everything.
 			r := e.do(e.key, "GET", "/api/v1/proxy/gpi_mine/v1/models", nil, nil)
-			if sandbox && r.status != 200 {
-				t.Fatalf("own instance in sandbox mode: %d %s", r.status, r.body)
+			if sandbox && r.Status != 200 {
+				t.Fatalf("own instance in sandbox mode: %d %s", r.Status, r.Body)
 			}
-			if !sandbox && (r.status != 403 || s.Requests() != 0) {
-				t.Fatalf("loopback instance in production mode: %d %s", r.status, r.body)
+			if !sandbox && (r.Status != 403 || s.Requests() != 0) {
+				t.Fatalf("loopback instance in production mode: %d %s", r.Status, r.Body)
 			}
 		})
 	}
@@ -244,8 +245,8 @@ func TestSSRFRedirectsRefused(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_redir", up.URL)
 	for _, target := range targets {
 		r := e.do(e.key, "GET", "/api/v1/proxy/gpi_redir/start", nil, nil)
-		if r.status != 502 || r.errCode() != proxy.CodeUpstream || r.errDetails()["location"] != target {
-			t.Errorf("redirect to %s: %d %s", target, r.status, r.body)
+		if r.Status != 502 || r.ErrCode() != proxy.CodeUpstream || r.ErrDetails()["location"] != target {
+			t.Errorf("redirect to %s: %d %s", target, r.Status, r.Body)
 		}
 	}
 	// Through Call as well.
@@ -281,8 +282,8 @@ func TestDialsTheCheckedAddress(t *testing.T) {
 	r := e.do(e.key, "GET", "/api/v1/proxy/gpi_rebind/v1/models", nil, nil)
 	// The test dialer refuses to leave the machine, so this is a 502; what
 	// matters is what was dialed.
-	if r.status != 502 {
-		t.Fatalf("%d %s", r.status, r.body)
+	if r.Status != 502 {
+		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	if d := e.dials.dialed(); len(d) != 1 || d[0] != "93.184.216.34:8000" {
 		t.Fatalf("dialed %v, want exactly the checked address", d)
@@ -361,16 +362,16 @@ func TestAllowNetworks(t *testing.T) {
 					dialed := e.dials.dialed()[before:]
 					_, _, _, callErr := e.proxy.Call(context.Background(), pr, ep+"/v1/models", "GET", nil, nil)
 					if class != "" {
-						if r.status != 403 || r.errDetails()["address_class"] != class || len(dialed) != 0 {
-							t.Errorf("%s (%s): %d %s, dialed %v; want refused as %s", ep, addr, r.status, r.body, dialed, class)
+						if r.Status != 403 || r.ErrDetails()["address_class"] != class || len(dialed) != 0 {
+							t.Errorf("%s (%s): %d %s, dialed %v; want refused as %s", ep, addr, r.Status, r.Body, dialed, class)
 						}
 						if gpuproxy.ErrorCode(callErr) != gpuproxy.EFORBIDDEN {
 							t.Errorf("Call %s (%s): %v, want forbidden", ep, addr, callErr)
 						}
 						continue
 					}
-					if r.status == 403 || len(dialed) != 1 || dialed[0] != dialAddr {
-						t.Errorf("%s (%s): %d %s, dialed %v; want %s dialed", ep, addr, r.status, r.body, dialed, dialAddr)
+					if r.Status == 403 || len(dialed) != 1 || dialed[0] != dialAddr {
+						t.Errorf("%s (%s): %d %s, dialed %v; want %s dialed", ep, addr, r.Status, r.Body, dialed, dialAddr)
 					}
 					if gpuproxy.ErrorCode(callErr) == gpuproxy.EFORBIDDEN {
 						t.Errorf("Call %s (%s) refused: %v", ep, addr, callErr)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
@@ -255,19 +255,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 // newKey creates the account if needed and a key with the preset's scopes.
 func (e *env) newKey(account, preset string) (string, gpuproxy.Account) {
 	e.t.Helper()
-	ctx := context.Background()
-	a, err := e.auth.Account(ctx, account)
-	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
-		a, err = e.auth.CreateAccount(ctx, account)
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, _, err := e.auth.CreateKey(ctx, account, "test", gpuproxy.Presets[preset])
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k, a
+	return teststack.NewKey(e.t, e.auth, account, preset)
 }
 
 // sim starts a simulator inference server.
@@ -281,58 +269,21 @@ func sim(t testing.TB) *vastaisim.InferenceServer {
 	return s
 }
 
-type resp struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (r resp) errCode() string {
-	var b struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal(r.body, &b)
-	return b.Error.Code
-}
-
-func (r resp) errDetails() map[string]any {
-	var b struct {
-		Error struct {
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal(r.body, &b)
-	return b.Error.Details
-}
-
-// do sends a request with the key through the server.
-func (e *env) do(key, method, path string, body []byte, hdr map[string]string) resp {
+// do sends a request with the key through the server (nil body: none).
+func (e *env) do(key, method, path string, body []byte, hdr map[string]string) teststack.Response {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	if body == nil {
-		req.Body = nil
-	}
+	pairs := make([]string, 0, 2+2*len(hdr))
 	if key != "" {
-		req.Header.Set("X-API-Key", key)
+		pairs = append(pairs, "X-API-Key", key)
 	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		pairs = append(pairs, k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatalf("reading body: %v", err)
-	}
-	return resp{res.StatusCode, res.Header, b}
+	return teststack.Send(e.t, method, e.url+path, rd, pairs...)
 }
 
 func chatBody(stream bool, content string) []byte {
@@ -348,11 +299,11 @@ func (e *env) usage(key, query string, want int) proxy.UsagePageJSON {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r := e.do(key, "GET", "/api/v1/proxy/usage"+query, nil, nil)
-		if r.status != 200 {
-			e.t.Fatalf("usage: %d %s", r.status, r.body)
+		if r.Status != 200 {
+			e.t.Fatalf("usage: %d %s", r.Status, r.Body)
 		}
 		var page proxy.UsagePageJSON
-		if err := json.Unmarshal(r.body, &page); err != nil {
+		if err := json.Unmarshal(r.Body, &page); err != nil {
 			e.t.Fatal(err)
 		}
 		if (int(page.Totals.Requests) >= want && len(page.Records) >= min(want, 100)) || time.Now().After(deadline) {

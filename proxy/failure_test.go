@@ -28,13 +28,13 @@ func TestUpstreamHangIs504(t *testing.T) {
 	start := time.Now()
 	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_hang/v1/chat/completions", chatBody(false, "hi"), nil)
 	took := time.Since(start)
-	if r.status != 504 || r.errCode() != proxy.CodeUpstreamTimeout {
-		t.Fatalf("hang: %d %s", r.status, r.body)
+	if r.Status != 504 || r.ErrCode() != proxy.CodeUpstreamTimeout {
+		t.Fatalf("hang: %d %s", r.Status, r.Body)
 	}
 	if took < 300*time.Millisecond || took > 3*time.Second {
 		t.Fatalf("answered after %v, want about the 300ms timeout", took)
 	}
-	if d := r.errDetails(); d["instance_id"] != "gpi_hang" || d["timeout_seconds"] != 0.3 {
+	if d := r.ErrDetails(); d["instance_id"] != "gpi_hang" || d["timeout_seconds"] != 0.3 {
 		t.Fatalf("details = %v", d)
 	}
 	if s.Requests() != 1 {
@@ -50,8 +50,8 @@ func TestUpstreamFailures(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_dead", dead.URL())
 	dead.Close()
 	r := e.do(e.key, "GET", "/api/v1/proxy/gpi_dead/v1/models", nil, nil)
-	if r.status != 502 || r.errCode() != proxy.CodeUpstream {
-		t.Fatalf("dead instance: %d %s", r.status, r.body)
+	if r.Status != 502 || r.ErrCode() != proxy.CodeUpstream {
+		t.Fatalf("dead instance: %d %s", r.Status, r.Body)
 	}
 
 	// A simulator that drops the connection mid-request (hang, then close).
@@ -63,8 +63,8 @@ func TestUpstreamFailures(t *testing.T) {
 		poll.Wait(5*time.Second, func() bool { return drop.Requests() > 0 })
 		drop.Close()
 	}()
-	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_drop/v1/models", nil, nil); r.status != 502 {
-		t.Fatalf("dropped connection: %d %s", r.status, r.body)
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_drop/v1/models", nil, nil); r.Status != 502 {
+		t.Fatalf("dropped connection: %d %s", r.Status, r.Body)
 	}
 
 	var failing atomic.Bool
@@ -84,16 +84,16 @@ func TestUpstreamFailures(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_5xx", up.URL)
 	for i := range 3 {
 		r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil)
-		if r.status != 503 || string(r.body) != `{"object":"error","message":"model is loading"}` {
-			t.Fatalf("5xx passthrough %d: %d %s", i, r.status, r.body)
+		if r.Status != 503 || string(r.Body) != `{"object":"error","message":"model is loading"}` {
+			t.Fatalf("5xx passthrough %d: %d %s", i, r.Status, r.Body)
 		}
 	}
 	if st := e.proxy.BreakerState("gpi_5xx"); st != "open" {
 		t.Fatalf("breaker %s after 3 failures", st)
 	}
 	r = e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil)
-	if r.status != 503 || r.errCode() != gpuproxy.EUNAVAILABLE || r.header.Get("Retry-After") == "" {
-		t.Fatalf("open breaker: %d %s", r.status, r.body)
+	if r.Status != 503 || r.ErrCode() != gpuproxy.EUNAVAILABLE || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("open breaker: %d %s", r.Status, r.Body)
 	}
 	if hits.Load() != 3 {
 		t.Fatalf("instance hit %d times, want 3 (open breaker sends nothing)", hits.Load())
@@ -106,8 +106,8 @@ func TestUpstreamFailures(t *testing.T) {
 	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool {
 		return e.proxy.BreakerState("gpi_5xx") == "half-open"
 	})
-	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil); r.status != 200 {
-		t.Fatalf("after recovery: %d %s", r.status, r.body)
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil); r.Status != 200 {
+		t.Fatalf("after recovery: %d %s", r.Status, r.Body)
 	}
 	if st := e.proxy.BreakerState("gpi_5xx"); st != "closed" {
 		t.Fatalf("breaker %s after a good trial", st)
@@ -125,8 +125,8 @@ func TestClientErrorsDoNotTripBreaker(t *testing.T) {
 	s := sim(t)
 	e.fleet.add(e.acct.ID, "gpi_4xx", s.URL())
 	for range 5 {
-		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_4xx/nope", nil, nil); r.status != 404 {
-			t.Fatalf("unknown path: %d", r.status)
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_4xx/nope", nil, nil); r.Status != 404 {
+			t.Fatalf("unknown path: %d", r.Status)
 		}
 	}
 	if st := e.proxy.BreakerState("gpi_4xx"); st != "closed" {
@@ -143,8 +143,8 @@ func TestBodiesAreBounded(t *testing.T) {
 	// A large body within the bound goes through.
 	big := chatBody(false, strings.Repeat("word ", 10_000)) // ~50 KB
 	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_big/v1/chat/completions", big, nil)
-	if r.status != 200 {
-		t.Fatalf("50 KB body: %d %s", r.status, r.body)
+	if r.Status != 200 {
+		t.Fatalf("50 KB body: %d %s", r.Status, r.Body)
 	}
 	if s.Requests() != 1 {
 		t.Fatal("not forwarded")
@@ -152,8 +152,8 @@ func TestBodiesAreBounded(t *testing.T) {
 	// Over the bound with a declared length: 413 before anything is sent.
 	huge := chatBody(false, strings.Repeat("word ", 20_000)) // ~100 KB
 	r = e.do(e.key, "POST", "/api/v1/proxy/gpi_big/v1/chat/completions", huge, nil)
-	if r.status != 413 || r.errCode() != gpuproxy.ETOOLARGE {
-		t.Fatalf("100 KB body: %d %s", r.status, r.body)
+	if r.Status != 413 || r.ErrCode() != gpuproxy.ETOOLARGE {
+		t.Fatalf("100 KB body: %d %s", r.Status, r.Body)
 	}
 	// Over the bound, chunked (no declared length): cut off and refused.
 	// A connection of its own: the refusal closes it while the client may
@@ -192,8 +192,8 @@ func TestBodiesAreBounded(t *testing.T) {
 	defer up.Close()
 	e.fleet.add(e.acct.ID, "gpi_bigresp", up.URL)
 	r = e.do(e.key, "GET", "/api/v1/proxy/gpi_bigresp/fixed", nil, nil)
-	if r.status != 502 || r.errCode() != proxy.CodeUpstream {
-		t.Fatalf("oversize response: %d %s", r.status, r.body)
+	if r.Status != 502 || r.ErrCode() != proxy.CodeUpstream {
+		t.Fatalf("oversize response: %d %s", r.Status, r.Body)
 	}
 	req, _ = http.NewRequest("GET", e.url+"/api/v1/proxy/gpi_bigresp/stream", nil)
 	req.Header.Set("X-API-Key", e.key)
@@ -216,15 +216,15 @@ func TestServerBodyLimitApplies(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_srv", s.URL())
 	for range 3 {
 		r := e.do(e.key, "POST", "/api/v1/proxy/gpi_srv/v1/chat/completions", chatBody(false, strings.Repeat("w ", 600_000)), nil)
-		if r.status != 413 || r.errCode() != gpuproxy.ETOOLARGE || r.errDetails()["limit_bytes"] != float64(1<<20) {
-			t.Fatalf("1.2 MB body: %d %s", r.status, r.body)
+		if r.Status != 413 || r.ErrCode() != gpuproxy.ETOOLARGE || r.ErrDetails()["limit_bytes"] != float64(1<<20) {
+			t.Fatalf("1.2 MB body: %d %s", r.Status, r.Body)
 		}
 	}
 	if st := e.proxy.BreakerState("gpi_srv"); st != "closed" {
 		t.Fatalf("breaker %s after the caller's oversize bodies", st)
 	}
-	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_srv/v1/models", nil, nil); r.status != 200 {
-		t.Fatalf("after: %d %s", r.status, r.body)
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_srv/v1/models", nil, nil); r.Status != 200 {
+		t.Fatalf("after: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -248,8 +248,8 @@ func TestOverLimitRefusedBeforeUpstream(t *testing.T) {
 				windows: []guardrails.Window{{Minutes: 60, Limit: 10 * usd}, {Minutes: 1440, Limit: 100 * usd}}})
 			s := sim(t)
 			e.fleet.add(e.acct.ID, "gpi_limit", s.URL())
-			if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_limit/v1/models", nil, nil); r.status != 200 {
-				t.Fatalf("under the limit: %d %s", r.status, r.body)
+			if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_limit/v1/models", nil, nil); r.Status != 200 {
+				t.Fatalf("under the limit: %d %s", r.Status, r.Body)
 			}
 			if _, err := e.ledger.Append(context.Background(), billing.Entry{AccountID: e.acct.ID, Type: billing.Charge,
 				Amount: tc.charge, Basis: billing.Manual}); err != nil {
@@ -259,10 +259,10 @@ func TestOverLimitRefusedBeforeUpstream(t *testing.T) {
 			dialsBefore := len(e.dials.dialed())
 			reqsBefore := s.Requests()
 			r := e.do(e.key, "POST", "/api/v1/proxy/gpi_limit/v1/chat/completions", chatBody(true, "hi"), nil)
-			if r.status != 402 || r.errCode() != gpuproxy.ELIMIT {
-				t.Fatalf("over the limit: %d %s", r.status, r.body)
+			if r.Status != 402 || r.ErrCode() != gpuproxy.ELIMIT {
+				t.Fatalf("over the limit: %d %s", r.Status, r.Body)
 			}
-			d := r.errDetails()
+			d := r.ErrDetails()
 			if d["window_minutes"] != float64(60) || d["limit"] != float64(10) || d["cost"] != tc.cost.USD() ||
 				d["held"] != float64(0) {
 				t.Fatalf("details = %v", d)

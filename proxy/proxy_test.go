@@ -25,32 +25,32 @@ func TestPlainRequests(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_plain", s.URL())
 
 	r := e.do(e.key, "GET", "/api/v1/proxy/gpi_plain/v1/models", nil, nil)
-	if r.status != 200 || !strings.Contains(string(r.body), `"id":"sim-llm"`) {
-		t.Fatalf("models: %d %s", r.status, r.body)
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"id":"sim-llm"`) {
+		t.Fatalf("models: %d %s", r.Status, r.Body)
 	}
-	if r.header.Get("X-Request-Id") == "" {
+	if r.Header.Get("X-Request-Id") == "" {
 		t.Fatal("no X-Request-Id on the response")
 	}
 	r = e.do(e.key, "POST", "/api/v1/proxy/gpi_plain/v1/chat/completions", chatBody(false, "hello there"),
 		map[string]string{"Content-Type": "application/json"})
-	if r.status != 200 || !strings.Contains(string(r.body), "Simulated reply from sim-llm to: hello there") {
-		t.Fatalf("chat: %d %s", r.status, r.body)
+	if r.Status != 200 || !strings.Contains(string(r.Body), "Simulated reply from sim-llm to: hello there") {
+		t.Fatalf("chat: %d %s", r.Status, r.Body)
 	}
 	// The simulator's own 4xx passes through untouched.
 	r = e.do(e.key, "POST", "/api/v1/proxy/gpi_plain/v1/chat/completions", []byte(`{}`), nil)
-	if r.status != 400 || !strings.Contains(string(r.body), "invalid_request_error") {
-		t.Fatalf("bad chat: %d %s", r.status, r.body)
+	if r.Status != 400 || !strings.Contains(string(r.Body), "invalid_request_error") {
+		t.Fatalf("bad chat: %d %s", r.Status, r.Body)
 	}
 	if s.Requests() != 3 {
 		t.Fatalf("simulator saw %d requests, want 3", s.Requests())
 	}
 	// Unauthenticated and unscoped callers never reach it.
-	if r := e.do("", "GET", "/api/v1/proxy/gpi_plain/v1/models", nil, nil); r.status != 401 {
-		t.Fatalf("no key: %d", r.status)
+	if r := e.do("", "GET", "/api/v1/proxy/gpi_plain/v1/models", nil, nil); r.Status != 401 {
+		t.Fatalf("no key: %d", r.Status)
 	}
 	finance, _ := e.newKey("acme", "finance")
-	if r := e.do(finance, "GET", "/api/v1/proxy/gpi_plain/v1/models", nil, nil); r.status != 403 || r.errCode() != "forbidden" {
-		t.Fatalf("finance key: %d %s", r.status, r.body)
+	if r := e.do(finance, "GET", "/api/v1/proxy/gpi_plain/v1/models", nil, nil); r.Status != 403 || r.ErrCode() != "forbidden" {
+		t.Fatalf("finance key: %d %s", r.Status, r.Body)
 	}
 	if s.Requests() != 3 {
 		t.Fatalf("simulator saw %d requests, want 3", s.Requests())
@@ -237,8 +237,8 @@ func TestHeaders(t *testing.T) {
 		"X-Custom":            "kept",
 		"Accept-Encoding":     "gzip",
 	})
-	if r.status != 200 {
-		t.Fatalf("%d %s", r.status, r.body)
+	if r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	h := <-got
 	for _, k := range []string{"X-Api-Key", "Authorization", "Cookie", "Proxy-Authorization", "X-Private", "Keep-Alive"} {
@@ -255,14 +255,14 @@ func TestHeaders(t *testing.T) {
 	if h.Get("X-Forwarded-For") != "203.0.113.9, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For = %q", h.Get("X-Forwarded-For"))
 	}
-	if rid := h.Get("X-Request-Id"); rid == "" || rid != r.header.Get("X-Request-Id") {
-		t.Errorf("X-Request-Id upstream %q, response %q", rid, r.header.Get("X-Request-Id"))
+	if rid := h.Get("X-Request-Id"); rid == "" || rid != r.Header.Get("X-Request-Id") {
+		t.Errorf("X-Request-Id upstream %q, response %q", rid, r.Header.Get("X-Request-Id"))
 	}
 	if h.Get("Host") != strings.TrimPrefix(up.URL, "http://") {
 		t.Errorf("Host = %q", h.Get("Host"))
 	}
-	if r.header.Get("Set-Cookie") != "" || r.header.Get("X-Hop") != "" || r.header.Get("X-Model") != "sim" {
-		t.Errorf("response headers = %v", r.header)
+	if r.Header.Get("Set-Cookie") != "" || r.Header.Get("X-Hop") != "" || r.Header.Get("X-Model") != "sim" {
+		t.Errorf("response headers = %v", r.Header)
 	}
 	// The instance's own token travels in X-Upstream-Authorization.
 	e.do(e.key, "GET", "/api/v1/proxy/gpi_hdr/v1/models", nil, map[string]string{"X-Upstream-Authorization": "Bearer sk-instance"})
@@ -311,8 +311,8 @@ func TestEndpointCache(t *testing.T) {
 	s := sim(t)
 	e.fleet.add(e.acct.ID, "gpi_cache", s.URL())
 	for range 5 {
-		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_cache/v1/models", nil, nil); r.status != 200 {
-			t.Fatal(r.status)
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_cache/v1/models", nil, nil); r.Status != 200 {
+			t.Fatal(r.Status)
 		}
 	}
 	if n := e.fleet.calls.Load(); n != 1 {

@@ -187,12 +187,12 @@ func TestPerRequestCostIsCharged(t *testing.T) {
 	s := sim(t)
 	e.fleet.add(e.acct.ID, "gpi_paid", s.URL())
 	for range 7 {
-		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_paid/v1/models", nil, nil); r.status != 200 {
-			t.Fatal(r.status)
+		if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_paid/v1/models", nil, nil); r.Status != 200 {
+			t.Fatal(r.Status)
 		}
 	}
-	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_nope/v1/models", nil, nil); r.status != 404 {
-		t.Fatal(r.status)
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_nope/v1/models", nil, nil); r.Status != 404 {
+		t.Fatal(r.Status)
 	}
 	page := e.usage(e.key, "", 8)
 	if page.Totals.Cost != 7*cost || page.Totals.Requests != 8 {
@@ -269,13 +269,13 @@ func TestUsageAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := e.do(k, "GET", "/api/v1/proxy/usage", nil, nil); r.status != 403 || r.errCode() != gpuproxy.EFORBIDDEN {
-		t.Fatalf("offers key: %d %s", r.status, r.body)
+	if r := e.do(k, "GET", "/api/v1/proxy/usage", nil, nil); r.Status != 403 || r.ErrCode() != gpuproxy.EFORBIDDEN {
+		t.Fatalf("offers key: %d %s", r.Status, r.Body)
 	}
 	for _, q := range []string{"?from=yesterday", "?limit=0", "?limit=5000", "?cursor=abc",
 		"?from=2026-01-02&to=2026-01-01"} {
-		if r := e.do(e.key, "GET", "/api/v1/proxy/usage"+q, nil, nil); r.status != 400 || r.errCode() != gpuproxy.EINVALID {
-			t.Errorf("%s: %d %s", q, r.status, r.body)
+		if r := e.do(e.key, "GET", "/api/v1/proxy/usage"+q, nil, nil); r.Status != 400 || r.ErrCode() != gpuproxy.EINVALID {
+			t.Errorf("%s: %d %s", q, r.Status, r.Body)
 		}
 	}
 }
