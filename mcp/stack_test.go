@@ -23,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/app"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/mcp"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai"
@@ -140,17 +141,8 @@ func newStack(t testing.TB, o stackOpts) *stack {
 // key creates the account if needed and a key with the preset's scopes.
 func (s *stack) key(account, preset string) (string, gpuproxy.Principal) {
 	s.t.Helper()
-	ctx := context.Background()
-	if _, err := s.auth.Account(ctx, account); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
-		if _, err := s.auth.CreateAccount(ctx, account); err != nil {
-			s.t.Fatal(err)
-		}
-	}
-	k, _, err := s.auth.CreateKey(ctx, account, "test", gpuproxy.Presets[preset])
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	p, err := s.auth.Authenticate(ctx, k)
+	k, _ := teststack.NewKey(s.t, s.auth, account, preset)
+	p, err := s.auth.Authenticate(context.Background(), k)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -283,28 +275,12 @@ type rpcAnswer struct {
 
 func (s *stack) post(path, key, body string, hdr ...string) rpcAnswer {
 	s.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	if key != "" {
-		req.Header.Set("X-API-Key", key)
+		hdr = append([]string{"X-API-Key", key}, hdr...)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	a := rpcAnswer{status: res.StatusCode, header: res.Header, raw: raw}
-	_ = json.Unmarshal(raw, &a.body)
+	r := teststack.Send(s.t, http.MethodPost, s.url+path, strings.NewReader(body), hdr...)
+	a := rpcAnswer{status: r.Status, header: r.Header, raw: r.Body}
+	_ = json.Unmarshal(r.Body, &a.body)
 	return a
 }
 
