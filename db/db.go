@@ -44,6 +44,10 @@ type Options struct {
 	Schema string
 	// MaxConns bounds the Postgres pool (default: pgxpool's).
 	MaxConns int32
+	// MustExist, for SQLite, refuses a file that does not exist instead of
+	// creating it (and its folder): read-only commands must not leave an
+	// empty database at a mistyped path.
+	MustExist bool
 }
 
 // Store is a gpuproxy database: Postgres or SQLite.
@@ -91,6 +95,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
 		if path == "" {
 			path = DefaultSQLitePath
+		}
+		if o.MustExist {
+			if _, err := os.Stat(path); err != nil {
+				return nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "no SQLite database at %s (check DATABASE_URL or -c)", path)
+			}
 		}
 		if dir := filepath.Dir(path); dir != "." {
 			if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -66,7 +66,7 @@ func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, s
 			th = append(th, v)
 		}
 	}
-	e, err := openCLI(ctx, *f.config, getenv)
+	e, err := openCLI(ctx, *f.config, getenv, f.args[0] == "deliveries")
 	if err != nil {
 		return err
 	}

@@ -76,13 +76,23 @@ func openApp(ctx context.Context, cfg config, sandbox bool, log *slog.Logger) (*
 
 // openCLI loads the configuration at configPath (with the environment's
 // overrides) and opens the service graph for a CLI command, whose output
-// is its own: the services log nothing.
-func openCLI(ctx context.Context, configPath string, getenv func(string) string) (*app.App, error) {
+// is its own: the services log nothing. A read-only command never creates
+// a database: a SQLite file that does not exist is refused.
+func openCLI(ctx context.Context, configPath string, getenv func(string) string, readOnly bool) (*app.App, error) {
 	cfg, err := loadConfig(configPath, getenv)
 	if err != nil {
 		return nil, err
 	}
-	return openApp(ctx, cfg, false, slog.New(slog.DiscardHandler))
+	ac, err := cfg.appConfig(false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	ac.Database.MustExist = readOnly
+	a, err := app.New(ctx, ac)
+	if err != nil {
+		return nil, cliErr(err)
+	}
+	return a, nil
 }
 
 // runInBackground starts a's background work (metering, the fleet's

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,8 +30,10 @@ func newFlags(name string) *cliFlags {
 
 func (f *cliFlags) parse(args []string) error {
 	for {
-		if err := f.FlagSet.Parse(args); err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
+		if err := f.FlagSet.Parse(args); errors.Is(err, flag.ErrHelp) {
+			return helpError{f.help()}
+		} else if err != nil {
+			return fmt.Errorf("%s: %w (gpuproxy %s --help lists them)", f.Name(), err, f.Name())
 		}
 		args = f.FlagSet.Args()
 		if len(args) == 0 {
@@ -39,6 +42,52 @@ func (f *cliFlags) parse(args []string) error {
 		f.args = append(f.args, args[0])
 		args = args[1:]
 	}
+}
+
+// helpError is a command's -h/--help: run prints its text (the command's
+// usage and flags) to stdout and exits 0.
+type helpError struct{ text string }
+
+func (h helpError) Error() string { return h.text }
+
+// help renders the command's lines of the overview and its flags.
+func (f *cliFlags) help() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: gpuproxy %s [flags]\n\n", f.Name())
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		switch {
+		case strings.HasPrefix(line, "  "+f.Name()+" ") || line == "  "+f.Name():
+			in = true
+		case strings.HasPrefix(line, "   ") && in: // the entry's continuation
+		default:
+			in = false
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	b.WriteString("\nflags:\n")
+	f.SetOutput(&b)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+	return b.String()
+}
+
+// moveConfigFlag moves a -c FILE given before the command to after it,
+// where every command's flags read it ("gpuproxy -c FILE keys list").
+func moveConfigFlag(args []string) []string {
+	if len(args) == 0 {
+		return args
+	}
+	n := 0
+	switch a := args[0]; {
+	case (a == "-c" || a == "--c") && len(args) >= 2:
+		n = 2
+	case strings.HasPrefix(a, "-c=") || strings.HasPrefix(a, "--c="):
+		n = 1
+	}
+	return append(append([]string{}, args[n:]...), args[:n]...)
 }
 
 // multi is a repeatable string flag.
@@ -77,7 +126,7 @@ func cmdAccounts(ctx context.Context, args []string, getenv func(string) string,
 	if len(f.args) == 0 {
 		return fmt.Errorf("usage: accounts create NAME | accounts list")
 	}
-	svc, err := openCLI(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list")
 	if err != nil {
 		return err
 	}
@@ -117,7 +166,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if len(f.args) == 0 || *account == "" {
 		return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
 	}
-	svc, err := openCLI(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list")
 	if err != nil {
 		return err
 	}
@@ -178,7 +227,7 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 	f := newFlags("limits")
 	account := f.String("account", "", "account name")
 	var windows multi
-	f.Var(&windows, "window", "DURATION=USD, repeatable (60m=50, 24h=1000)")
+	f.Var(&windows, "window", "DURATION=USD, repeatable (60m=50, 24h=1000, 7d=5000; a unit is required); replaces all the account's windows")
 	onExceed := f.String("on-exceed", "", "block or destroy")
 	if err := f.parse(args); err != nil {
 		return err
@@ -193,7 +242,7 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 			return cliErr(err)
 		}
 	}
-	svc, err := openCLI(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv, false)
 	if err != nil {
 		return err
 	}
@@ -210,6 +259,9 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 		return cliErr(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	if len(ws) > 0 {
+		fmt.Fprintf(tw, "replaced all of %s's windows with the %d given:\n", a.Name, len(ws))
+	}
 	fmt.Fprintf(tw, "limits for %s (on_exceed %s):\nWINDOW\tLIMIT\tSPENT\tHELD\tCOMMITTED\tREMAINING\n", a.Name, snap.OnExceed)
 	for _, u := range snap.Windows {
 		fmt.Fprintf(tw, "%dm\t$%s\t$%s\t$%s\t$%s\t$%s\n", u.Minutes, u.Limit, u.Spent, u.Held, u.Committed, u.Remaining())
@@ -235,7 +287,7 @@ func cmdCredits(ctx context.Context, args []string, getenv func(string) string, 
 	case amt <= 0:
 		return cliErr(gpuproxy.Invalid("--amount", "must be greater than 0"))
 	}
-	svc, err := openCLI(ctx, *f.config, getenv)
+	svc, err := openCLI(ctx, *f.config, getenv, false)
 	if err != nil {
 		return err
 	}

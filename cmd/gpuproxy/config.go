@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strconv"
@@ -116,7 +117,7 @@ type fleetConf struct {
 }
 
 type limitConfig struct {
-	Window string  `yaml:"window"` // "60m", "24h", or minutes
+	Window string  `yaml:"window"` // "60m", "24h", "7d", or a bare number of minutes (YAML only)
 	Limit  usdText `yaml:"limit"`  // USD
 }
 
@@ -241,7 +242,7 @@ func (c *config) envOverrides() []envOverride {
 			ls, err := parseWindowFlags(strings.Split(v, ","))
 			c.Limits = nil
 			for _, w := range ls {
-				c.Limits = append(c.Limits, limitConfig{Window: strconv.Itoa(w.Minutes), Limit: usdText(w.Limit.String())})
+				c.Limits = append(c.Limits, limitConfig{Window: strconv.Itoa(w.Minutes) + "m", Limit: usdText(w.Limit.String())})
 			}
 			return err
 		}},
@@ -284,14 +285,19 @@ func (c config) windows() ([]guardrails.Window, error) {
 	}
 	var specs []string
 	for _, l := range c.Limits {
-		specs = append(specs, l.Window+"="+string(l.Limit))
+		w := l.Window
+		if w != "" && strings.Trim(w, "0123456789") == "" {
+			w += "m" // the YAML's documented bare number is minutes
+		}
+		specs = append(specs, w+"="+string(l.Limit))
 	}
 	return parseWindowFlags(specs)
 }
 
-// parseWindowFlags parses "60m=50", "24h=1000" or "1440=1000" (minutes):
-// a Go duration of whole minutes or a bare count of minutes, "=", and a
-// limit in gpuproxy.ParseUSD's grammar (exact, at most 6 decimal places).
+// parseWindowFlags parses "60m=50", "24h=1000" or "7d=5000": a duration
+// with its unit (parseWindowDuration), "=", and a limit in
+// gpuproxy.ParseUSD's grammar (exact, at most 6 decimal places). A bare
+// number ("60=50") is refused: minutes or hours would be a guess.
 func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 	var out []guardrails.Window
 	for _, s := range specs {
@@ -299,15 +305,9 @@ func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 		if !ok {
 			return nil, fmt.Errorf("window %q: want DURATION=USD, e.g. 60m=50", s)
 		}
-		var minutes int
-		if n, err := strconv.Atoi(w); err == nil && w[0] >= '0' && w[0] <= '9' {
-			minutes = n // a bare count of minutes: digits only, no sign
-		} else {
-			d, err := time.ParseDuration(w)
-			if err != nil || d%time.Minute != 0 {
-				return nil, fmt.Errorf("window %q: duration must be whole minutes, e.g. 60m or 24h", s)
-			}
-			minutes = int(d / time.Minute)
+		minutes, err := parseWindowDuration(w)
+		if err != nil {
+			return nil, fmt.Errorf("window %q: %w", s, err)
 		}
 		lim, err := gpuproxy.ParseUSD(l)
 		if err != nil {
@@ -335,4 +335,25 @@ func (p proxyConf) requestCost() (gpuproxy.Micros, error) {
 		return 0, fmt.Errorf("must be between 0 and 1000 USD")
 	}
 	return m, nil
+}
+
+// parseWindowDuration parses a window's length in whole minutes: a Go
+// duration with its unit ("60m", "24h", "1h30m") or a number of days
+// ("7d"). A bare number is refused with a message naming the units.
+func parseWindowDuration(w string) (int, error) {
+	if w != "" && strings.Trim(w, "0123456789") == "" {
+		return 0, fmt.Errorf("a unit is required: %sm for minutes, %sh for hours or %sd for days", w, w, w)
+	}
+	if days, ok := strings.CutSuffix(w, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		n, err := strconv.Atoi(days)
+		if err != nil || n > math.MaxInt32/(24*60) {
+			return 0, fmt.Errorf("duration must be whole minutes, e.g. 60m, 24h or 7d")
+		}
+		return n * 24 * 60, nil
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d%time.Minute != 0 {
+		return 0, fmt.Errorf("duration must be whole minutes, e.g. 60m, 24h or 7d")
+	}
+	return int(d / time.Minute), nil
 }

@@ -52,7 +52,7 @@ func TestSandboxKillSwitch(t *testing.T) {
 			base := waitListening(t, stdout, done)
 			var admin, api string
 			for deadline := time.Now().Add(5 * time.Second); api == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nGPUPROXY_API_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
+				if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
 					admin, api = m[1], m[2]
 				}
 			}

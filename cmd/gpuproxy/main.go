@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,7 +39,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("no command given")
 	}
-	cmd, rest := args[0], args[1:]
+	args = moveConfigFlag(args)
+	err := command(ctx, args[0], args[1:], getenv, stdin, stdout, stderr)
+	var help helpError
+	if errors.As(err, &help) {
+		fmt.Fprint(stdout, help.text)
+		return nil
+	}
+	return err
+}
+
+// command runs one command with its arguments.
+func command(ctx context.Context, cmd string, rest []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return cmdServe(ctx, rest, getenv, stdout, stderr)
@@ -69,7 +81,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
-const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; DATABASE_URL overrides the file)
+const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or after the command; DATABASE_URL
+                                              overrides the file; gpuproxy COMMAND --help lists its flags)
 
   serve [--listen ADDR] [--sandbox]           run the HTTP API and MCP (default 127.0.0.1:8080);
                                               --sandbox: simulated vast.ai and io.net, a demo account
@@ -84,6 +97,8 @@ const usage = `usage: gpuproxy COMMAND [flags]   (every command takes -c FILE; D
   keys list --account NAME
   keys revoke --account NAME KEY_ID
   limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]
+                                              replaces all the account's windows with those given;
+                                              a unit is required: 60m, 24h, 7d
   credits add --account NAME --amount USD [--description TEXT]
   alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret]
                                               budget alert webhook; prints the signing secret once

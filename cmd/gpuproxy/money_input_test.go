@@ -44,7 +44,13 @@ func TestParseWindowFlags(t *testing.T) {
 		err   string // a substring of the error; "" when accepted
 	}{
 		{[]string{"60m=50", "24h=1000"}, []guardrails.Window{{Minutes: 60, Limit: 50 * usd}, {Minutes: 1440, Limit: 1000 * usd}}, ""},
-		{[]string{"1440=1000"}, []guardrails.Window{{Minutes: 1440, Limit: 1000 * usd}}, ""},
+		{[]string{"1440m=1000"}, []guardrails.Window{{Minutes: 1440, Limit: 1000 * usd}}, ""},
+		{[]string{"7d=5000"}, []guardrails.Window{{Minutes: 7 * 1440, Limit: 5000 * usd}}, ""},
+		{[]string{"60=50"}, nil, "a unit is required: 60m for minutes, 60h for hours or 60d for days"},
+		{[]string{"1440=1000"}, nil, "a unit is required"},
+		{[]string{"d=5"}, nil, "whole minutes"},
+		{[]string{"-7d=5"}, nil, "whole minutes"},
+		{[]string{"99999999999d=5"}, nil, "whole minutes"},
 		{[]string{" 90m=0.000001 "}, []guardrails.Window{{Minutes: 90, Limit: 1}}, ""},
 		{[]string{"1h30m=999999999.999999"}, []guardrails.Window{{Minutes: 90, Limit: gpuproxy.MaxMicros - 1}}, ""},
 		{[]string{"60m=0"}, []guardrails.Window{{Minutes: 60}}, ""},
@@ -61,9 +67,9 @@ func TestParseWindowFlags(t *testing.T) {
 		{[]string{"=5"}, nil, "whole minutes"},
 		{[]string{"+60=5"}, nil, "whole minutes"},
 		{[]string{"61s=5"}, nil, "whole minutes"},
-		{[]string{"0=5"}, nil, "windows[0].window_minutes"},
+		{[]string{"0m=5"}, nil, "windows[0].window_minutes"},
 		{[]string{"-60m=5"}, nil, "windows[0].window_minutes"},
-		{[]string{"99999999999999999999=5"}, nil, "whole minutes"},
+		{[]string{"99999999999999999999=5"}, nil, "a unit is required"},
 		{[]string{"60m=5", "1h=6"}, nil, "duplicate"},
 		{nil, nil, "windows"},
 	} {
@@ -96,6 +102,8 @@ func TestConfigLimitsExact(t *testing.T) {
 		{env: "60m=999999999.999999, 24h=0.000001",
 			want: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros - 1}, {Minutes: 1440, Limit: 1}}},
 		{env: "60m=0.1234567", err: "at most 6 decimal places"},
+		{yaml: "limits:\n  - {window: 7d, limit: 5}\n", want: []guardrails.Window{{Minutes: 7 * 1440, Limit: 5_000_000}}},
+		{env: "60=5", err: "GPUPROXY_LIMITS: window \"60=5\": a unit is required"},
 	} {
 		path := ""
 		if tc.yaml != "" {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -22,15 +23,20 @@ const sandboxDB = "data/sandbox.db"
 // DATABASE_URL is set. Close the simulators when done.
 func startSandbox(cfg *config) (*simulators, error) {
 	if cfg.DatabaseURL == "" {
-		for _, suffix := range []string{"", "-wal", "-shm"} {
-			if err := os.Remove(sandboxDB + suffix); err != nil && !os.IsNotExist(err) {
-				return nil, fmt.Errorf("resetting %s: %w", sandboxDB, err)
-			}
-		}
-		if err := os.MkdirAll(filepath.Dir(sandboxDB), 0o750); err != nil {
+		// Absolute, so that the printed DATABASE_URL works from any folder.
+		path, err := filepath.Abs(sandboxDB)
+		if err != nil {
 			return nil, err
 		}
-		cfg.DatabaseURL = "sqlite:" + sandboxDB
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(path + suffix); err != nil && !os.IsNotExist(err) {
+				return nil, fmt.Errorf("resetting %s: %w", path, err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, err
+		}
+		cfg.DatabaseURL = "sqlite:" + path
 	}
 	if cfg.Fleet.PollInterval == 0 {
 		cfg.Fleet.PollInterval = time.Second
@@ -54,8 +60,9 @@ func startSandbox(cfg *config) (*simulators, error) {
 }
 
 // seedSandbox creates the demo account (default limits, $500 credit) and
-// prints ready-to-paste keys and examples.
-func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base string) error {
+// prints ready-to-paste exports (the keys and the sandbox's database, so
+// that CLI commands in another terminal reach it) and examples.
+func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base, databaseURL string) error {
 	if _, err := a.Auth.Account(ctx, "demo"); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
 		acct, err := a.Auth.CreateAccount(ctx, "demo")
 		if err != nil {
@@ -75,10 +82,11 @@ func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base string) erro
 	}
 	fmt.Fprintf(w, `
 sandbox: simulated vast.ai and io.net on loopback; account "demo" with $500 credit and the default limits.
-Paste these into your shell:
+Paste these into your shell (the CLI, e.g. "gpuproxy accounts list", then reaches this sandbox too):
 
-GPUPROXY_ADMIN_KEY=%s
-GPUPROXY_API_KEY=%s
+export GPUPROXY_ADMIN_KEY=%s
+export GPUPROXY_API_KEY=%s
+export DATABASE_URL=%s
 
 Then try:
   curl -s -H "X-API-Key: $GPUPROXY_API_KEY" %s/api/v1/spending
@@ -90,7 +98,7 @@ Then try:
 
 Web console: %s/console/ (sign in by pasting either key)
 
-`, admin, asst, base, base, base, base, base, base)
+`, admin, asst, shellQuote(databaseURL), base, base, base, base, base, base)
 	return nil
 }
 
@@ -98,4 +106,13 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// characters that are safe unquoted.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -51,13 +51,22 @@ func TestSandboxEndToEnd(t *testing.T) {
 	base := waitListening(t, stdout, done)
 	var keys map[string]string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nGPUPROXY_API_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
-			keys = map[string]string{"admin": m[1], "api": m[2]}
+		if m := regexp.MustCompile(`export GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)\nexport DATABASE_URL=(\S+)\n`).FindStringSubmatch(stdout.String()); m != nil {
+			keys = map[string]string{"admin": m[1], "api": m[2], "db": m[3]}
 			break
 		}
 	}
 	if keys == nil {
-		t.Fatalf("no keys printed: %s", stdout.String())
+		t.Fatalf("no exports printed: %s", stdout.String())
+	}
+	// A CLI command given the printed DATABASE_URL reaches the sandbox.
+	if keys["db"] != env["DATABASE_URL"] {
+		t.Fatalf("printed DATABASE_URL %q, want %q", keys["db"], env["DATABASE_URL"])
+	}
+	var accts strings.Builder
+	if err := run(ctx, []string{"accounts", "list"}, envFunc(map[string]string{"DATABASE_URL": keys["db"]}),
+		strings.NewReader(""), &accts, io.Discard); err != nil || !strings.Contains(accts.String(), "demo") {
+		t.Fatalf("accounts list with the printed DATABASE_URL: %v\n%s", err, accts.String())
 	}
 	c := client{t: t, base: base}
 	api, admin := keys["api"], keys["admin"]

@@ -56,7 +56,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer stopBG()
 	announce(a, ln, log, stdout)
 	if sandbox {
-		if err := seedSandbox(ctx, a, stdout, "http://"+ln.Addr().String()); err != nil {
+		if err := seedSandbox(ctx, a, stdout, "http://"+ln.Addr().String(), cfg.DatabaseURL); err != nil {
 			_ = ln.Close()
 			return err
 		}
@@ -93,7 +93,19 @@ func announce(a *app.App, ln net.Listener, log *slog.Logger, stdout io.Writer) {
 	log.Info("gpuproxy listening", "addr", ln.Addr().String(), "store", dialect, "version", version,
 		"providers", names)
 	fmt.Fprintf(stdout, "gpuproxy listening on http://%s (store: %s, providers: %v)\n", ln.Addr(), dialect, names)
+	if len(names) == 0 {
+		log.Warn("no GPU provider configured: offers will be empty and instances cannot be created")
+		fmt.Fprint(stdout, noProviderWarning)
+	}
 }
+
+// noProviderWarning is what serve prints when no provider is configured.
+const noProviderWarning = `
+WARNING: no GPU provider is configured: offers will be empty and no instance can be created.
+Set VASTAI_API_KEY and/or IONET_API_KEY (or providers: in the config file), or try
+"gpuproxy serve --sandbox" for simulated providers.
+
+`
 
 // serve serves the API on ln, and /metrics on its own address when
 // configured, until ctx ends; then the API server shuts down gracefully
