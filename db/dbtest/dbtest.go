@@ -8,12 +8,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aiserve/gpuproxy/db"
 )
@@ -79,13 +82,14 @@ func PostgresURL(t testing.TB) string {
 }
 
 // PostgresSchema creates a fresh schema for this test on TEST_DATABASE_URL
-// and drops it at cleanup.
+// (creating that database first if the server lacks it) and drops it at
+// cleanup.
 func PostgresSchema(t testing.TB) (url, schema string) {
 	t.Helper()
 	u := PostgresURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, u)
+	c, err := connectCreating(ctx, u)
 	if err != nil {
 		t.Fatalf("connecting to TEST_DATABASE_URL: %v", err)
 	}
@@ -132,4 +136,34 @@ func OpenPostgresConn(t testing.TB) (*db.Store, *pgx.Conn) {
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return st, c
+}
+
+// connectCreating connects to the database at u, first creating it (from
+// the server's "postgres" database) when the server says it does not
+// exist, so that a fresh local server needs no set-up for the tests.
+func connectCreating(ctx context.Context, u string) (*pgx.Conn, error) {
+	c, err := pgx.Connect(ctx, u)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "3D000" { // invalid_catalog_name
+		return c, err
+	}
+	cfg, perr := pgx.ParseConfig(u)
+	if perr != nil {
+		return nil, err
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	admin, aerr := pgx.ConnectConfig(ctx, cfg)
+	if aerr != nil {
+		return nil, fmt.Errorf("%w (and creating it: %w)", err, aerr)
+	}
+	defer admin.Close(ctx)
+	_, cerr := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	if errors.As(cerr, &pe) && pe.Code == "42P04" { // duplicate_database: another test process won
+		cerr = nil
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("%w (and creating it: %w)", err, cerr)
+	}
+	return pgx.Connect(ctx, u)
 }
