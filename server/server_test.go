@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -60,19 +60,7 @@ func newEnv(t *testing.T, k dbtest.Kind, o opts) *env {
 // key creates an account (if needed) and a key with the given preset.
 func (e *env) key(account, preset string) (string, gpuproxy.Account) {
 	e.t.Helper()
-	ctx := context.Background()
-	a, err := e.auth.Account(ctx, account)
-	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
-		a, err = e.auth.CreateAccount(ctx, account)
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	k, _, err := e.auth.CreateKey(ctx, account, "test", gpuproxy.Presets[preset])
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return k, a
+	return teststack.NewKey(e.t, e.auth, account, preset)
 }
 
 type resp struct {
@@ -103,23 +91,11 @@ func (r resp) errCode(t *testing.T) (string, string) {
 
 func (e *env) do(method, path, key, body string, hdr ...string) resp {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	if key != "" {
-		req.Header.Set("X-API-Key", key)
+		hdr = append([]string{"X-API-Key", key}, hdr...)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return resp{status: res.StatusCode, header: res.Header, body: b}
+	r := teststack.Send(e.t, method, e.url+path, strings.NewReader(body), hdr...)
+	return resp{status: r.Status, header: r.Header, body: r.Body}
 }
 
 func eachKind(t *testing.T, fn func(t *testing.T, k dbtest.Kind)) {
