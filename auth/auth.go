@@ -257,6 +257,15 @@ func (s *Service) CreateKey(ctx context.Context, account, name string, scopes []
 	return plain, k, nil
 }
 
+// Key returns one key by id (never its secret), revoked or not.
+func (s *Service) Key(ctx context.Context, id string) (gpuproxy.APIKey, error) {
+	k, err := s.store.KeyByID(ctx, id)
+	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		return k, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "key %q not found", id)
+	}
+	return k, err
+}
+
 // Keys lists the named account's keys (never their secrets).
 func (s *Service) Keys(ctx context.Context, account string) ([]gpuproxy.APIKey, error) {
 	a, err := s.Account(ctx, account)

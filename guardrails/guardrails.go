@@ -26,6 +26,9 @@ type Store interface {
 	// SetKeyLimits replaces an API key's own windows (none: the key has
 	// only its account's), under the account's lock.
 	SetKeyLimits(ctx context.Context, accountID int64, keyID string, windows []Window) error
+	// KeyLimits returns the windows of each of the account's keys that has
+	// any, by key id.
+	KeyLimits(ctx context.Context, accountID int64) (map[string][]Window, error)
 	// SettleLease closes a proxy lease's hold (whether or not it is still
 	// open) and appends one charge per LeaseCharge, idempotently, in one
 	// transaction serialized with admissions.
@@ -185,6 +188,12 @@ func (s *Service) SetKeyLimits(ctx context.Context, accountID int64, keyID strin
 		}
 	}
 	return s.storeErr(s.store.SetKeyLimits(ctx, accountID, keyID, windows))
+}
+
+// KeyLimits returns the own windows of the account's keys that have any.
+func (s *Service) KeyLimits(ctx context.Context, accountID int64) (map[string][]Window, error) {
+	m, err := s.store.KeyLimits(ctx, accountID)
+	return m, s.storeErr(err)
 }
 
 func (s *Service) admit(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros, hold bool, ref string) (AdmitResult, error) {

@@ -53,6 +53,9 @@ func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.Lea
 func (s *spendStore) SetKeyLimits(context.Context, int64, string, []guardrails.Window) error {
 	return nil
 }
+func (s *spendStore) KeyLimits(context.Context, int64) (map[string][]guardrails.Window, error) {
+	return nil, nil
+}
 func (s *spendStore) ExpireLeases(context.Context, time.Time, time.Time) (int, error) { return 0, nil }
 
 func (s *spendStore) set(spent, held gpuproxy.Micros, err error) {

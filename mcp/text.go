@@ -49,6 +49,16 @@ func spendingText(sp httpapi.SpendingJSON) string {
 			usd(w.Committed), usd(w.Remaining)})
 	}
 	table(&b, rows)
+	if k := sp.Key; k != nil {
+		fmt.Fprintf(&b, "\nYour key %s has windows of its own (what this key caused) — burn rate %s/hour, held %s\n\n",
+			k.KeyID, usd(k.BurnRatePerHour), usd(k.Held))
+		rows := [][]string{{"window", "limit", "spent", "held", "committed", "remaining"}}
+		for _, w := range k.Windows {
+			rows = append(rows, []string{windowName(w.WindowMinutes), usd(w.Limit), usd(w.Spent), usd(w.Held),
+				usd(w.Committed), usd(w.Remaining)})
+		}
+		table(&b, rows)
+	}
 	return b.String()
 }
 
@@ -67,6 +77,16 @@ func checkText(c checkOutput) string {
 		}
 		rows = append(rows, []string{windowName(w.WindowMinutes), usd(w.Limit), usd(w.Spent), usd(w.Held),
 			usd(w.Committed), usd(w.Remaining), fits})
+	}
+	if c.Key != nil {
+		for _, w := range c.Key.Windows {
+			fits := "yes"
+			if w.WouldExceed != nil && *w.WouldExceed {
+				fits = "NO"
+			}
+			rows = append(rows, []string{"key " + windowName(w.WindowMinutes), usd(w.Limit), usd(w.Spent), usd(w.Held),
+				usd(w.Committed), usd(w.Remaining), fits})
+		}
 	}
 	table(&b, rows)
 	return b.String()

@@ -144,7 +144,7 @@ func (s *Server) toolSpecs() []toolSpec {
 }
 
 func (s *Server) getSpending(ctx context.Context, c call, _ struct{}) (result, error) {
-	snap, err := s.svc.Guard.Spending(ctx, c.p.AccountID)
+	snap, err := s.svc.Guard.KeySpending(ctx, c.p.AccountID, c.p.KeyID)
 	if err != nil {
 		return result{}, err
 	}
@@ -173,7 +173,7 @@ func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (resu
 		}
 		return result{}, gpuproxy.Invalid("estimated_cost", "must be a number of US dollars")
 	}
-	d, err := s.svc.Guard.Check(ctx, c.p.AccountID, cost)
+	d, err := s.svc.Guard.KeyCheck(ctx, c.p.AccountID, c.p.KeyID, cost)
 	if err != nil {
 		return result{}, err
 	}
@@ -182,6 +182,12 @@ func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (resu
 	for i, u := range d.Windows {
 		exceed := !u.Fits(cost)
 		sp.Windows[i].WouldExceed = &exceed
+	}
+	if d.Key != nil {
+		for i, u := range d.Key.Windows {
+			exceed := !u.Fits(cost)
+			sp.Key.Windows[i].WouldExceed = &exceed
+		}
 	}
 	out := checkOutput{Allowed: d.Allowed, EstimatedCost: cost, SpendingJSON: sp}
 	return result{checkText(out), out}, nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,13 +38,64 @@ func (s *Server) createAccount(c echo.Context) error {
 	return c.JSON(http.StatusCreated, a)
 }
 
+// windowsBody is the windows list of a limits body.
+type windowsBody []struct {
+	WindowMinutes int    `json:"window_minutes"`
+	Limit         amount `json:"limit"`
+}
+
+func (b windowsBody) parse() ([]guardrails.Window, error) {
+	ws := make([]guardrails.Window, 0, len(b))
+	for i, w := range b {
+		lim, err := w.Limit.parse("windows["+itoa(i)+"].limit", true, false)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, guardrails.Window{Minutes: w.WindowMinutes, Limit: lim})
+	}
+	return ws, nil
+}
+
+// windowsJSON renders windows as a limits body lists them.
+func windowsJSON(ws []guardrails.Window) []map[string]any {
+	out := make([]map[string]any, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, map[string]any{"window_minutes": w.Minutes, "limit": w.Limit})
+	}
+	return out
+}
+
+// setKeyLimits replaces a key's own windows (same body as account limits;
+// an empty list removes them).
+func (s *Server) setKeyLimits(c echo.Context) error {
+	var req struct {
+		Windows *windowsBody `json:"windows"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Windows == nil {
+		return gpuproxy.Invalid("windows", "is required (an empty list removes the key's own windows)")
+	}
+	ws, err := req.Windows.parse()
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	k, err := s.svc.Auth.Key(ctx, c.Param("key_id"))
+	if err != nil {
+		return err
+	}
+	if err := s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"id": k.ID, "account": k.AccountName, "windows": windowsJSON(ws)})
+}
+
 func (s *Server) setLimits(c echo.Context) error {
 	var req struct {
-		Windows *[]struct {
-			WindowMinutes int    `json:"window_minutes"`
-			Limit         amount `json:"limit"`
-		} `json:"windows"`
-		OnExceed string `json:"on_exceed"`
+		Windows  *windowsBody `json:"windows"`
+		OnExceed string       `json:"on_exceed"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -58,13 +110,8 @@ func (s *Server) setLimits(c echo.Context) error {
 	}
 	var ws []guardrails.Window
 	if req.Windows != nil {
-		ws = make([]guardrails.Window, 0, len(*req.Windows))
-		for i, w := range *req.Windows {
-			lim, err := w.Limit.parse("windows["+itoa(i)+"].limit", true, false)
-			if err != nil {
-				return err
-			}
-			ws = append(ws, guardrails.Window{Minutes: w.WindowMinutes, Limit: lim})
+		if ws, err = req.Windows.parse(); err != nil {
+			return err
 		}
 	}
 	if err := s.svc.Guard.SetLimits(ctx, a.ID, ws, req.OnExceed); err != nil {
@@ -108,9 +155,10 @@ func (s *Server) addCredit(c echo.Context) error {
 
 func (s *Server) createKey(c echo.Context) error {
 	var req struct {
-		Name   string   `json:"name"`
-		Scopes []string `json:"scopes"`
-		Preset string   `json:"preset"`
+		Name    string      `json:"name"`
+		Scopes  []string    `json:"scopes"`
+		Preset  string      `json:"preset"`
+		Windows windowsBody `json:"windows"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -130,24 +178,59 @@ func (s *Server) createKey(c echo.Context) error {
 			return err
 		}
 	}
-	plain, k, err := s.svc.Auth.CreateKey(c.Request().Context(), c.Param("account"), req.Name, scopes)
+	ws, err := req.Windows.parse()
 	if err != nil {
 		return err
 	}
+	if len(ws) > 0 {
+		if err := guardrails.ValidateWindows(ws); err != nil {
+			return err
+		}
+	}
+	ctx := c.Request().Context()
+	plain, k, err := s.svc.Auth.CreateKey(ctx, c.Param("account"), req.Name, scopes)
+	if err != nil {
+		return err
+	}
+	if len(ws) > 0 {
+		if err := s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
+			// Never leave a key without the windows it was asked with.
+			if rerr := s.svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID); rerr != nil {
+				s.log.Error("revoking a key whose windows could not be set", "key", k.ID, "err", rerr)
+			}
+			return err
+		}
+	}
 	return c.JSON(http.StatusCreated, map[string]any{"key": plain, "id": k.ID, "account": k.AccountName,
-		"name": k.Name, "scopes": k.Scopes, "created_at": k.CreatedAt,
+		"name": k.Name, "scopes": k.Scopes, "created_at": k.CreatedAt, "windows": windowsJSON(ws),
 		"note": "store this key now: it is shown only once"})
 }
 
+// keyJSON is a key as the keys API lists it: with its own windows.
+type keyJSON struct {
+	gpuproxy.APIKey
+	Windows []map[string]any `json:"windows"`
+}
+
 func (s *Server) listKeys(c echo.Context) error {
-	ks, err := s.svc.Auth.Keys(c.Request().Context(), c.Param("account"))
+	ctx := c.Request().Context()
+	a, err := s.svc.Auth.Account(ctx, c.Param("account"))
 	if err != nil {
 		return err
 	}
-	if ks == nil {
-		ks = []gpuproxy.APIKey{}
+	ks, err := s.svc.Auth.Keys(ctx, a.Name)
+	if err != nil {
+		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"keys": ks})
+	lims, err := s.svc.Guard.KeyLimits(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]keyJSON, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, keyJSON{APIKey: k, Windows: windowsJSON(lims[k.ID])})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": out})
 }
 
 func (s *Server) revokeKey(c echo.Context) error {

@@ -69,12 +69,21 @@ func (s *Server) targetAccount(c echo.Context) (id int64, name string, err error
 	return a.ID, a.Name, err
 }
 
+// ownKey is the caller's key when the target account is the caller's own
+// (its windows are shown beside the account's), else "".
+func (s *Server) ownKey(c echo.Context, accountID int64) string {
+	if p := principal(c); p.AccountID == accountID {
+		return p.KeyID
+	}
+	return ""
+}
+
 func (s *Server) getSpending(c echo.Context) error {
 	id, name, err := s.targetAccount(c)
 	if err != nil {
 		return err
 	}
-	snap, err := s.svc.Guard.Spending(c.Request().Context(), id)
+	snap, err := s.svc.Guard.KeySpending(c.Request().Context(), id, s.ownKey(c, id))
 	if err != nil {
 		return err
 	}
@@ -96,7 +105,7 @@ func (s *Server) checkSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.svc.Guard.Check(c.Request().Context(), id, cost)
+	d, err := s.svc.Guard.KeyCheck(c.Request().Context(), id, s.ownKey(c, id), cost)
 	if err != nil {
 		return err
 	}
@@ -105,6 +114,14 @@ func (s *Server) checkSpending(c echo.Context) error {
 		exceed := !u.Fits(cost)
 		sp.Windows[i].WouldExceed = &exceed
 	}
-	return c.JSON(http.StatusOK, map[string]any{"allowed": d.Allowed, "estimated_cost": cost,
-		"account": name, "windows": sp.Windows, "burn_rate_per_hour": sp.BurnRatePerHour, "on_exceed": sp.OnExceed})
+	out := map[string]any{"allowed": d.Allowed, "estimated_cost": cost,
+		"account": name, "windows": sp.Windows, "burn_rate_per_hour": sp.BurnRatePerHour, "on_exceed": sp.OnExceed}
+	if d.Key != nil {
+		for i, u := range d.Key.Windows {
+			exceed := !u.Fits(cost)
+			sp.Key.Windows[i].WouldExceed = &exceed
+		}
+		out["key"] = sp.Key
+	}
+	return c.JSON(http.StatusOK, out)
 }

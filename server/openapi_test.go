@@ -296,6 +296,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 			{"POST", "/api/v1/accounts/team-b/keys", "/api/v1/accounts/{account}/keys", admin, `{"name":"ci","preset":"finance"}`, 201, nil},
 			{"GET", "/api/v1/accounts/team-b/keys", "/api/v1/accounts/{account}/keys", admin, "", 200, nil},
 			{"DELETE", "/api/v1/accounts/team-b/keys/nope", "/api/v1/accounts/{account}/keys/{id}", admin, "", 404, nil},
+			{"PUT", "/api/v1/keys/nope/limits", "/api/v1/keys/{key_id}/limits", admin, `{"windows":[]}`, 404, nil},
 			{"POST", "/api/v1/billing/credits", "/api/v1/billing/credits", admin, `{"account":"acme","amount":500,"description":"PO 42"}`, 201,
 				[]string{"Idempotency-Key", "po-42"}},
 			{"GET", "/api/v1/billing/transactions", "/api/v1/billing/transactions", fin, "", 200, nil},

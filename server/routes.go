@@ -43,6 +43,7 @@ func (s *Server) routes() {
 	api.GET("/accounts/:account/keys", s.listKeys, need(gpuproxy.ScopeAdmin))
 	api.POST("/accounts/:account/keys", s.createKey, need(gpuproxy.ScopeAdmin))
 	api.DELETE("/accounts/:account/keys/:id", s.revokeKey, need(gpuproxy.ScopeAdmin))
+	api.PUT("/keys/:key_id/limits", s.setKeyLimits, need(gpuproxy.ScopeAdmin))
 
 	if s.svc.Alerts != nil {
 		api.PUT("/accounts/:account/alerts", s.setAlerts, need(gpuproxy.ScopeAdmin))

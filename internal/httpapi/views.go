@@ -32,6 +32,17 @@ type SpendingJSON struct {
 	Held            gpuproxy.Micros `json:"held"`
 	OnExceed        string          `json:"on_exceed"`
 	AsOf            time.Time       `json:"as_of"`
+	// Key is the calling key's own windows, beside the account's, when it
+	// has any.
+	Key *KeySpendingJSON `json:"key,omitempty"`
+}
+
+// KeySpendingJSON is an API key's own windows: what the key caused.
+type KeySpendingJSON struct {
+	KeyID           string          `json:"key_id"`
+	Windows         []windowJSON    `json:"windows"`
+	BurnRatePerHour gpuproxy.Micros `json:"burn_rate_per_hour"`
+	Held            gpuproxy.Micros `json:"held"`
 }
 
 // NewSpendingJSON renders a snapshot.
@@ -41,6 +52,14 @@ func NewSpendingJSON(account string, snap guardrails.Snapshot) SpendingJSON {
 	for _, u := range snap.Windows {
 		out.Windows = append(out.Windows, windowJSON{WindowMinutes: u.Minutes, Limit: u.Limit, Spent: u.Spent,
 			Held: u.Held, Committed: u.Committed, Remaining: u.Remaining()})
+	}
+	if k := snap.Key; k != nil {
+		out.Key = &KeySpendingJSON{KeyID: k.KeyID, BurnRatePerHour: k.Burn, Held: k.Held,
+			Windows: make([]windowJSON, 0, len(k.Windows))}
+		for _, u := range k.Windows {
+			out.Key.Windows = append(out.Key.Windows, windowJSON{WindowMinutes: u.Minutes, Limit: u.Limit,
+				Spent: u.Spent, Held: u.Held, Committed: u.Committed, Remaining: u.Remaining()})
+		}
 	}
 	return out
 }
