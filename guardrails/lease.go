@@ -20,6 +20,7 @@ const LeaseRefPrefix = "lease:"
 // requests cost, charged when the lease is settled.
 type LeaseCharge struct {
 	InstanceID string // empty for requests whose outcome was still unknown
+	KeyID      string // the key whose own lease it was; empty on an account lease
 	Requests   int64
 	Amount     gpuproxy.Micros
 }
@@ -74,9 +75,12 @@ type lease struct {
 	settled bool
 }
 
-// leaseAcct is one account's leases on this replica.
+// leaseAcct is one account's leases on this replica, or one key's when
+// the key has windows of its own (key set): its leases are admitted against
+// the key's windows as well as the account's, and charged to the key.
 type leaseAcct struct {
-	id int64
+	id  int64
+	key string
 
 	mu      sync.Mutex
 	cur     *lease
@@ -99,14 +103,25 @@ type leaseFlight struct {
 const (
 	leaseInitialCalls = 16 // calls in an account's first lease on a replica
 	leaseShare        = 8  // a lease takes at most 1/leaseShare of the tightest window's remaining
+	// keyRecheck is how long a key found without windows of its own uses
+	// its account's lease before a lease of its own asks again.
+	keyRecheck = 10 * time.Second
 )
+
+// leaseKey names a leaseAcct: an account, and a key with windows of its
+// own or "".
+type leaseKey struct {
+	acct int64
+	key  string
+}
 
 // leases is the gate's lease machinery (ProxyGate embeds it).
 type leases struct {
 	span       time.Duration // how long a lease admits calls
 	settleWait time.Duration // how long a retired lease waits for undecided calls
 	ref        string        // this replica's hold ref
-	accounts   sync.Map      // int64 → *leaseAcct
+	accounts   sync.Map      // leaseKey → *leaseAcct
+	windowless sync.Map      // key id → time.Time until which it uses its account's lease
 	startOnce  sync.Once     // starts runLeases with the first lease
 	stop       chan struct{}
 	stopped    chan struct{}
@@ -127,15 +142,31 @@ func newLeases(span, settleWait time.Duration) leases {
 // when it is used up or older than the lease span, so the sum of what all
 // replicas admit can never pass a limit.
 func (g *ProxyGate) Admit(ctx context.Context, accountID int64, cost gpuproxy.Micros) (Pass, error) {
+	return g.AdmitKey(ctx, accountID, "", cost)
+}
+
+// AdmitKey is Admit for a call keyID makes. A key with windows of its own
+// is admitted against leases of its own (per account and key), taken
+// through the same atomic admission with the key's windows, and their
+// charges are the key's; a key without (learned from its first lease, and
+// asked again every keyRecheck) uses the account's lease, so it is no
+// slower than before keys had windows.
+func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros) (Pass, error) {
 	if cost == 0 {
 		return Pass{}, g.Check(ctx, accountID, 0)
 	}
 	if err := validCost(cost); err != nil {
 		return Pass{}, err
 	}
-	v, ok := g.lz.accounts.Load(accountID)
+	lk := leaseKey{acct: accountID}
+	if keyID != "" {
+		if until, ok := g.lz.windowless.Load(keyID); !ok || !g.now().Before(until.(time.Time)) {
+			lk.key = keyID
+		}
+	}
+	v, ok := g.lz.accounts.Load(lk)
 	if !ok {
-		v, _ = g.lz.accounts.LoadOrStore(accountID, &leaseAcct{id: accountID})
+		v, _ = g.lz.accounts.LoadOrStore(lk, &leaseAcct{id: accountID, key: lk.key})
 	}
 	la := v.(*leaseAcct)
 	// Every lease admitted grants at least one call, and every refusal
@@ -225,7 +256,7 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 		err    error
 	)
 	for {
-		holdID, snap, err = g.svc.admitProxy(ctx, la.id, size, g.lz.ref)
+		holdID, snap, err = g.svc.admitProxy(ctx, la.id, la.key, size, g.lz.ref)
 		if err == nil || gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT || size == f.cost {
 			break
 		}
@@ -233,6 +264,11 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 		size = roundCalls(min(size-1, remainingProxy(snap)/leaseShare), f.cost)
 	}
 	now := g.now()
+	if la.key != "" && snap.Key == nil && (err == nil || gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT) {
+		// The key has no windows of its own: its next calls use the
+		// account's lease (this one is still good: held, and charged to it).
+		g.lz.windowless.Store(la.key, now.Add(keyRecheck))
+	}
 	la.mu.Lock()
 	switch {
 	case err == nil:
@@ -272,20 +308,34 @@ func roundCalls(size, cost gpuproxy.Micros) gpuproxy.Micros {
 	return max(size/cost, 1) * cost
 }
 
-// remainingProxy is the tightest window's limit − spent − held.
+// remainingProxy is the tightest window's limit − spent − held, the key's
+// own windows included.
 func remainingProxy(s Snapshot) gpuproxy.Micros {
 	r := gpuproxy.MaxMicros
 	for _, u := range s.Windows {
 		r = min(r, u.Limit-u.Spent-u.Held)
 	}
+	if s.Key != nil {
+		for _, u := range s.Key.Windows {
+			r = min(r, u.Limit-u.Spent-u.Held)
+		}
+	}
 	return max(r, 0)
 }
 
-// fitsProxy reports whether cost fits every window by the proxy rule.
+// fitsProxy reports whether cost fits every window by the proxy rule, the
+// key's own windows included.
 func (s Snapshot) fitsProxy(cost gpuproxy.Micros) bool {
 	for _, u := range s.Windows {
 		if !u.FitsProxy(cost) {
 			return false
+		}
+	}
+	if s.Key != nil {
+		for _, u := range s.Key.Windows {
+			if !u.FitsProxy(cost) {
+				return false
+			}
 		}
 	}
 	return true
@@ -346,11 +396,13 @@ func (l *lease) charges() []LeaseCharge {
 	out := make([]LeaseCharge, 0, len(l.uses)+1)
 	var charged gpuproxy.Micros
 	for _, u := range l.uses {
-		out = append(out, *u)
+		c := *u
+		c.KeyID = l.acct.key
+		out = append(out, c)
 		charged += u.Amount
 	}
 	if l.pending > 0 {
-		out = append(out, LeaseCharge{Requests: int64(l.pending), Amount: l.used - charged})
+		out = append(out, LeaseCharge{KeyID: l.acct.key, Requests: int64(l.pending), Amount: l.used - charged})
 	}
 	return out
 }
@@ -410,10 +462,11 @@ func (s *Service) ExpireLeases(ctx context.Context) (int, error) {
 }
 
 // admitProxy admits a lease of size by the proxy rule (spent + held + cost
-// ≤ limit: running instances' committed burn is not counted).
-func (s *Service) admitProxy(ctx context.Context, accountID int64, size gpuproxy.Micros, ref string) (int64, Snapshot, error) {
+// ≤ limit: running instances' committed burn is not counted), for keyID's
+// own windows too when keyID is set.
+func (s *Service) admitProxy(ctx context.Context, accountID int64, keyID string, size gpuproxy.Micros, ref string) (int64, Snapshot, error) {
 	res, err := s.store.Admit(ctx, AdmitRequest{AccountID: accountID, Cost: size, Now: s.opts.Now(),
-		Defaults: s.opts.Defaults, Hold: true, Ref: ref})
+		Defaults: s.opts.Defaults, Hold: true, Ref: ref, KeyID: keyID})
 	if err = s.storeErr(err); err != nil {
 		return 0, res.Snapshot, err
 	}

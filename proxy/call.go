@@ -90,7 +90,7 @@ func (p *Proxy) callTarget(pr gpuproxy.Principal, targetURL, method string, head
 	if hasDotSegment(path) {
 		return target{}, gpuproxy.Invalid("target_url", "path must not contain . or .. segments")
 	}
-	return target{acct: pr.AccountID, origin: tu, method: method, path: "/" + strings.TrimLeft(path, "/"),
+	return target{acct: pr.AccountID, key: pr.KeyID, origin: tu, method: method, path: "/" + strings.TrimLeft(path, "/"),
 		query: tu.RawQuery, fields: headers, length: int64(len(body)), rid: u.RequestID}, nil
 }
 

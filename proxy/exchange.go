@@ -16,6 +16,7 @@ import (
 // checked it: the instance it names and what to send there.
 type target struct {
 	acct int64
+	key  string // the calling API key (its own windows, if any, apply)
 	// The instance: by id (the reverse proxy's route), or as the one whose
 	// endpoint has origin's scheme, host and port (Call's target URL).
 	id     string
@@ -35,6 +36,7 @@ type target struct {
 // body attached) and send sends it.
 type exchange struct {
 	acct       int64
+	key        string
 	instanceID string
 	ep         *endpoint
 	method     string
@@ -63,7 +65,7 @@ func (p *Proxy) prepare(ctx context.Context, t *target, u *Usage) (exchange, err
 			return exchange{}, err
 		}
 	}
-	x := exchange{acct: t.acct, instanceID: id, ep: ep, method: t.method, path: t.path, query: t.query,
+	x := exchange{acct: t.acct, key: t.key, instanceID: id, ep: ep, method: t.method, path: t.path, query: t.query,
 		header: outboundHeader(h, len(h)+2), length: t.length}
 	if t.origin == nil {
 		if x.path = ep.base + t.path; x.path == "" {
@@ -113,7 +115,7 @@ func headerOf(fields map[string]string) (http.Header, error) {
 // an in-memory body take the lean client; the rest (https, streamed bodies)
 // the tuned http.Transport.
 func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
-	pass, err := p.gate.Admit(ctx, x.acct, p.opts.Cost)
+	pass, err := p.gate.AdmitKey(ctx, x.acct, x.key, p.opts.Cost)
 	if err != nil {
 		return nil, err
 	}

@@ -102,15 +102,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.Status = writeError(w, r, p.log, err)
 		return
 	}
-	u.Status = p.serve(w, r, pr.AccountID, id, rest, u, start)
+	u.Status = p.serve(w, r, pr.AccountID, pr.KeyID, id, rest, u, start)
 }
 
 // serve forwards r and returns the status the caller got.
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, id, rest string, u *Usage, start time.Time) int {
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, id, rest string, u *Usage, start time.Time) int {
 	if err := p.checkRoute(id, rest, r.ContentLength); err != nil {
 		return writeError(w, r, p.log, err)
 	}
-	t := target{acct: acct, id: id, method: r.Method, path: rest, query: r.URL.RawQuery, header: r.Header,
+	t := target{acct: acct, key: key, id: id, method: r.Method, path: rest, query: r.URL.RawQuery, header: r.Header,
 		length: r.ContentLength, rid: u.RequestID}
 	x, err := p.prepare(r.Context(), &t, u)
 	if err != nil {

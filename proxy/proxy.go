@@ -19,10 +19,11 @@ import (
 )
 
 // Gate is the spending guard rail for proxy calls
-// (*guardrails.ProxyGate implements it): Admit admits one call's cost, and
-// the returned pass's Done reports whether the call is charged.
+// (*guardrails.ProxyGate implements it): AdmitKey admits one call's cost
+// for the account and the calling key (whose own windows, if any, must fit
+// too), and the returned pass's Done reports whether the call is charged.
 type Gate interface {
-	Admit(ctx context.Context, accountID int64, cost gpuproxy.Micros) (guardrails.Pass, error)
+	AdmitKey(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros) (guardrails.Pass, error)
 }
 
 // Metrics observes the proxy (for Prometheus); every method must be cheap

@@ -58,7 +58,7 @@ func (s *usageStore) setFail(v bool) { s.mu.Lock(); s.fail = v; s.mu.Unlock() }
 
 type openGate struct{}
 
-func (openGate) Admit(context.Context, int64, gpuproxy.Micros) (guardrails.Pass, error) {
+func (openGate) AdmitKey(context.Context, int64, string, gpuproxy.Micros) (guardrails.Pass, error) {
 	return guardrails.Pass{}, nil
 }
 

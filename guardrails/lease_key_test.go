@@ -1,0 +1,90 @@
+package guardrails_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
+)
+
+// TestProxyKeyLeasesNeverOverspend: calls by a key with a window of its own
+// ($0.50) and by a key without, on several replicas: the limited key's
+// calls are admitted against leases of its own, charged to it, and its
+// spend never passes its window, nor the account's total the account's.
+func TestProxyKeyLeasesNeverOverspend(t *testing.T) {
+	for _, tc := range []struct {
+		kind     dbtest.Kind
+		replicas int
+	}{{dbtest.Postgres, 4}, {dbtest.SQLite, 1}} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			t.Parallel()
+			const cost = 10_000 // $0.01
+			st := newLeaseStack(t, tc.kind, tc.replicas, 2*usd, 0, guardrails.ProxyGateOptions{})
+			ctx := context.Background()
+			for _, id := range []string{"tight", "free"} {
+				if err := st.stores[0].CreateKey(ctx, gpuproxy.APIKey{ID: id, AccountID: st.acct, Name: id,
+					Hash: "h-" + id, Scopes: []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.svcs[0].SetKeyLimits(ctx, st.acct, "tight", []guardrails.Window{{Minutes: 60, Limit: usd / 2}}); err != nil {
+				t.Fatal(err)
+			}
+			var admitted [2]atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					g := st.gates[i%len(st.gates)]
+					key := []string{"tight", "free"}[i%2]
+					for range 8 {
+						p, err := g.AdmitKey(ctx, st.acct, key, cost)
+						switch gpuproxy.ErrorCode(err) {
+						case "":
+							admitted[i%2].Add(1)
+							p.Done("gpi_x", true)
+						case gpuproxy.ELIMIT:
+						default:
+							t.Errorf("admit: %v", err)
+							return
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for _, g := range st.gates {
+				if err := g.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			snap, err := st.svcs[0].KeySpending(ctx, st.acct, "tight")
+			if err != nil || snap.Key == nil {
+				t.Fatalf("key spending: %+v %v", snap, err)
+			}
+			ku, u := snap.Key.Windows[0], snap.Windows[0]
+			t.Logf("tight: %d admitted, spent %s of %s; free: %d admitted; account spent %s of %s",
+				admitted[0].Load(), ku.Spent, ku.Limit, admitted[1].Load(), u.Spent, u.Limit)
+			if ku.Spent != gpuproxy.Micros(admitted[0].Load())*cost || ku.Spent > ku.Limit {
+				t.Fatalf("key spent %s for %d admitted calls, limit %s", ku.Spent, admitted[0].Load(), ku.Limit)
+			}
+			if u.Spent != gpuproxy.Micros(admitted[0].Load()+admitted[1].Load())*cost || u.Spent > u.Limit {
+				t.Fatalf("account spent %s", u.Spent)
+			}
+			if ku.Held != 0 || u.Held != 0 {
+				t.Fatalf("held after settlement: key %s, account %s", ku.Held, u.Held)
+			}
+			if admitted[0].Load() < 35 || admitted[0].Load() >= 256 {
+				t.Fatalf("tight key: %d calls admitted against $0.50", admitted[0].Load())
+			}
+		})
+	}
+}
