@@ -20,12 +20,11 @@ func (s *Store) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardra
 	if s.pg != nil {
 		return s.admitPG(ctx, s.pool(), req)
 	}
+	// Read-only snapshots run in a transaction too: their several queries
+	// must see one state of the file, or a charge landing between them shows
+	// in one window and not another.
 	var res guardrails.AdmitResult
 	var err error
-	if !req.Hold {
-		res, err = s.admitSQL(ctx, s.pool(), req)
-		return res, translate(err)
-	}
 	err = s.inTx(ctx, func(c conn) error {
 		res, err = s.admitSQL(ctx, c, req)
 		return err
@@ -88,7 +87,7 @@ func (s *Store) admitPG(ctx context.Context, c conn, req guardrails.AdmitRequest
 	return res, nil
 }
 
-// admitSQL is the SQLite path; c is a transaction when req.Hold is set.
+// admitSQL is the SQLite path, inside a transaction.
 func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
 	res := guardrails.AdmitResult{Snapshot: guardrails.Snapshot{AccountID: req.AccountID, At: req.Now}}
 	if err := c.queryRow(ctx, "SELECT on_exceed, held_micros FROM accounts WHERE id = $1", req.AccountID).
