@@ -363,7 +363,9 @@ func TestRateLimiterReplicas(t *testing.T) {
 								refused.Add(1)
 								// (x/time/rate's answers, without a store, count
 								// the reservations of concurrent callers too.)
-								if c.shared && (wait <= 0 || wait > time.Minute/perMinute+time.Millisecond) {
+								// A few token intervals: on a loaded machine the
+								// answer is read a little after it was computed.
+								if c.shared && (wait <= 0 || wait > 4*time.Minute/perMinute) {
 									badWait.Store(wait)
 								}
 							}
