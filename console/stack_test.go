@@ -21,12 +21,12 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
-	"github.com/aiserve/gpuproxy/server"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -75,32 +75,34 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(ion.Close)
-	provs := []providers.Provider{
-		vastai.New(vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 10 * time.Second, RetryWait: time.Millisecond}),
-		ionet.New(ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 10 * time.Second, RetryWait: time.Millisecond}),
+	if o.rateLimit == 0 {
+		o.rateLimit = 100000
 	}
-	s.auth = auth.New(st, auth.Options{CacheTTL: -1})
-	s.guard = guardrails.New(st, guardrails.Options{Logger: quiet})
-	s.ledger = billing.NewLedger(st, nil)
-	s.fleet = fleet.New(st, s.guard, provs, fleet.Options{Logger: quiet, Leader: st.WithLeader, Ledger: s.ledger,
-		PollInterval: 20 * time.Millisecond, OfferCacheTTL: -1})
+	// The service graph as the binary wires it (internal/app); only the
+	// fleet's polling runs in the background, not metering or alerts, so
+	// the seeded ledger stays as seeded.
+	a, err := app.New(ctx, app.Config{Store: st, Logger: quiet, Version: "test",
+		Auth:      auth.Options{CacheTTL: -1},
+		RateLimit: o.rateLimit,
+		VastAI:    vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 10 * time.Second, RetryWait: time.Millisecond},
+		IONet:     ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 10 * time.Second, RetryWait: time.Millisecond},
+		Fleet:     fleet.Options{PollInterval: 20 * time.Millisecond, OfferCacheTTL: -1},
+		Console:   console.Options{Secret: []byte("console test secret, 32 bytes ok"), PageSize: 25},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	s.auth, s.guard, s.ledger, s.fleet = a.Auth, a.Guard, a.Ledger, a.Fleet
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { s.fleet.Run(runCtx); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
-	if o.rateLimit == 0 {
-		o.rateLimit = 100000
-	}
-	rl := auth.NewRateLimiter(o.rateLimit)
-	con := console.New(console.Services{Auth: s.auth, Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, RateLimiter: rl},
-		console.Options{Logger: quiet, Secret: []byte("console test secret, 32 bytes ok"), PageSize: 25})
-	srv := server.New(server.Services{Auth: s.auth, Guard: s.guard, Ledger: s.ledger, Fleet: s.fleet, Store: st,
-		RateLimiter: rl, Mount: []func(server.Registrar){con.Mount}}, server.Options{Logger: quiet})
 	var hs *httptest.Server
 	if o.tls {
-		hs = httptest.NewTLSServer(srv)
+		hs = httptest.NewTLSServer(a.Server)
 	} else {
-		hs = httptest.NewServer(srv)
+		hs = httptest.NewServer(a.Server)
 	}
 	t.Cleanup(hs.Close)
 	s.hs, s.url = hs, hs.URL
