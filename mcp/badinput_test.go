@@ -60,7 +60,7 @@ func TestStreamableBadInput(t *testing.T) {
 		{"malformed JSON", `{"jsonrpc":"2.0","id":2,`, nil, 400, -32700},
 		{"wrong jsonrpc", `{"jsonrpc":"1.0","id":2,"method":"tools/list"}`, nil, 400, -32600},
 		{"missing method", `{"jsonrpc":"2.0","id":2}`, nil, 400, -32600},
-		{"unknown method, no session", `{"jsonrpc":"2.0","id":2,"method":"tools/frobnicate"}`, nil, 400, -32601},
+		{"unknown method, no session", `{"jsonrpc":"2.0","id":2,"method":"tools/frobnicate"}`, nil, 200, -32601}, // a JSON-RPC answer to its id
 		{"wrong protocol version header", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
 			[]string{"Mcp-Protocol-Version", "1999-01-01"}, 400, -32600},
 		{"wrong protocol version header, in a session", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,

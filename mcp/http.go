@@ -139,7 +139,11 @@ func (s *Server) serveStreamable(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if b := bytes.TrimSpace(body); len(b) == 0 || b[0] != '[' {
-			if _, id, rerr := decodeMessage(b, true); rerr != nil {
+			_, id, rerr := decodeMessage(b, true)
+			if ew, ok := w.(*rpcErrorWriter); ok {
+				ew.id = id // the SDK's transport errors answer it too
+			}
+			if rerr != nil {
 				writeRPCError(w, http.StatusBadRequest, id, rerr)
 				return
 			}
@@ -189,11 +193,16 @@ func writeBodyError(w http.ResponseWriter, err error) {
 
 // rpcErrorWriter turns plain-text error responses (the go-sdk writes its
 // transport errors with http.Error) into JSON-RPC error objects, passing
-// everything else — JSON, SSE streams, 202s — straight through.
+// everything else — JSON, SSE streams, 202s — straight through. When the
+// request's id was readable (id), error answers carry it, whatever id the
+// SDK wrote, and an unknown method is a JSON-RPC error in an HTTP 200
+// (the SDK answers 400 or 404).
 type rpcErrorWriter struct {
 	http.ResponseWriter
+	id      jsonrpc.ID
 	wrote   bool
 	capture bool
+	asJSON  bool
 	status  int
 	buf     bytes.Buffer
 }
@@ -204,8 +213,12 @@ func (w *rpcErrorWriter) WriteHeader(code int) {
 	}
 	w.wrote = true
 	ct := w.Header().Get("Content-Type")
-	if code >= 400 && (ct == "" || strings.HasPrefix(ct, "text/plain")) {
+	switch {
+	case code >= 400 && (ct == "" || strings.HasPrefix(ct, "text/plain")):
 		w.capture, w.status = true, code
+		return
+	case code >= 400 && w.id.IsValid() && strings.HasPrefix(ct, "application/json"):
+		w.capture, w.asJSON, w.status = true, true, code
 		return
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -239,7 +252,26 @@ func (w *rpcErrorWriter) Flush() {
 func (w *rpcErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *rpcErrorWriter) finish() {
-	if w.capture {
-		writeRPCError(w.ResponseWriter, w.status, jsonrpc.ID{}, statusError(w.status, strings.TrimSpace(w.buf.String())))
+	if !w.capture {
+		return
 	}
+	var e *jsonrpc.Error
+	if w.asJSON {
+		var resp struct {
+			Error *jsonrpc.Error `json:"error"`
+		}
+		if json.Unmarshal(w.buf.Bytes(), &resp) != nil || resp.Error == nil {
+			w.ResponseWriter.WriteHeader(w.status) // not a JSON-RPC error: as written
+			_, _ = w.ResponseWriter.Write(w.buf.Bytes())
+			return
+		}
+		e = resp.Error
+	} else {
+		e = statusError(w.status, strings.TrimSpace(w.buf.String()))
+	}
+	status := w.status
+	if e.Code == jsonrpc.CodeMethodNotFound && w.id.IsValid() {
+		status = http.StatusOK // a JSON-RPC answer to a well-formed request
+	}
+	writeRPCError(w.ResponseWriter, status, w.id, e)
 }

@@ -177,10 +177,7 @@ func (s *Server) serverFor(accountID int64) *sdk.Server {
 			Instructions: instructions,
 			Logger:       s.sdkLog,
 			SchemaCache:  s.cache,
-			Capabilities: &sdk.ServerCapabilities{
-				Tools:     &sdk.ToolCapabilities{},
-				Resources: &sdk.ResourceCapabilities{Subscribe: true},
-			},
+			Capabilities: capabilities(),
 			// Lists and reads depend on the caller (scopes, account):
 			// no shared cache may serve them to someone else.
 			SetCacheable:       func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) { c.CacheScope = "private" },
@@ -273,6 +270,13 @@ func (s *Server) gate(next sdk.MethodHandler) sdk.MethodHandler {
 				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
 			}
 		}()
+		if undeclared(method) {
+			// Answered by the SDK but not in our capabilities: a client
+			// must find exactly what was declared.
+			err = rpcErr(jsonrpc.CodeMethodNotFound, "method not found: %q", method)
+			s.logRequest(ctx, method, target, req, p, start, nil, err)
+			return nil, err
+		}
 		switch r := req.(type) {
 		case *sdk.CallToolRequest:
 			target = r.Params.Name
@@ -314,6 +318,27 @@ func (s *Server) gate(next sdk.MethodHandler) sdk.MethodHandler {
 		s.logRequest(ctx, method, target, req, p, start, res, err)
 		return res, err
 	}
+}
+
+// capabilities are what every account server declares, in initialize and
+// server/discover alike: tools and subscribable resources. Methods of
+// capabilities not declared are refused (undeclared).
+func capabilities() *sdk.ServerCapabilities {
+	return &sdk.ServerCapabilities{
+		Tools:     &sdk.ToolCapabilities{},
+		Resources: &sdk.ResourceCapabilities{Subscribe: true},
+	}
+}
+
+// undeclared reports whether method belongs to a capability the server
+// does not declare (prompts, logging, completions), which the SDK would
+// otherwise answer.
+func undeclared(method string) bool {
+	switch method {
+	case "prompts/list", "prompts/get", "logging/setLevel", "completion/complete":
+		return true
+	}
+	return false
 }
 
 // logRequest writes one structured line per MCP request (never arguments,

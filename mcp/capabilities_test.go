@@ -1,0 +1,90 @@
+package mcp_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestCapabilitiesAreExact: every transport declares tools and
+// subscribable resources, nothing else, and the methods of undeclared
+// capabilities (prompts, logging, completions) are unknown methods.
+func TestCapabilitiesAreExact(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	key, _ := s.key("acme", "assistant")
+	ctx := context.Background()
+	for _, via := range transports {
+		t.Run(via, func(t *testing.T) {
+			cs := s.connect(via, key, nil)
+			c := cs.InitializeResult().Capabilities
+			if c == nil || c.Tools == nil || c.Resources == nil || !c.Resources.Subscribe {
+				t.Fatalf("capabilities %+v lack tools or subscribable resources", c)
+			}
+			if c.Prompts != nil || c.Logging != nil || c.Completions != nil {
+				t.Fatalf("capabilities %+v declare prompts, logging or completions", c)
+			}
+			notFound := func(what string, err error) {
+				t.Helper()
+				var we *jsonrpc.Error
+				if !errors.As(err, &we) || we.Code != jsonrpc.CodeMethodNotFound {
+					t.Errorf("%s: %v, want method not found", what, err)
+				}
+			}
+			_, err := cs.ListPrompts(ctx, nil)
+			notFound("prompts/list", err)
+			_, err = cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "x"})
+			notFound("prompts/get", err)
+			if err := cs.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "info"}); via == viaStreamable {
+				// 2026-07-28 requests carry _meta this one lacks: any
+				// refusal will do, never a success.
+				if err == nil {
+					t.Error("logging/setLevel succeeded")
+				}
+			} else {
+				notFound("logging/setLevel", err)
+			}
+			_, err = cs.Complete(ctx, &sdk.CompleteParams{Ref: &sdk.CompleteReference{Type: "ref/resource", URI: "gpu://instances"},
+				Argument: sdk.CompleteParamsArgument{Name: "a", Value: "b"}})
+			notFound("completion/complete", err)
+		})
+	}
+	// The plain endpoint answers the same.
+	a := s.post("/api/v1/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"prompts/list"}`)
+	if a.status != 200 || a.errCode() != jsonrpc.CodeMethodNotFound || a.body["id"] != float64(3) {
+		t.Errorf("plain prompts/list: %d %s", a.status, a.raw)
+	}
+}
+
+// TestUnknownMethodKeepsID: on /mcp, an unknown method is a JSON-RPC
+// -32601 answering the request's id in an HTTP 200, in a session and
+// without one; a Content-Type refusal answers the id too.
+func TestUnknownMethodKeepsID(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	key, _ := s.key("acme", "assistant")
+	accept := []string{"Accept", "application/json, text/event-stream", "Content-Type", "application/json"}
+	init := s.post("/mcp", key, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, accept...)
+	sid := init.header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("no session: %d %s", init.status, init.raw)
+	}
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+	}{
+		{"session", append([]string{"Mcp-Session-Id", sid, "Mcp-Protocol-Version", "2025-11-25"}, accept...)},
+		{"sessionless", append([]string{"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "no/such"}, accept...)},
+	} {
+		a := s.post("/mcp", key, `{"jsonrpc":"2.0","id":"req-42","method":"no/such","params":{}}`, tc.hdr...)
+		if a.status != 200 || a.errCode() != jsonrpc.CodeMethodNotFound || a.body["id"] != "req-42" {
+			t.Errorf("%s: unknown method answered %d %s", tc.name, a.status, a.raw)
+		}
+	}
+	a := s.post("/mcp", key, `{"jsonrpc":"2.0","id":77,"method":"tools/list"}`,
+		"Accept", "application/json, text/event-stream", "Content-Type", "text/plain")
+	if a.status < 400 || a.errCode() == 0 || a.body["id"] != float64(77) {
+		t.Errorf("text/plain body: %d %s", a.status, a.raw)
+	}
+}
