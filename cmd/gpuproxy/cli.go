@@ -160,11 +160,24 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	scopes := f.String("scopes", "", "comma-separated scopes")
 	preset := f.String("preset", "", "assistant, engineer, finance or admin")
 	name := f.String("name", "", "a label for the key")
+	var windows multi
+	f.Var(&windows, "window", "DURATION=USD, repeatable: the key's own windows, inside its account's (create, limits)")
+	clear := f.Bool("clear", false, "limits: remove the key's own windows")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if len(f.args) == 0 || *account == "" {
-		return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
+		return fmt.Errorf("usage: keys create|list|revoke|limits --account NAME …")
+	}
+	var ws []guardrails.Window
+	if len(windows) > 0 {
+		var err error
+		if ws, err = parseWindowFlags(windows); err != nil {
+			return cliErr(err)
+		}
+		if err := guardrails.ValidateWindows(ws); err != nil {
+			return cliErr(err)
+		}
 	}
 	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list")
 	if err != nil {
@@ -191,25 +204,61 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return cliErr(err)
 		}
-		fmt.Fprintf(stdout, "created key %s for %s with scopes %s (shown once; store it now):\n%s\n",
-			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), plain)
+		if len(ws) > 0 {
+			if err := svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
+				// Never leave a key without the windows it was asked with.
+				_ = svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID)
+				return cliErr(err)
+			}
+		}
+		fmt.Fprintf(stdout, "created key %s for %s with scopes %s%s (shown once; store it now):\n%s\n",
+			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), keyWindowsText(ws, " and its own windows "), plain)
 		return nil
 	case "list":
+		a, err := svc.Auth.Account(ctx, *account)
+		if err != nil {
+			return cliErr(err)
+		}
 		ks, err := svc.Auth.Keys(ctx, *account)
 		if err != nil {
 			return cliErr(err)
 		}
+		lims, err := svc.Guard.KeyLimits(ctx, a.ID)
+		if err != nil {
+			return cliErr(err)
+		}
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tWINDOWS\tCREATED\tREVOKED")
 		for _, k := range ks {
 			rev := "-"
 			if !k.RevokedAt.IsZero() {
 				rev = k.RevokedAt.Format("2006-01-02 15:04")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes),
+			kw := keyWindowsText(lims[k.ID], "")
+			if kw == "" {
+				kw = "account's"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes), kw,
 				k.CreatedAt.Format("2006-01-02 15:04"), rev)
 		}
 		return tw.Flush()
+	case "limits":
+		if len(f.args) != 2 || (len(ws) == 0) == !*clear {
+			return fmt.Errorf("usage: keys limits --account NAME KEY_ID --window 60m=5 [--window 24h=20] | --clear (replaces all the key's own windows)")
+		}
+		a, err := svc.Auth.Account(ctx, *account)
+		if err != nil {
+			return cliErr(err)
+		}
+		if err := svc.Guard.SetKeyLimits(ctx, a.ID, f.args[1], ws); err != nil {
+			return cliErr(err)
+		}
+		if len(ws) == 0 {
+			fmt.Fprintf(stdout, "removed key %s's own windows: only %s's apply\n", f.args[1], a.Name)
+		} else {
+			fmt.Fprintf(stdout, "replaced all of key %s's own windows with%s\n", f.args[1], keyWindowsText(ws, " "))
+		}
+		return nil
 	case "revoke":
 		if len(f.args) != 2 {
 			return fmt.Errorf("usage: keys revoke --account NAME KEY_ID")
@@ -220,7 +269,20 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintf(stdout, "revoked key %s\n", f.args[1])
 		return nil
 	}
-	return fmt.Errorf("usage: keys create|list|revoke --account NAME …")
+	return fmt.Errorf("usage: keys create|list|revoke|limits --account NAME …")
+}
+
+// keyWindowsText lists windows as "60m=$5, 1440m=$20" after prefix, or ""
+// when there are none.
+func keyWindowsText(ws []guardrails.Window, prefix string) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(ws))
+	for _, w := range ws {
+		parts = append(parts, fmt.Sprintf("%dm=$%s", w.Minutes, w.Limit))
+	}
+	return prefix + strings.Join(parts, ", ")
 }
 
 func cmdLimits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
