@@ -125,31 +125,31 @@ func TestPrefixRouteAppliesTheServerMiddleware(t *testing.T) {
 	key, _ := e.key("acme", "engineer")
 
 	r := e.do("GET", "/api/v1/x/inst/v1/models", key, "")
-	if r.status != 200 || r.json(t)["account"] != "acme" || r.json(t)["path"] != "/api/v1/x/inst/v1/models" {
-		t.Fatalf("authenticated call: %d %s", r.status, r.body)
+	if r.Status != 200 || r.JSON(t)["account"] != "acme" || r.JSON(t)["path"] != "/api/v1/x/inst/v1/models" {
+		t.Fatalf("authenticated call: %d %s", r.Status, r.Body)
 	}
-	rid := r.header.Get("X-Request-Id")
+	rid := r.Header.Get("X-Request-Id")
 	if len(rid) != 24 {
 		t.Errorf("X-Request-Id = %q; want a generated id", rid)
 	}
-	if r := e.do("GET", "/api/v1/x/inst", key, "", "X-Request-Id", "caller-chosen"); r.header.Get("X-Request-Id") != "caller-chosen" {
-		t.Errorf("caller's request id not kept: %q", r.header.Get("X-Request-Id"))
+	if r := e.do("GET", "/api/v1/x/inst", key, "", "X-Request-Id", "caller-chosen"); r.Header.Get("X-Request-Id") != "caller-chosen" {
+		t.Errorf("caller's request id not kept: %q", r.Header.Get("X-Request-Id"))
 	}
 
 	// No key, a bad key: 401 in the one error shape, before the handler.
 	for _, k := range []string{"", "gpx_0000000000000000_nope"} {
 		r := e.do("GET", "/api/v1/x/inst", k, "")
-		if c, _ := r.errCode(t); r.status != 401 || c != "unauthorized" {
-			t.Fatalf("key %q: %d %s", k, r.status, r.body)
+		if c, _ := r.Err(t); r.Status != 401 || c != "unauthorized" {
+			t.Fatalf("key %q: %d %s", k, r.Status, r.Body)
 		}
-		if r.header.Get("Content-Type") != "application/json" {
-			t.Errorf("error content type %q", r.header.Get("Content-Type"))
+		if r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("error content type %q", r.Header.Get("Content-Type"))
 		}
 	}
 
 	// A path added with Handle under the prefix stays with the router.
-	if r := e.do("GET", "/api/v1/x/static", key, ""); r.status != 200 || string(r.body) != "static" || e.static.Load() != 1 {
-		t.Fatalf("static route: %d %s (seen %d)", r.status, r.body, e.static.Load())
+	if r := e.do("GET", "/api/v1/x/static", key, ""); r.Status != 200 || string(r.Body) != "static" || e.static.Load() != 1 {
+		t.Fatalf("static route: %d %s (seen %d)", r.Status, r.Body, e.static.Load())
 	}
 
 	// Request logs: one line per request with route, status, size and
@@ -186,18 +186,18 @@ func TestPrefixRouteRateLimitBodyCapAndPanics(t *testing.T) {
 	key, _ := e.key("acme", "engineer")
 
 	// The body cap of the server applies (MaxBody 1024 here).
-	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 1000)); r.status != 200 || len(r.body) != 1000 {
-		t.Fatalf("small body: %d (%d bytes)", r.status, len(r.body))
+	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 1000)); r.Status != 200 || len(r.Body) != 1000 {
+		t.Fatalf("small body: %d (%d bytes)", r.Status, len(r.Body))
 	}
-	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 2000)); r.status != 413 {
-		t.Fatalf("large body: %d %s", r.status, r.body)
+	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 2000)); r.Status != 413 {
+		t.Fatalf("large body: %d %s", r.Status, r.Body)
 	}
 
 	// A panicking handler: 500 in the error shape, logged; the server
 	// keeps serving.
 	r := e.do("GET", "/api/v1/x/panic", key, "")
-	if c, m := r.errCode(t); r.status != 500 || c != "internal" || m != "internal error" {
-		t.Fatalf("panic: %d %s", r.status, r.body)
+	if c, m := r.Err(t); r.Status != 500 || c != "internal" || m != "internal error" {
+		t.Fatalf("panic: %d %s", r.Status, r.Body)
 	}
 	if !strings.Contains(e.logs.String(), `"msg":"panic"`) {
 		t.Errorf("panic not logged:\n%s", e.logs)
@@ -218,8 +218,8 @@ func TestPrefixRouteRateLimitBodyCapAndPanics(t *testing.T) {
 
 	// The fifth call within the rate limit window: 429 with Retry-After.
 	r = e.do("GET", "/api/v1/x/inst", key, "")
-	if c, _ := r.errCode(t); r.status != 429 || c != "rate_limited" || r.header.Get("Retry-After") == "" {
-		t.Fatalf("rate limit: %d %s Retry-After=%q", r.status, r.body, r.header.Get("Retry-After"))
+	if c, _ := r.Err(t); r.Status != 429 || c != "rate_limited" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("rate limit: %d %s Retry-After=%q", r.Status, r.Body, r.Header.Get("Retry-After"))
 	}
 	lines := e.logLines(t)
 	statuses := []float64{}

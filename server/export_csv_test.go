@@ -13,16 +13,17 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
-func parseCSV(t *testing.T, r resp) [][]string {
+func parseCSV(t *testing.T, r teststack.Response) [][]string {
 	t.Helper()
-	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") {
-		t.Fatalf("csv: %d %q %s", r.status, r.header.Get("Content-Type"), r.body)
+	if r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/csv") {
+		t.Fatalf("csv: %d %q %s", r.Status, r.Header.Get("Content-Type"), r.Body)
 	}
-	recs, err := csv.NewReader(bytes.NewReader(r.body)).ReadAll()
+	recs, err := csv.NewReader(bytes.NewReader(r.Body)).ReadAll()
 	if err != nil {
-		t.Fatalf("not CSV: %v\n%s", err, r.body)
+		t.Fatalf("not CSV: %v\n%s", err, r.Body)
 	}
 	return recs
 }
@@ -105,7 +106,7 @@ func TestExports(t *testing.T) {
 		if got := column(t, recs, "type"); !reflect.DeepEqual(got, []string{"credit"}) {
 			t.Errorf("to=2026-11-20 exported %q, want the credit of the 20th", got)
 		}
-		if j := e.do("GET", "/api/v1/billing/transactions?from=2026-11-21&to=2026-11-21", fin, "").json(t); len(j["transactions"].([]any)) != 2 {
+		if j := e.do("GET", "/api/v1/billing/transactions?from=2026-11-21&to=2026-11-21", fin, "").JSON(t); len(j["transactions"].([]any)) != 2 {
 			t.Errorf("JSON, to=2026-11-21: %v", j["transactions"])
 		}
 
@@ -115,19 +116,19 @@ func TestExports(t *testing.T) {
 		if got := column(t, recs, "account"); !reflect.DeepEqual(got, []string{"beta", "acme", "acme", "acme"}) {
 			t.Errorf("account=all accounts = %q", got)
 		}
-		if r := e.do("GET", "/api/v1/billing/transactions?format=csv&account=all", fin, ""); r.status != 403 {
-			t.Errorf("finance key, account=all: %d %s", r.status, r.body)
+		if r := e.do("GET", "/api/v1/billing/transactions?format=csv&account=all", fin, ""); r.Status != 403 {
+			t.Errorf("finance key, account=all: %d %s", r.Status, r.Body)
 		}
-		if r := e.do("GET", "/api/v1/billing/summary?account=acme", other, ""); r.status != 404 {
-			t.Errorf("beta's key asking for acme: %d %s", r.status, r.body)
+		if r := e.do("GET", "/api/v1/billing/summary?account=acme", other, ""); r.Status != 404 {
+			t.Errorf("beta's key asking for acme: %d %s", r.Status, r.Body)
 		}
-		j := e.do("GET", "/api/v1/billing/transactions?account=all", admin, "").json(t)
+		j := e.do("GET", "/api/v1/billing/transactions?account=all", admin, "").JSON(t)
 		if tot := j["totals"].(map[string]any); tot["count"].(float64) != 4 || tot["charges"].(float64) != 4.25 {
 			t.Errorf("account=all totals = %v", tot)
 		}
 
 		// Summaries: JSON and CSV, by day, instance, account and provider.
-		s := e.do("GET", "/api/v1/billing/summary?group_by=account&account=all", admin, "").json(t)
+		s := e.do("GET", "/api/v1/billing/summary?group_by=account&account=all", admin, "").JSON(t)
 		if rows := s["rows"].([]any); len(rows) != 2 || rows[0].(map[string]any)["key"] != "acme" || rows[1].(map[string]any)["key"] != "beta" {
 			t.Errorf("by account = %v", rows)
 		}
@@ -157,8 +158,8 @@ func TestExports(t *testing.T) {
 					!reflect.DeepEqual(column(t, recs, "amount"), tc.amounts) {
 					t.Errorf("summary %s: %q", q, recs)
 				}
-				if !strings.Contains(r.header.Get("Content-Disposition"), "attachment") {
-					t.Errorf("summary %s: Content-Disposition %q", q, r.header.Get("Content-Disposition"))
+				if !strings.Contains(r.Header.Get("Content-Disposition"), "attachment") {
+					t.Errorf("summary %s: Content-Disposition %q", q, r.Header.Get("Content-Disposition"))
 				}
 			}
 		}
@@ -169,8 +170,8 @@ func TestExports(t *testing.T) {
 		if got := column(t, recs, "account"); !reflect.DeepEqual(got, []string{"acme", "acme"}) {
 			t.Errorf("by instance account = %q", got)
 		}
-		if r := e.do("GET", "/api/v1/billing/summary?group_by=week", fin, ""); r.status != 400 {
-			t.Errorf("group_by=week: %d", r.status)
+		if r := e.do("GET", "/api/v1/billing/summary?group_by=week", fin, ""); r.Status != 400 {
+			t.Errorf("group_by=week: %d", r.Status)
 		}
 
 		// HEAD on every export: the GET's status and headers, no body.
@@ -181,17 +182,17 @@ func TestExports(t *testing.T) {
 			"/api/v1/billing/summary",
 		} {
 			get, head := e.do("GET", p, fin, ""), e.do("HEAD", p, fin, "")
-			if head.status != 200 || len(head.body) != 0 || head.header.Get("Content-Type") != get.header.Get("Content-Type") ||
-				head.header.Get("Content-Disposition") != get.header.Get("Content-Disposition") {
-				t.Errorf("HEAD %s: %d %q %q, body %d bytes", p, head.status, head.header.Get("Content-Type"),
-					head.header.Get("Content-Disposition"), len(head.body))
+			if head.Status != 200 || len(head.Body) != 0 || head.Header.Get("Content-Type") != get.Header.Get("Content-Type") ||
+				head.Header.Get("Content-Disposition") != get.Header.Get("Content-Disposition") {
+				t.Errorf("HEAD %s: %d %q %q, body %d bytes", p, head.Status, head.Header.Get("Content-Type"),
+					head.Header.Get("Content-Disposition"), len(head.Body))
 			}
 		}
-		if r := e.do("HEAD", "/api/v1/billing/summary?format=csv&account=all", fin, ""); r.status != 403 || len(r.body) != 0 {
-			t.Errorf("HEAD refused: %d, %d bytes", r.status, len(r.body))
+		if r := e.do("HEAD", "/api/v1/billing/summary?format=csv&account=all", fin, ""); r.Status != 403 || len(r.Body) != 0 {
+			t.Errorf("HEAD refused: %d, %d bytes", r.Status, len(r.Body))
 		}
-		if r := e.do("HEAD", "/api/v1/billing/transactions?format=csv", "", ""); r.status != 401 {
-			t.Errorf("HEAD without a key: %d", r.status)
+		if r := e.do("HEAD", "/api/v1/billing/transactions?format=csv", "", ""); r.Status != 401 {
+			t.Errorf("HEAD without a key: %d", r.Status)
 		}
 	})
 }

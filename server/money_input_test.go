@@ -36,8 +36,8 @@ func TestMoneyInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, admin, tc.body, "Content-Type", "application/json")
-			if r.status != tc.want {
-				t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
+			if r.Status != tc.want {
+				t.Fatalf("status %d, want %d: %s", r.Status, tc.want, r.Body)
 			}
 			if tc.field == "" {
 				return
@@ -49,10 +49,10 @@ func TestMoneyInput(t *testing.T) {
 					Details map[string]any `json:"details"`
 				} `json:"error"`
 			}
-			_ = json.Unmarshal(r.body, &body)
+			_ = json.Unmarshal(r.Body, &body)
 			if body.Error.Code != "invalid" || body.Error.Details["field"] != tc.field ||
 				!strings.HasPrefix(body.Error.Message, tc.field+": ") {
-				t.Fatalf("error does not name %q: %s", tc.field, r.body)
+				t.Fatalf("error does not name %q: %s", tc.field, r.Body)
 			}
 			if tc.places != strings.Contains(body.Error.Message, "at most 6 decimal places") {
 				t.Fatalf("message %q (want the decimal places reason: %v)", body.Error.Message, tc.places)

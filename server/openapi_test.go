@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -227,7 +228,7 @@ func TestOpenAPIDocument(t *testing.T) {
 // check validates one live answer against the document: its status and
 // media type must be documented for the operation, and a JSON body must
 // validate against the response's schema.
-func (d *apiDoc) check(method, tmpl string, r resp) {
+func (d *apiDoc) check(method, tmpl string, r teststack.Response) {
 	d.t.Helper()
 	m := strings.ToLower(method)
 	op, _ := d.at("paths", tmpl, m).(map[string]any)
@@ -235,18 +236,18 @@ func (d *apiDoc) check(method, tmpl string, r resp) {
 		d.t.Errorf("%s %s is not documented", method, tmpl)
 		return
 	}
-	code := fmt.Sprint(r.status)
+	code := fmt.Sprint(r.Status)
 	rv, ok := op["responses"].(map[string]any)[code]
 	if !ok {
-		d.t.Errorf("%s %s answered %s, which is not documented: %s", method, tmpl, code, r.body)
+		d.t.Errorf("%s %s answered %s, which is not documented: %s", method, tmpl, code, r.Body)
 		return
 	}
 	rm, tokens := d.deref(rv, []string{"paths", tmpl, m, "responses", code})
 	content, _ := rm["content"].(map[string]any)
-	if len(r.body) == 0 || method == "HEAD" {
+	if len(r.Body) == 0 || method == "HEAD" {
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if _, ok := content[mt]; !ok {
 		d.t.Errorf("%s %s %s: media type %q is not documented", method, tmpl, code, mt)
 		return
@@ -254,13 +255,13 @@ func (d *apiDoc) check(method, tmpl string, r resp) {
 	if mt != "application/json" {
 		return
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.body))
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.Body))
 	if err != nil {
 		d.t.Errorf("%s %s: body is not JSON: %v", method, tmpl, err)
 		return
 	}
 	if err := d.schema(pointer(append(tokens, "content", mt, "schema")...)).Validate(v); err != nil {
-		d.t.Errorf("%s %s %s: the answer does not match the documented schema: %v\n%s", method, tmpl, code, err, r.body)
+		d.t.Errorf("%s %s %s: the answer does not match the documented schema: %v\n%s", method, tmpl, code, err, r.Body)
 	}
 }
 
@@ -310,14 +311,14 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 			{"HEAD", "/api/v1/billing/summary", "/api/v1/billing/summary", fin, "", 200, nil},
 		} {
 			r := e.do(c.method, c.path, c.key, c.body, c.hdr...)
-			if r.status != c.status {
-				t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, r.status, c.status, r.body)
+			if r.Status != c.status {
+				t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, r.Status, c.status, r.Body)
 				continue
 			}
 			d.check(c.method, c.tmpl, r)
 		}
 		// The key list of a key made above, and its revocation.
-		kl := e.do("GET", "/api/v1/accounts/team-b/keys", admin, "").json(t)["keys"].([]any)
+		kl := e.do("GET", "/api/v1/accounts/team-b/keys", admin, "").JSON(t)["keys"].([]any)
 		id := kl[0].(map[string]any)["id"].(string)
 		d.check("DELETE", "/api/v1/accounts/{account}/keys/{id}", e.do("DELETE", "/api/v1/accounts/team-b/keys/"+id, admin, ""))
 
@@ -338,8 +339,8 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 			{"GET", "/api/v1/alerts/deliveries?limit=501", "/api/v1/alerts/deliveries", eng, "", 400},
 		} {
 			r := ae.do(c.method, c.path, c.key, c.body)
-			if r.status != c.status {
-				t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, r.status, c.status, r.body)
+			if r.Status != c.status {
+				t.Errorf("%s %s: %d, want %d: %s", c.method, c.path, r.Status, c.status, r.Body)
 				continue
 			}
 			d.check(c.method, c.tmpl, r)

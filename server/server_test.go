@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -63,39 +62,14 @@ func (e *env) key(account, preset string) (string, gpuproxy.Account) {
 	return teststack.NewKey(e.t, e.auth, account, preset)
 }
 
-type resp struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (r resp) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("body is not JSON: %v: %s", err, r.body)
-	}
-	return m
-}
-
-func (r resp) errCode(t *testing.T) (string, string) {
-	t.Helper()
-	e, _ := r.json(t)["error"].(map[string]any)
-	if e == nil {
-		t.Fatalf("no error object in %s", r.body)
-	}
-	c, _ := e["code"].(string)
-	m, _ := e["message"].(string)
-	return c, m
-}
-
-func (e *env) do(method, path, key, body string, hdr ...string) resp {
+// do sends a request with the key (none if empty) and the header pairs
+// hdr to the server.
+func (e *env) do(method, path, key, body string, hdr ...string) teststack.Response {
 	e.t.Helper()
 	if key != "" {
 		hdr = append([]string{"X-API-Key", key}, hdr...)
 	}
-	r := teststack.Send(e.t, method, e.url+path, strings.NewReader(body), hdr...)
-	return resp{status: r.Status, header: r.Header, body: r.Body}
+	return teststack.Send(e.t, method, e.url+path, strings.NewReader(body), hdr...)
 }
 
 func eachKind(t *testing.T, fn func(t *testing.T, k dbtest.Kind)) {
@@ -126,8 +100,8 @@ func TestAuthentication(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				r := e.do("GET", "/api/v1/spending", "", "", tc.hdr...)
-				if r.status != tc.want {
-					t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
+				if r.Status != tc.want {
+					t.Fatalf("status %d, want %d: %s", r.Status, tc.want, r.Body)
 				}
 			})
 		}
@@ -136,19 +110,19 @@ func TestAuthentication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tok); r.status != 200 {
-			t.Fatalf("jwt: %d %s", r.status, r.body)
+		if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tok); r.Status != 200 {
+			t.Fatalf("jwt: %d %s", r.Status, r.Body)
 		}
-		if r := e.do("GET", "/api/v1/billing/transactions", "", "", "Authorization", "Bearer "+tok); r.status != 403 {
-			t.Fatalf("jwt without billing scope: %d", r.status)
+		if r := e.do("GET", "/api/v1/billing/transactions", "", "", "Authorization", "Bearer "+tok); r.Status != 403 {
+			t.Fatalf("jwt without billing scope: %d", r.Status)
 		}
 		expired, _ := e.auth.IssueJWT("acme", []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, -time.Minute)
 		ghost, _ := e.auth.IssueJWT("ghost", []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, time.Minute)
 		other := auth.New(e.store, auth.Options{JWTSecret: []byte("another-secret-another-secret-12")})
 		forged, _ := other.IssueJWT("acme", []gpuproxy.Scope{gpuproxy.ScopeAdmin}, time.Minute)
 		for name, tk := range map[string]string{"expired": expired, "unknown account": ghost, "wrong secret": forged} {
-			if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tk); r.status != 401 {
-				t.Errorf("%s jwt: status %d", name, r.status)
+			if r := e.do("GET", "/api/v1/spending", "", "", "Authorization", "Bearer "+tk); r.Status != 401 {
+				t.Errorf("%s jwt: status %d", name, r.Status)
 			}
 		}
 		// Revoked keys stop working.
@@ -156,8 +130,8 @@ func TestAuthentication(t *testing.T) {
 		if err := e.auth.RevokeKey(context.Background(), "acme", ks[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		if r := e.do("GET", "/api/v1/spending", key, ""); r.status != 401 {
-			t.Fatalf("revoked key: %d", r.status)
+		if r := e.do("GET", "/api/v1/spending", key, ""); r.Status != 401 {
+			t.Fatalf("revoked key: %d", r.Status)
 		}
 		// Keys never reach the logs.
 		if strings.Contains(e.logs.String(), key) || strings.Contains(e.logs.String(), tok) {
@@ -183,12 +157,12 @@ func TestScopes(t *testing.T) {
 		{asst, "POST", "/api/v1/spending/check", `{"estimated_cost":1}`, 200},
 		{asst, "PUT", "/api/v1/accounts/acme/limits", `{"on_exceed":"destroy"}`, 403},
 	} {
-		if r := e.do(tc.method, tc.path, tc.key, tc.body); r.status != tc.want {
-			t.Errorf("%s %s: status %d, want %d: %s", tc.method, tc.path, r.status, tc.want, r.body)
+		if r := e.do(tc.method, tc.path, tc.key, tc.body); r.Status != tc.want {
+			t.Errorf("%s %s: status %d, want %d: %s", tc.method, tc.path, r.Status, tc.want, r.Body)
 		}
 	}
 	r := e.do("POST", "/api/v1/accounts", fin, `{"name":"x"}`)
-	if c, m := r.errCode(t); c != "forbidden" || !strings.Contains(m, "admin") {
+	if c, m := r.Err(t); c != "forbidden" || !strings.Contains(m, "admin") {
 		t.Fatalf("forbidden error = %s %q", c, m)
 	}
 }
@@ -205,33 +179,33 @@ func TestTenantIsolation(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ra := e.do("GET", "/api/v1/billing/transactions", aKey, "").json(t)
+		ra := e.do("GET", "/api/v1/billing/transactions", aKey, "").JSON(t)
 		if n := len(ra["transactions"].([]any)); n != 5 {
 			t.Fatalf("alpha sees %d transactions", n)
 		}
-		rb := e.do("GET", "/api/v1/billing/transactions?instance_id=alpha-inst", bKey, "").json(t)
+		rb := e.do("GET", "/api/v1/billing/transactions?instance_id=alpha-inst", bKey, "").JSON(t)
 		if n := len(rb["transactions"].([]any)); n != 0 {
 			t.Fatalf("beta sees %d of alpha's transactions", n)
 		}
 		if tot := rb["totals"].(map[string]any); tot["charges"].(float64) != 0 {
 			t.Fatalf("beta's totals include alpha: %v", tot)
 		}
-		sb := e.do("GET", "/api/v1/spending", bKey, "").json(t)
+		sb := e.do("GET", "/api/v1/spending", bKey, "").JSON(t)
 		if sb["account"] != "beta" || sb["windows"].([]any)[0].(map[string]any)["spent"].(float64) != 0 {
 			t.Fatalf("beta spending = %v", sb)
 		}
-		sa := e.do("GET", "/api/v1/spending", aKey, "").json(t)
+		sa := e.do("GET", "/api/v1/spending", aKey, "").JSON(t)
 		if sa["windows"].([]any)[0].(map[string]any)["spent"].(float64) != 15 {
 			t.Fatalf("alpha spending = %v", sa)
 		}
 		// Naming another account is not found, for existing and missing ones alike.
 		for _, path := range []string{"/api/v1/spending?account=alpha", "/api/v1/spending?account=nobody",
 			"/api/v1/billing/transactions?account=alpha", "/api/v1/billing/summary?account=alpha"} {
-			if r := e.do("GET", path, bKey, ""); r.status != 404 {
-				t.Errorf("%s as beta: %d %s", path, r.status, r.body)
+			if r := e.do("GET", path, bKey, ""); r.Status != 404 {
+				t.Errorf("%s as beta: %d %s", path, r.Status, r.Body)
 			}
 		}
-		rs := e.do("GET", "/api/v1/billing/summary?group_by=instance", bKey, "").json(t)
+		rs := e.do("GET", "/api/v1/billing/summary?group_by=instance", bKey, "").JSON(t)
 		if n := len(rs["rows"].([]any)); n != 0 {
 			t.Fatalf("beta summary has %d rows", n)
 		}
@@ -285,8 +259,8 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(tc.method, tc.path, admin, tc.body, "Content-Type", "application/json")
-			if r.status != tc.want {
-				t.Fatalf("status %d, want %d: %s", r.status, tc.want, r.body)
+			if r.Status != tc.want {
+				t.Fatalf("status %d, want %d: %s", r.Status, tc.want, r.Body)
 			}
 			if tc.field != "" {
 				var body struct {
@@ -295,18 +269,18 @@ func TestBadInput(t *testing.T) {
 						Details map[string]any `json:"details"`
 					} `json:"error"`
 				}
-				_ = json.Unmarshal(r.body, &body)
+				_ = json.Unmarshal(r.Body, &body)
 				if body.Error.Details["field"] != tc.field || !strings.Contains(body.Error.Message, tc.field) {
-					t.Fatalf("error does not name %q: %s", tc.field, r.body)
+					t.Fatalf("error does not name %q: %s", tc.field, r.Body)
 				}
 			}
 		})
 	}
 	// Nothing half-written: no account "a b", no credits, limits unchanged.
-	if r := e.do("GET", "/api/v1/billing/transactions", admin, "").json(t); len(r["transactions"].([]any)) != 0 {
+	if r := e.do("GET", "/api/v1/billing/transactions", admin, "").JSON(t); len(r["transactions"].([]any)) != 0 {
 		t.Fatal("a refused request wrote to the ledger")
 	}
-	sp := e.do("GET", "/api/v1/spending", admin, "").json(t)
+	sp := e.do("GET", "/api/v1/spending", admin, "").JSON(t)
 	if n := len(sp["windows"].([]any)); n != 2 {
 		t.Fatalf("limits changed by refused requests: %v", sp)
 	}
@@ -317,20 +291,20 @@ func TestRateLimit(t *testing.T) {
 	k1, _ := e.key("acme", "engineer")
 	k2, _ := e.key("acme", "engineer")
 	for i := range 3 {
-		if r := e.do("GET", "/api/v1/spending", k1, ""); r.status != 200 {
-			t.Fatalf("request %d: %d", i, r.status)
+		if r := e.do("GET", "/api/v1/spending", k1, ""); r.Status != 200 {
+			t.Fatalf("request %d: %d", i, r.Status)
 		}
 	}
 	r := e.do("GET", "/api/v1/spending", k1, "")
-	if r.status != 429 || r.header.Get("Retry-After") == "" {
-		t.Fatalf("4th request: %d Retry-After=%q", r.status, r.header.Get("Retry-After"))
+	if r.Status != 429 || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("4th request: %d Retry-After=%q", r.Status, r.Header.Get("Retry-After"))
 	}
-	if c, _ := r.errCode(t); c != "rate_limited" {
+	if c, _ := r.Err(t); c != "rate_limited" {
 		t.Fatalf("code %s", c)
 	}
 	// Limits are per key.
-	if r := e.do("GET", "/api/v1/spending", k2, ""); r.status != 200 {
-		t.Fatalf("other key limited: %d", r.status)
+	if r := e.do("GET", "/api/v1/spending", k2, ""); r.Status != 200 {
+		t.Fatalf("other key limited: %d", r.Status)
 	}
 }
 
@@ -341,17 +315,17 @@ func TestStoreDownFailsClosed(t *testing.T) {
 		// Warm nothing: the key cache is disabled, so close the store under a
 		// server that still holds it and use a principal-free route first.
 		e.store.Close()
-		if r := e.do("GET", "/ready", "", ""); r.status != 503 {
-			t.Fatalf("/ready with store down: %d", r.status)
+		if r := e.do("GET", "/ready", "", ""); r.Status != 503 {
+			t.Fatalf("/ready with store down: %d", r.Status)
 		}
 		for _, p := range []struct{ m, path, body string }{
 			{"GET", "/api/v1/spending", ""}, {"POST", "/api/v1/spending/check", `{"estimated_cost":1}`},
 		} {
 			r := e.do(p.m, p.path, key, p.body)
-			if r.status != 503 {
-				t.Fatalf("%s with store down: %d %s", p.path, r.status, r.body)
+			if r.Status != 503 {
+				t.Fatalf("%s with store down: %d %s", p.path, r.Status, r.Body)
 			}
-			if c, m := r.errCode(t); c != "unavailable" || strings.Contains(m, "postgres://") {
+			if c, m := r.Err(t); c != "unavailable" || strings.Contains(m, "postgres://") {
 				t.Fatalf("error = %s %q", c, m)
 			}
 		}
@@ -362,31 +336,31 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
 		e := newEnv(t, k, opts{})
 		admin, _ := e.key("root", "admin")
-		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.status != 201 {
-			t.Fatalf("create account: %d %s", r.status, r.body)
+		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.Status != 201 {
+			t.Fatalf("create account: %d %s", r.Status, r.Body)
 		}
-		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.status != 409 {
-			t.Fatalf("duplicate account: %d", r.status)
+		if r := e.do("POST", "/api/v1/accounts", admin, `{"name":"team-a"}`); r.Status != 409 {
+			t.Fatalf("duplicate account: %d", r.Status)
 		}
 		r := e.do("POST", "/api/v1/accounts/team-a/keys", admin, `{"preset":"finance","name":"books"}`)
-		if r.status != 201 {
-			t.Fatalf("create key: %d %s", r.status, r.body)
+		if r.Status != 201 {
+			t.Fatalf("create key: %d %s", r.Status, r.Body)
 		}
-		finKey := r.json(t)["key"].(string)
+		finKey := r.JSON(t)["key"].(string)
 		r = e.do("PUT", "/api/v1/accounts/team-a/limits", admin,
 			`{"windows":[{"window_minutes":60,"limit":10.5},{"window_minutes":1440,"limit":100}],"on_exceed":"destroy"}`)
-		if r.status != 200 {
-			t.Fatalf("set limits: %d %s", r.status, r.body)
+		if r.Status != 200 {
+			t.Fatalf("set limits: %d %s", r.Status, r.Body)
 		}
-		if j := r.json(t); j["on_exceed"] != "destroy" || j["windows"].([]any)[0].(map[string]any)["limit"].(float64) != 10.5 {
-			t.Fatalf("limits = %s", r.body)
+		if j := r.JSON(t); j["on_exceed"] != "destroy" || j["windows"].([]any)[0].(map[string]any)["limit"].(float64) != 10.5 {
+			t.Fatalf("limits = %s", r.Body)
 		}
 		// Credits are idempotent on Idempotency-Key.
 		for range 2 {
 			r = e.do("POST", "/api/v1/billing/credits", admin, `{"account":"team-a","amount":250.25,"description":"PO 42"}`,
 				"Idempotency-Key", "po-42")
-			if r.status != 201 {
-				t.Fatalf("credit: %d %s", r.status, r.body)
+			if r.Status != 201 {
+				t.Fatalf("credit: %d %s", r.Status, r.Body)
 			}
 		}
 		// Metered charges over two days.
@@ -403,7 +377,7 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 		seen := 0
 		path := "/api/v1/billing/transactions?limit=7"
 		for {
-			j := e.do("GET", path, finKey, "").json(t)
+			j := e.do("GET", path, finKey, "").JSON(t)
 			seen += len(j["transactions"].([]any))
 			tot := j["totals"].(map[string]any)
 			if tot["count"].(float64) != 31 || tot["credits"].(float64) != 250.25 || tot["charges"].(float64) != 3.00003 {
@@ -418,7 +392,7 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 			t.Fatalf("paged %d, want 31", seen)
 		}
 		// Filters.
-		j := e.do("GET", "/api/v1/billing/transactions?type=charge&provider=io.net&from=2026-11-21&to=2026-11-22", finKey, "").json(t)
+		j := e.do("GET", "/api/v1/billing/transactions?type=charge&provider=io.net&from=2026-11-21&to=2026-11-22", finKey, "").JSON(t)
 		if n := len(j["transactions"].([]any)); n != 8 { // i = 14..29 fall on 2026-11-21; io.net is odd i
 			t.Fatalf("filtered rows = %d, want 8", n)
 		}
@@ -429,16 +403,16 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 				p += "&format=csv"
 			}
 			r := e.do("GET", p, finKey, "", hdr...)
-			lines := strings.Split(strings.TrimSpace(string(r.body)), "\n")
-			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/csv") || len(lines) != 31 ||
+			lines := strings.Split(strings.TrimSpace(string(r.Body)), "\n")
+			if r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/csv") || len(lines) != 31 ||
 				!strings.HasPrefix(lines[0], "id,time_utc,account,type,amount") {
-				t.Fatalf("csv: %d %q, %d lines", r.status, r.header.Get("Content-Type"), len(lines))
+				t.Fatalf("csv: %d %q, %d lines", r.Status, r.Header.Get("Content-Type"), len(lines))
 			}
 			if !strings.Contains(lines[1], ",'=cmd()") {
 				t.Fatalf("formula not defused: %s", lines[1])
 			}
 		}
-		s := e.do("GET", "/api/v1/billing/summary?group_by=day", finKey, "").json(t)
+		s := e.do("GET", "/api/v1/billing/summary?group_by=day", finKey, "").JSON(t)
 		rows := s["rows"].([]any)
 		if len(rows) != 3 || rows[0].(map[string]any)["key"] != "2026-11-20" || rows[1].(map[string]any)["count"].(float64) != 16 {
 			t.Fatalf("summary by day = %v", rows)
@@ -447,22 +421,22 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 			t.Fatalf("summary net = %v", tot["net"])
 		}
 		// Admin can look at another account explicitly; keys list and revoke.
-		if r := e.do("GET", "/api/v1/spending?account=team-a", admin, ""); r.status != 200 || r.json(t)["account"] != "team-a" {
-			t.Fatalf("admin view: %d %s", r.status, r.body)
+		if r := e.do("GET", "/api/v1/spending?account=team-a", admin, ""); r.Status != 200 || r.JSON(t)["account"] != "team-a" {
+			t.Fatalf("admin view: %d %s", r.Status, r.Body)
 		}
-		kl := e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").json(t)["keys"].([]any)
-		if len(kl) != 1 || strings.Contains(string(e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").body), finKey) {
+		kl := e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").JSON(t)["keys"].([]any)
+		if len(kl) != 1 || strings.Contains(string(e.do("GET", "/api/v1/accounts/team-a/keys", admin, "").Body), finKey) {
 			t.Fatal("keys list wrong or leaks the secret")
 		}
 		id := kl[0].(map[string]any)["id"].(string)
-		if r := e.do("DELETE", "/api/v1/accounts/team-a/keys/"+id, admin, ""); r.status != 204 {
-			t.Fatalf("revoke: %d", r.status)
+		if r := e.do("DELETE", "/api/v1/accounts/team-a/keys/"+id, admin, ""); r.Status != 204 {
+			t.Fatalf("revoke: %d", r.Status)
 		}
-		if r := e.do("GET", "/api/v1/spending", finKey, ""); r.status != 401 {
-			t.Fatalf("revoked key still works: %d", r.status)
+		if r := e.do("GET", "/api/v1/spending", finKey, ""); r.Status != 401 {
+			t.Fatalf("revoked key still works: %d", r.Status)
 		}
 		// Metrics expose request counts and admissions.
-		m := string(e.do("GET", "/metrics", "", "").body)
+		m := string(e.do("GET", "/metrics", "", "").Body)
 		for _, want := range []string{"gpuproxy_http_requests_total", `route="/api/v1/billing/transactions"`, "gpuproxy_http_request_duration_seconds"} {
 			if !strings.Contains(m, want) {
 				t.Errorf("metrics lack %s", want)

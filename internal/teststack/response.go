@@ -41,6 +41,19 @@ func (r Response) apiError() apiError {
 	return b
 }
 
+// Err returns the code and message of a REST error answer, failing the
+// test if the body is not JSON or has no error object.
+func (r Response) Err(t testing.TB) (code, message string) {
+	t.Helper()
+	e, _ := r.JSON(t)["error"].(map[string]any)
+	if e == nil {
+		t.Fatalf("no error object in %s", r.Body)
+	}
+	code, _ = e["code"].(string)
+	message, _ = e["message"].(string)
+	return code, message
+}
+
 // ErrCode returns the code of a REST error answer ("" if there is none).
 func (r Response) ErrCode() string { return r.apiError().Error.Code }
 

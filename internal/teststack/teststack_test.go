@@ -35,6 +35,9 @@ func TestSendJSONAndResponse(t *testing.T) {
 			if got := r.Header.Get("X-Seen"); got != tc.want {
 				t.Fatalf("server saw %q, want %q", got, tc.want)
 			}
+			if c, m := r.Err(t); c != "limit_exceeded" || m != "over" {
+				t.Fatalf("Err: %q %q", c, m)
+			}
 			if r.Status != 402 || r.ErrCode() != "limit_exceeded" || r.ErrMessage() != "over" ||
 				r.ErrDetails()["limit"] != float64(5) || r.JSON(t)["error"] == nil {
 				t.Fatalf("answer %d %s: code %q message %q details %v", r.Status, r.Body, r.ErrCode(), r.ErrMessage(), r.ErrDetails())
