@@ -1,7 +1,6 @@
 package auth_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -201,24 +201,6 @@ func TestRateLimiterSingleFlight(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRateLimiterFallback: when the store fails, each key is limited per
 // process at perMinute, logged once; the store is tried again every
 // StoreRetry, one probe at a time, and the shared limit returns (logged)
@@ -228,7 +210,7 @@ func TestRateLimiterFallback(t *testing.T) {
 	f := &fakeTokens{answer: func() (int, time.Duration, error) {
 		return 0, 0, gpuproxy.Errorf(gpuproxy.EUNAVAILABLE, "database unavailable")
 	}}
-	logs := &syncBuffer{}
+	logs := &teststack.Buffer{}
 	rl := auth.NewSharedRateLimiter(5, auth.RateLimitOptions{Store: f, StoreRetry: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	for i := range 5 {
@@ -276,7 +258,7 @@ func TestRateLimiterDatabaseDown(t *testing.T) {
 	t.Parallel()
 	st := dbtest.Open(t, dbtest.Postgres)
 	st.Close()
-	logs := &syncBuffer{}
+	logs := &teststack.Buffer{}
 	rl := auth.NewSharedRateLimiter(5, auth.RateLimitOptions{Store: st.SharedRateBuckets(),
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	for i := range 5 {

@@ -10,22 +10,10 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 var t0 = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-
-// clock is a shared, settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func TestDueIsCumulative(t *testing.T) {
 	m := billing.Meter{PricePerHour: 1_000_001, Start: t0, ChargedUntil: t0}
@@ -77,7 +65,7 @@ func TestTwoEnginesChargeExactlyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			clk := &clock{t: t0}
+			clk := teststack.NewClock(t0)
 			var ms [2]billing.MeterStore
 			for i := range ms {
 				ms[i] = stores[i]

@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,24 +30,6 @@ import (
 
 const usd = gpuproxy.MicrosPerUSD
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // stack is the whole product in-process, wired by internal/app as the
 // binary is: SQLite, auth, guard rails, ledger, the vast.ai simulator
 // behind the real adapter and fleet, the proxy, the REST server with the
@@ -65,7 +45,7 @@ type stack struct {
 	fleet   *fleet.Service
 	vast    *vastaisim.Server
 	vastURL string
-	logs    *syncBuffer
+	logs    *teststack.Buffer
 }
 
 type stackOpts struct {
@@ -84,7 +64,7 @@ type stackOpts struct {
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &teststack.Buffer{}
 	var log *slog.Logger
 	if o.quiet {
 		log = slog.New(slog.NewJSONHandler(io.Discard, nil))

@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
@@ -54,5 +57,27 @@ func TestWantKind(t *testing.T) {
 	err := errors.Join(errors.New("context"), &providers.Error{Kind: providers.KindGone, Message: "gone"})
 	if pe := teststack.WantKind(t, err, providers.KindGone, "secret-key"); pe.Message != "gone" {
 		t.Fatalf("returned %+v", pe)
+	}
+}
+
+func TestBufferAndClock(t *testing.T) {
+	t.Parallel()
+	var b teststack.Buffer
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() { _, _ = b.Write([]byte("ab\n")) })
+	}
+	wg.Wait()
+	if got := b.String(); got != strings.Repeat("ab\n", 50) {
+		t.Fatalf("concurrent writes: %q", got)
+	}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := teststack.NewClock(t0)
+	for range 10 {
+		wg.Go(func() { c.Add(time.Second) })
+	}
+	wg.Wait()
+	if got := c.Now(); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Fatalf("clock at %v, want %v", got, t0.Add(10*time.Second))
 	}
 }

@@ -16,16 +16,6 @@ import (
 
 const testKey = "sim-test-key"
 
-// clock is a settable clock for lifecycle tests.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 type env struct {
 	t   *testing.T
 	sim *Server
@@ -216,7 +206,7 @@ var zonelessRE = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?$`)
 
 func TestLifecycleAndRefund(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Date(2025, 5, 6, 14, 37, 48, 605123000, time.UTC)}
+	clk := teststack.NewClock(time.Date(2025, 5, 6, 14, 37, 48, 605123000, time.UTC))
 	e := newEnv(t, Options{Now: clk.Now, StartDelay: time.Minute, TerminateDelay: 30 * time.Second})
 	id := e.deploy("tag-1", 203, 1, 2, 10)
 	if got := freeGPUs(e.sim, 203, 1); got != 14 {
@@ -292,7 +282,7 @@ func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 func TestCompletesWhenPrepaidTimeRunsOut(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := teststack.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	e := newEnv(t, Options{Now: clk.Now, StartDelay: time.Second})
 	id := e.deploy("short", 12, 5, 1, 2)
 	clk.Add(2*time.Hour + time.Second)
@@ -324,7 +314,7 @@ func TestExtend(t *testing.T) {
 
 func TestPagination(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} // frozen: all stay requested
+	clk := teststack.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) // frozen: all stay requested
 	e := newEnv(t, Options{Now: clk.Now})
 	for i := range 5 {
 		e.deploy("p"+string(rune('a'+i)), 12, 1, 1, 1)
