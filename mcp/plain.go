@@ -10,6 +10,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // plainProtocol is the protocol version a plain JSON-RPC call is served as
@@ -22,10 +23,14 @@ const plainProtocol = "2025-11-25"
 // Every error is a JSON-RPC error object. The request is handed to the
 // account's sdk.Server over a one-request session, so tools, schemas and
 // errors are exactly those of the other transports. authn authenticates
-// the request (and applies the rate limit).
+// the request (and applies the rate limit, which does not count
+// housekeeping: see countsRate).
 func (s *Server) plainHandler(authn func(*http.Request) (gpuproxy.Principal, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var noID jsonrpc.ID
+		if !countsBody(r) {
+			r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
+		}
 		p, err := authn(r)
 		if err != nil {
 			status, e := authError(w, err)

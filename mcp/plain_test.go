@@ -134,7 +134,8 @@ func TestPlainErrors(t *testing.T) {
 func TestPlainLimits(t *testing.T) {
 	s := newStack(t, stackOpts{rateLimit: 5})
 	key, _ := s.key("acme", "engineer")
-	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	// A tool call: the rate limit counts work, not housekeeping.
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_spending_info","arguments":{}}}`
 	for name, k := range map[string]string{"no key": "", "bad key": "gpx_0123456789abcdef_" + strings.Repeat("A", 43)} {
 		if a := s.post(mcp.PlainPath, k, list); a.status != 401 || a.errCode() != mcp.CodeUnauthorized {
 			t.Fatalf("%s: %d %s", name, a.status, a.raw)

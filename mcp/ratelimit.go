@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
@@ -18,8 +19,68 @@ const idPeek = 4 << 10
 // answersRateLimits marks a transport handler mounted behind the
 // registrar's auth as answering its own rate-limit refusals
 // (httpapi.RateLimitWriter), so that MCP clients get a JSON-RPC error rather
-// than the REST error shape.
+// than the REST error shape, and as deciding which requests the rate
+// limit counts (httpapi.RateCounter).
 type answersRateLimits struct{ http.Handler }
+
+// CountsRate implements httpapi.RateCounter: the per-key rate limit counts
+// tool calls, resource reads and anything it cannot classify, not protocol
+// housekeeping (opening or closing a stream, initialize, ping,
+// notifications, responses, list calls, subscriptions), so that a normal
+// client session never trips it.
+func (answersRateLimits) CountsRate(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false // a GET opens an event stream, a DELETE ends a session
+	}
+	return countsBody(r)
+}
+
+// countsBody reads r's body, leaves it readable from the start again, and
+// reports whether the rate limit counts it (countsRate).
+func countsBody(r *http.Request) bool {
+	if r.Body == nil {
+		return true
+	}
+	b, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body)) // a read error recurs for the handler
+	return err != nil || countsRate(b)
+}
+
+// countsRate reports whether a JSON-RPC message or batch holds anything
+// but housekeeping; what does not parse counts.
+func countsRate(body []byte) bool {
+	type msg struct {
+		Method *string `json:"method"`
+	}
+	var msgs []msg
+	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
+		if json.Unmarshal(b, &msgs) != nil || len(msgs) == 0 {
+			return true
+		}
+	} else {
+		var m msg
+		if json.Unmarshal(b, &m) != nil {
+			return true
+		}
+		msgs = []msg{m}
+	}
+	for _, m := range msgs {
+		if m.Method != nil && !housekeeping(*m.Method) {
+			return true
+		}
+	}
+	return false
+}
+
+// housekeeping reports whether method is protocol upkeep rather than work:
+// initialize, ping, discovery, notifications, list calls, subscriptions.
+func housekeeping(method string) bool {
+	switch method {
+	case "initialize", "ping", "server/discover", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return strings.HasPrefix(method, "notifications/") || strings.HasSuffix(method, "/list")
+}
 
 // WriteRateLimited implements httpapi.RateLimitWriter.
 func (answersRateLimits) WriteRateLimited(w http.ResponseWriter, r *http.Request, err error) {

@@ -49,7 +49,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Authenticate, when set, is how POST /api/v1/mcp authenticates its
 	// requests (it answers auth and rate-limit refusals as JSON-RPC error
-	// objects); it must apply the shared per-key rate limit, as
+	// objects); it must apply the shared per-key rate limit, except to
+	// requests marked httpapi.WithoutRateCount (housekeeping), as
 	// (*server.Server).Authenticate does. When nil, Mount uses the
 	// registrar's Authenticate.
 	Authenticate func(*http.Request) (gpuproxy.Principal, error)

@@ -200,12 +200,16 @@ func Credential(h http.Header) string {
 	return ""
 }
 
-// Authenticate resolves the caller of r and applies the per-key rate limit.
-// It is shared by REST and the HTTP MCP transports.
+// Authenticate resolves the caller of r and applies the per-key rate limit,
+// unless r was marked httpapi.WithoutRateCount. It is shared by REST and
+// the HTTP MCP transports.
 func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
 	p, err := s.svc.Auth.Authenticate(r.Context(), Credential(r.Header))
 	if err != nil {
 		return p, err
+	}
+	if !httpapi.RateCounted(r.Context()) {
+		return p, nil // protocol housekeeping a transport marked (httpapi.WithoutRateCount)
 	}
 	if ok, wait := s.svc.RateLimiter.Allow(p.KeyID, s.opts.Now()); !ok {
 		s.svc.Metrics.RateLimited()
@@ -238,6 +242,19 @@ func (s *Server) authnAnswering(rw httpapi.RateLimitWriter) echo.MiddlewareFunc 
 				return err
 			}
 			c.Set(principalKey, p)
+			return next(c)
+		}
+	}
+}
+
+// uncounted marks the requests rc does not count (httpapi.RateCounter) so
+// that authentication skips the rate limit for them.
+func uncounted(rc httpapi.RateCounter) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if r := c.Request(); !rc.CountsRate(r) {
+				c.SetRequest(r.WithContext(httpapi.WithoutRateCount(r.Context())))
+			}
 			return next(c)
 		}
 	}
@@ -280,6 +297,9 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 	// oversize body reaches them as a read error rather than being refused
 	// here in the REST shape.
 	mw := []echo.MiddlewareFunc{r.s.capBody}
+	if rc, ok := h.(httpapi.RateCounter); ok && authenticated {
+		mw = append(mw, uncounted(rc))
+	}
 	if rw, ok := h.(httpapi.RateLimitWriter); ok && authenticated {
 		mw = append(mw, r.s.authnAnswering(rw))
 	} else if authenticated {
