@@ -200,6 +200,7 @@ func writeBodyError(w http.ResponseWriter, err error) {
 type rpcErrorWriter struct {
 	http.ResponseWriter
 	id      jsonrpc.ID
+	retried bool // the SSE retry field was written
 	wrote   bool
 	capture bool
 	asJSON  bool
@@ -234,8 +235,20 @@ func (w *rpcErrorWriter) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
+	if !w.retried && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		// The stream's first event (the priming or endpoint event) tells
+		// the client how long to wait before reconnecting.
+		w.retried = true
+		if _, err := io.WriteString(w.ResponseWriter, sseRetry); err != nil {
+			return 0, err
+		}
+	}
 	return w.ResponseWriter.Write(b)
 }
+
+// sseRetry is the SSE retry field (milliseconds) written into the first
+// event of every event stream.
+const sseRetry = "retry: 3000\n"
 
 // Flush implements http.Flusher for SSE streams.
 func (w *rpcErrorWriter) Flush() {

@@ -131,6 +131,9 @@ func New(svc Services, o Options) *Server {
 	s.spend = newSpendWatch(s)
 	s.stateful = sdk.NewStreamableHTTPHandler(s.httpServer, &sdk.StreamableHTTPOptions{
 		Logger: s.sdkLog, SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxMessage,
+		// Streams of 2025-11-25 sessions start with a priming event (an id
+		// and no data) and can be resumed with Last-Event-ID.
+		EventStore: sdk.NewMemoryEventStore(nil),
 		DisableLocalhostProtection: true, // checked in guard, for every transport alike
 	})
 	s.stateless = sdk.NewStreamableHTTPHandler(s.httpServer, &sdk.StreamableHTTPOptions{
