@@ -1,40 +1,25 @@
 package fleet_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines whose msg is msg.
-func (s *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
+// logLines returns the JSON log lines in logs whose msg is msg.
+func logLines(t *testing.T, logs *teststack.Buffer, msg string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line is not JSON: %q", l)
@@ -54,7 +39,7 @@ func TestLifecycleLogs(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			w := newWorld(t, k, worldOpts{})
 			ctx := context.Background()
-			logs := &syncBuffer{}
+			logs := &teststack.Buffer{}
 			f := fleet.New(w.stores[0], w.guards[0], []providers.Provider{w.vastP[0], w.ioP[0]}, fleet.Options{
 				Logger: slog.New(slog.NewJSONHandler(logs, nil)), PollInterval: 40 * time.Millisecond, OfferCacheTTL: -1,
 				Leader: w.stores[0].WithLeader, Ledger: billing.NewLedger(w.stores[0], nil)})
@@ -72,12 +57,12 @@ func TestLifecycleLogs(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, msg := range []string{"instance created", "instance running", "instance terminated"} {
-				ls := logs.lines(t, msg)
+				ls := logLines(t, logs, msg)
 				if len(ls) != 1 || ls[0]["level"] != "INFO" || ls[0]["instance"] != inst.ID || ls[0]["provider"] != providers.VastAI {
 					t.Fatalf("%q logged %d times: %v", msg, len(ls), ls)
 				}
 			}
-			term := logs.lines(t, "instance terminated")[0]
+			term := logLines(t, logs, "instance terminated")[0]
 			want := got.PricePerHour.MulMillis(got.TerminatedAt.Sub(got.StartedAt).Milliseconds())
 			if want <= 0 || term["final_cost_micros"] != float64(want) || term["final_cost"] != want.String() {
 				t.Fatalf("terminated line %v, want final cost %s", term, want)
