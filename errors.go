@@ -14,6 +14,7 @@ const (
 	EUNAUTHORIZED = "unauthorized"
 	EFORBIDDEN    = "forbidden"
 	ELIMIT        = "spending_limit_exceeded"
+	ECONFIRM      = "confirmation_required" // a person must confirm the cost (details carry a confirm token)
 	ERATELIMITED  = "rate_limited"
 	EUNAVAILABLE  = "unavailable"
 	EPROVIDER     = "provider_unavailable"

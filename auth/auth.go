@@ -29,6 +29,11 @@ type Store interface {
 	KeyByID(ctx context.Context, id string) (gpuproxy.APIKey, error)
 	ListKeys(ctx context.Context, accountID int64) ([]gpuproxy.APIKey, error)
 	RevokeKey(ctx context.Context, accountID int64, id string, now time.Time) error
+	// SetKeyConfirmAbove sets (nil: removes) the cost above which the key's
+	// creates need a person's confirmation.
+	SetKeyConfirmAbove(ctx context.Context, accountID int64, keyID string, above *gpuproxy.Micros) error
+	KeyConfirmAbove(ctx context.Context, keyID string) (gpuproxy.Micros, bool, error)
+	KeyConfirmThresholds(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error)
 }
 
 // Options configure a Service.
@@ -264,6 +269,25 @@ func (s *Service) Key(ctx context.Context, id string) (gpuproxy.APIKey, error) {
 		return k, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "key %q not found", id)
 	}
 	return k, err
+}
+
+// SetConfirmAbove sets the cost above which a key's creates need a
+// person's confirmation (nil removes it).
+func (s *Service) SetConfirmAbove(ctx context.Context, accountID int64, keyID string, above *gpuproxy.Micros) error {
+	if above != nil && (*above < 0 || *above > gpuproxy.MaxMicros) {
+		return gpuproxy.Invalid("confirm_above", "must be between 0 and 1000000000")
+	}
+	return s.store.SetKeyConfirmAbove(ctx, accountID, keyID, above)
+}
+
+// ConfirmAbove returns a key's confirmation threshold and whether it has one.
+func (s *Service) ConfirmAbove(ctx context.Context, keyID string) (gpuproxy.Micros, bool, error) {
+	return s.store.KeyConfirmAbove(ctx, keyID)
+}
+
+// ConfirmThresholds returns the thresholds of the account's keys that have one.
+func (s *Service) ConfirmThresholds(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error) {
+	return s.store.KeyConfirmThresholds(ctx, accountID)
 }
 
 // Keys lists the named account's keys (never their secrets).

@@ -57,6 +57,9 @@ type Options struct {
 	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
 	// Ledger receives truth-up adjustments (none when nil).
 	Ledger *billing.Ledger
+	// Confirm keeps per-key confirmation thresholds and confirm tokens
+	// (none asked for when nil).
+	Confirm ConfirmStore
 	// KillMargin is the least time before a window of an on_exceed=destroy
 	// account would reach its limit at which the kill switch destroys the
 	// account's time-billed instances (default 2s). The margin used is the
@@ -174,6 +177,12 @@ type CreateRequest struct {
 	// KeyID is the API key creating the instance: the cost must fit its
 	// own windows too, and the instance's spend counts against them.
 	KeyID string
+	// ConfirmToken is the token of an earlier confirmation_required answer
+	// for the same create, when the key asks for confirmation above a cost.
+	ConfirmToken string
+	// Confirm, when set, asks the person for confirmation (MCP
+	// elicitation); it returns ErrCannotAsk when the client cannot be asked.
+	Confirm func(ctx context.Context, p ConfirmPrompt) (bool, error)
 }
 
 func (r *CreateRequest) validate(known []string) error {
@@ -260,6 +269,9 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC()}
 	if q.Billing == providers.BillingPrepaid {
 		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
+	}
+	if err := s.confirm(ctx, accountID, req, q, cost); err != nil {
+		return Instance{}, err
 	}
 	areq := s.guard.Request(accountID, cost, inst.ID)
 	areq.KeyID = req.KeyID

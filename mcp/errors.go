@@ -35,6 +35,7 @@ var whatToDo = map[string]string{
 	gpuproxy.ENOTFOUND:    "Check the id: list_my_instances lists your instances.",
 	gpuproxy.ECONFLICT:    "Check the instance's status with list_my_instances and retry when it allows this.",
 	gpuproxy.ELIMIT:       "Destroy idle instances, wait for the window to roll, or ask an admin to raise the limit.",
+	gpuproxy.ECONFIRM:     "Show the person the cost; if they agree, call the tool again with the same arguments and confirm_token.",
 	gpuproxy.EPROVIDER:    "Try again in a minute, or use another provider.",
 	gpuproxy.EGONE:        "Call list_gpu_instances again and pick another offer.",
 	gpuproxy.EUNAVAILABLE: "Try again in a moment; nothing was changed.",

@@ -47,7 +47,10 @@ func (s *Server) fleetTools() []toolSpec {
 			Description: "Rent the offer instance_id (from list_gpu_instances) and start image on it. The spending " +
 				"guard rails admit the cost first (vast.ai: price/hour × 1 h; io.net: the quoted total for hours); a " +
 				"refusal names the window and its numbers. Waits for the instance to run, reporting progress when " +
-				"asked, and returns it with its endpoint. Pass idempotency_key to make retries safe.",
+				"asked, and returns it with its endpoint. Pass idempotency_key to make retries safe. If your key asks for a " +
+				"person's confirmation above a cost, the person is asked (elicitation) when your client supports it; " +
+				"otherwise the call fails with confirmation_required and a confirm_token: show the person the cost and, " +
+				"if they agree, repeat the same call with confirm_token within 10 minutes.",
 			InputSchema: object(
 				required("provider", enum(provDesc, provs...)),
 				required("instance_id", str("the offer id from list_gpu_instances (its instance_id field)", 200)),
@@ -58,6 +61,7 @@ func (s *Server) fleetTools() []toolSpec {
 				optional("ports", &jsonschema.Schema{Type: "array", Description: "container ports to expose, e.g. [8000]",
 					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
 				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance", 200)),
+				optional("confirm_token", str("the confirm_token of a confirmation_required answer, once a person has agreed", 200)),
 			),
 			OutputSchema: outputSchema[instanceOutput](),
 			Annotations: &sdk.ToolAnnotations{Title: "Rent a GPU instance", DestructiveHint: boolPtr(false),
@@ -192,13 +196,44 @@ type createInput struct {
 	Env            map[string]string `json:"env"`
 	Ports          []int             `json:"ports"`
 	IdempotencyKey string            `json:"idempotency_key"`
+	ConfirmToken   string            `json:"confirm_token"`
+}
+
+// confirmSchema is the elicitation form: accepting it (with confirm left
+// true) confirms the rental.
+var confirmSchema = &jsonschema.Schema{Type: "object", Properties: map[string]*jsonschema.Schema{
+	"confirm": {Type: "boolean", Title: "Rent it", Description: "Rent this GPU at this price", Default: json.RawMessage("true")},
+}}
+
+// elicitConfirm asks the person through the client (elicitation/create)
+// when the client declared the capability; otherwise, or when asking
+// fails, it is fleet.ErrCannotAsk and the create answers with a confirm
+// token instead (never proceeds unasked).
+func elicitConfirm(c call) func(ctx context.Context, p fleet.ConfirmPrompt) (bool, error) {
+	if c.req == nil || c.req.Session == nil {
+		return nil
+	}
+	ss := c.req.Session
+	if ip := ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return nil
+	}
+	return func(ctx context.Context, p fleet.ConfirmPrompt) (bool, error) {
+		res, err := ss.Elicit(ctx, &sdk.ElicitParams{Message: p.Message(), RequestedSchema: confirmSchema})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return false, fmt.Errorf("%w: %v", fleet.ErrCannotAsk, err)
+		}
+		return res.Action == "accept" && res.Content["confirm"] != false, nil
+	}
 }
 
 func (s *Server) createInstance(ctx context.Context, c call, in createInput) (result, error) {
 	acct := c.p.AccountID
 	inst, err := s.svc.Fleet.Create(ctx, acct, fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
-		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID})
+		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: in.ConfirmToken, Confirm: elicitConfirm(c)})
 	if err != nil {
 		return result{}, renameOfferField(err)
 	}

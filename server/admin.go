@@ -67,17 +67,45 @@ func windowsJSON(ws []guardrails.Window) []map[string]any {
 
 // setKeyLimits replaces a key's own windows (same body as account limits;
 // an empty list removes them).
+// confirmAbove is an optional confirm_above field: absent keeps it, null
+// removes it, a number sets it.
+type confirmAbove struct {
+	set bool
+	v   *amount
+}
+
+func (ca *confirmAbove) UnmarshalJSON(b []byte) error {
+	ca.set = true
+	if string(b) == "null" {
+		return nil
+	}
+	ca.v = new(amount)
+	return ca.v.UnmarshalJSON(b)
+}
+
+func (ca confirmAbove) parse() (*gpuproxy.Micros, error) {
+	if ca.v == nil {
+		return nil, nil
+	}
+	m, err := ca.v.parse("confirm_above", true, false)
+	return &m, err
+}
+
+// setKeyLimits replaces a key's own windows (same body as account limits;
+// an empty list removes them) and, when given, its confirm_above (null
+// removes it).
 func (s *Server) setKeyLimits(c echo.Context) error {
 	var req struct {
-		Windows *windowsBody `json:"windows"`
+		Windows      *windowsBody `json:"windows"`
+		ConfirmAbove confirmAbove `json:"confirm_above"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	if req.Windows == nil {
-		return gpuproxy.Invalid("windows", "is required (an empty list removes the key's own windows)")
+	if req.Windows == nil && !req.ConfirmAbove.set {
+		return gpuproxy.Invalid("windows", "give windows (an empty list removes the key's own), confirm_above or both")
 	}
-	ws, err := req.Windows.parse()
+	above, err := req.ConfirmAbove.parse()
 	if err != nil {
 		return err
 	}
@@ -86,10 +114,31 @@ func (s *Server) setKeyLimits(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
+	if req.Windows != nil {
+		ws, err := req.Windows.parse()
+		if err != nil {
+			return err
+		}
+		if err := s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
+			return err
+		}
+	}
+	if req.ConfirmAbove.set {
+		if err := s.svc.Auth.SetConfirmAbove(ctx, k.AccountID, k.ID, above); err != nil {
+			return err
+		}
+	}
+	lims, err := s.svc.Guard.KeyLimits(ctx, k.AccountID)
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"id": k.ID, "account": k.AccountName, "windows": windowsJSON(ws)})
+	out := map[string]any{"id": k.ID, "account": k.AccountName, "windows": windowsJSON(lims[k.ID])}
+	if cur, ok, err := s.svc.Auth.ConfirmAbove(ctx, k.ID); err != nil {
+		return err
+	} else if ok {
+		out["confirm_above"] = cur
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) setLimits(c echo.Context) error {
@@ -158,7 +207,8 @@ func (s *Server) createKey(c echo.Context) error {
 		Name    string      `json:"name"`
 		Scopes  []string    `json:"scopes"`
 		Preset  string      `json:"preset"`
-		Windows windowsBody `json:"windows"`
+		Windows      windowsBody `json:"windows"`
+		ConfirmAbove confirmAbove `json:"confirm_above"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -187,29 +237,43 @@ func (s *Server) createKey(c echo.Context) error {
 			return err
 		}
 	}
+	above, err := req.ConfirmAbove.parse()
+	if err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
 	plain, k, err := s.svc.Auth.CreateKey(ctx, c.Param("account"), req.Name, scopes)
 	if err != nil {
 		return err
 	}
+	var serr error
 	if len(ws) > 0 {
-		if err := s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
-			// Never leave a key without the windows it was asked with.
-			if rerr := s.svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID); rerr != nil {
-				s.log.Error("revoking a key whose windows could not be set", "key", k.ID, "err", rerr)
-			}
-			return err
-		}
+		serr = s.svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws)
 	}
-	return c.JSON(http.StatusCreated, map[string]any{"key": plain, "id": k.ID, "account": k.AccountName,
+	if serr == nil && above != nil {
+		serr = s.svc.Auth.SetConfirmAbove(ctx, k.AccountID, k.ID, above)
+	}
+	if serr != nil {
+		// Never leave a key without the limits it was asked with.
+		if rerr := s.svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID); rerr != nil {
+			s.log.Error("revoking a key whose limits could not be set", "key", k.ID, "err", rerr)
+		}
+		return serr
+	}
+	out := map[string]any{"key": plain, "id": k.ID, "account": k.AccountName,
 		"name": k.Name, "scopes": k.Scopes, "created_at": k.CreatedAt, "windows": windowsJSON(ws),
-		"note": "store this key now: it is shown only once"})
+		"note": "store this key now: it is shown only once"}
+	if above != nil {
+		out["confirm_above"] = *above
+	}
+	return c.JSON(http.StatusCreated, out)
 }
 
 // keyJSON is a key as the keys API lists it: with its own windows.
 type keyJSON struct {
 	gpuproxy.APIKey
-	Windows []map[string]any `json:"windows"`
+	Windows      []map[string]any `json:"windows"`
+	ConfirmAbove *gpuproxy.Micros `json:"confirm_above,omitempty"`
 }
 
 func (s *Server) listKeys(c echo.Context) error {
@@ -226,9 +290,17 @@ func (s *Server) listKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	confirms, err := s.svc.Auth.ConfirmThresholds(ctx, a.ID)
+	if err != nil {
+		return err
+	}
 	out := make([]keyJSON, 0, len(ks))
 	for _, k := range ks {
-		out = append(out, keyJSON{APIKey: k, Windows: windowsJSON(lims[k.ID])})
+		kj := keyJSON{APIKey: k, Windows: windowsJSON(lims[k.ID])}
+		if v, ok := confirms[k.ID]; ok {
+			kj.ConfirmAbove = &v
+		}
+		out = append(out, kj)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"keys": out})
 }

@@ -72,6 +72,9 @@ func (s *Server) createInstance(c echo.Context) error {
 		Hours    int               `json:"hours"`
 		Env      map[string]string `json:"env"`
 		Ports    []int             `json:"ports"`
+		// ConfirmToken is a confirmation_required answer's token, once a
+		// person agreed (HTTP 428 names it).
+		ConfirmToken string `json:"confirm_token"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -79,7 +82,8 @@ func (s *Server) createInstance(c echo.Context) error {
 	p := principal(c)
 	inst, err := s.svc.Fleet.Create(c.Request().Context(), p.AccountID, fleet.CreateRequest{Provider: req.Provider,
 		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
-		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID})
+		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID,
+		ConfirmToken: req.ConfirmToken})
 	if err != nil {
 		return err
 	}

@@ -223,6 +223,9 @@ func (a *App) fleetOptions(o fleet.Options) fleet.Options {
 	if o.Ledger == nil {
 		o.Ledger = a.Ledger
 	}
+	if o.Confirm == nil {
+		o.Confirm = a.Store
+	}
 	if o.OnKillSwitch == nil {
 		// Counted, and an alert event.
 		o.OnKillSwitch = func(accountID int64, instanceID string) {

@@ -16,6 +16,7 @@ var statusOf = map[string]int{
 	gpuproxy.EUNAUTHORIZED: http.StatusUnauthorized,
 	gpuproxy.EFORBIDDEN:    http.StatusForbidden,
 	gpuproxy.ELIMIT:        http.StatusPaymentRequired,
+	gpuproxy.ECONFIRM:      http.StatusPreconditionRequired,
 	gpuproxy.ERATELIMITED:  http.StatusTooManyRequests,
 	gpuproxy.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	gpuproxy.EPROVIDER:     http.StatusServiceUnavailable,

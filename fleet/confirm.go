@@ -1,0 +1,126 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// ConfirmTTL is how long a confirm token stays valid.
+const ConfirmTTL = 10 * time.Minute
+
+// ErrCannotAsk is what a Confirm func returns when the client cannot be
+// asked (no elicitation capability): the create then answers with a
+// confirm token instead.
+var ErrCannotAsk = errors.New("the client cannot be asked for confirmation")
+
+// ConfirmStore keeps per-key confirmation thresholds and single-use
+// confirm tokens (db.Store implements it).
+type ConfirmStore interface {
+	KeyConfirmAbove(ctx context.Context, keyID string) (gpuproxy.Micros, bool, error)
+	CreateConfirmToken(ctx context.Context, hash, keyID string, accountID int64, subject string,
+		cost gpuproxy.Micros, now, expires time.Time) error
+	ConsumeConfirmToken(ctx context.Context, hash, keyID, subject string, cost gpuproxy.Micros, now time.Time) (bool, error)
+}
+
+// ConfirmPrompt is what a person is asked to confirm.
+type ConfirmPrompt struct {
+	Provider     string
+	OfferID      string
+	GPUName      string
+	NumGPUs      int
+	PricePerHour gpuproxy.Micros
+	Hours        int             // prepaid hours (0: hourly)
+	Cost         gpuproxy.Micros // the admitted cost: the first hour, or the prepaid total
+	Threshold    gpuproxy.Micros // the key's confirm_above
+}
+
+// Message is the question put to the person.
+func (p ConfirmPrompt) Message() string {
+	what := fmt.Sprintf("the first hour, $%s", p.Cost)
+	if p.Hours > 0 {
+		what = fmt.Sprintf("the prepaid total for %d hours, $%s", p.Hours, p.Cost)
+	}
+	return fmt.Sprintf("Rent %d× %s on %s (offer %s) at $%s/hour? This admits %s, above this key's confirmation threshold of $%s.",
+		p.NumGPUs, p.GPUName, p.Provider, p.OfferID, p.PricePerHour, what, p.Threshold)
+}
+
+// confirm asks for a person's confirmation when the creating key requires
+// it above cost: through req.Confirm (elicitation) when the client can be
+// asked, else by a valid confirm token of an earlier answer, else it fails
+// with confirmation_required and a new token bound to the key, the offer
+// and the cost. A store failure refuses (fail closed).
+func (s *Service) confirm(ctx context.Context, accountID int64, req CreateRequest, q providers.Quote, cost gpuproxy.Micros) error {
+	cs := s.opts.Confirm
+	if cs == nil || req.KeyID == "" {
+		return nil
+	}
+	above, ok, err := cs.KeyConfirmAbove(ctx, req.KeyID)
+	if err != nil {
+		return fmt.Errorf("reading the key's confirmation threshold: %w", err)
+	}
+	if !ok || cost <= above {
+		return nil
+	}
+	subject := fmt.Sprintf("%s/%s/%d", req.Provider, req.OfferID, req.Hours)
+	now := s.opts.Now()
+	if req.ConfirmToken != "" {
+		used, err := cs.ConsumeConfirmToken(ctx, tokenHash(req.ConfirmToken), req.KeyID, subject, cost, now)
+		if err != nil {
+			return fmt.Errorf("checking the confirm token: %w", err)
+		}
+		if used {
+			return nil
+		}
+		// Unknown, used, expired, or for another offer or cost (the price
+		// moved): a new confirmation is needed.
+	}
+	p := ConfirmPrompt{Provider: req.Provider, OfferID: req.OfferID, GPUName: q.GPUName, NumGPUs: q.NumGPUs,
+		PricePerHour: q.PricePerHour, Cost: cost, Threshold: above}
+	if q.Billing == providers.BillingPrepaid {
+		p.Hours = req.Hours
+	}
+	if req.Confirm != nil {
+		accepted, err := req.Confirm(ctx, p)
+		switch {
+		case err == nil && accepted:
+			return nil
+		case err == nil:
+			return gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "the person declined to rent %s at $%s/hour ($%s admitted); nothing was rented",
+				q.GPUName, q.PricePerHour, cost)
+		case !errors.Is(err, ErrCannotAsk):
+			return err
+		}
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Errorf("making a confirm token: %w", err)
+	}
+	token := "gpc_" + base64.RawURLEncoding.EncodeToString(b)
+	expires := now.Add(ConfirmTTL)
+	if err := cs.CreateConfirmToken(ctx, tokenHash(token), req.KeyID, accountID, subject, cost, now, expires); err != nil {
+		return fmt.Errorf("storing the confirm token: %w", err)
+	}
+	msg := p.Message() + " A person must confirm: if they agree, repeat the same create with confirm_token within 10 minutes."
+	if req.ConfirmToken != "" {
+		msg = "The confirm token given is not valid for this create (used, expired, or the offer or its price changed). " + msg
+	}
+	return &gpuproxy.Error{Code: gpuproxy.ECONFIRM, Message: msg, Details: map[string]any{
+		"confirm_token": token, "expires_at": expires.UTC(), "cost": cost, "confirm_above": above,
+		"provider": req.Provider, "offer_id": req.OfferID, "gpu_name": q.GPUName, "num_gpus": q.NumGPUs,
+		"price_per_hour": q.PricePerHour, "hours": p.Hours,
+	}}
+}
+
+func tokenHash(t string) string {
+	h := sha256.Sum256([]byte(t))
+	return hex.EncodeToString(h[:])
+}
