@@ -14,6 +14,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 // leaseStack is one account on real stores with a gate per replica.
@@ -134,8 +135,8 @@ func TestProxyLeaseSettlement(t *testing.T) {
 	for _, k := range dbtest.Kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{t: time.Now()}
-			st := newLeaseStack(t, k, 1, 50*usd, 0, guardrails.ProxyGateOptions{Now: clk.now, LeaseSpan: time.Second})
+			clk := teststack.NewClock(time.Now())
+			st := newLeaseStack(t, k, 1, 50*usd, 0, guardrails.ProxyGateOptions{Now: clk.Now, LeaseSpan: time.Second})
 			ctx := context.Background()
 			g := st.gates[0]
 			for i := range 5 {
@@ -153,7 +154,7 @@ func TestProxyLeaseSettlement(t *testing.T) {
 			if u := st.spending(t); u.Held == 0 || u.Spent != 0 {
 				t.Fatalf("during the lease: spent %s, held %s; want a hold and nothing spent yet", u.Spent, u.Held)
 			}
-			clk.advance(1500 * time.Millisecond)
+			clk.Add(1500 * time.Millisecond)
 			poll.Until(t, 10*time.Second, "the lease is settled", func() bool { u := st.spending(t); return u.Held == 0 })
 			u := st.spending(t)
 			if u.Spent != 100_000 {
@@ -181,8 +182,8 @@ func TestProxyLeaseExpiry(t *testing.T) {
 	for _, k := range dbtest.Kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{t: time.Now()}
-			st := newLeaseStack(t, k, 1, 50*usd, 0, guardrails.ProxyGateOptions{Now: clk.now, LeaseSpan: time.Hour})
+			clk := teststack.NewClock(time.Now())
+			st := newLeaseStack(t, k, 1, 50*usd, 0, guardrails.ProxyGateOptions{Now: clk.Now, LeaseSpan: time.Hour})
 			ctx := context.Background()
 			if _, err := st.gates[0].Admit(ctx, st.acct, 10_000); err != nil { // never Done: the replica "crashed"
 				t.Fatal(err)
@@ -191,11 +192,11 @@ func TestProxyLeaseExpiry(t *testing.T) {
 			if held == 0 {
 				t.Fatal("no lease hold")
 			}
-			svc := guardrails.New(st.stores[0], guardrails.Options{Now: clk.now, LeaseExpiry: time.Minute})
+			svc := guardrails.New(st.stores[0], guardrails.Options{Now: clk.Now, LeaseExpiry: time.Minute})
 			if n, err := svc.ExpireLeases(ctx); err != nil || n != 0 {
 				t.Fatalf("ExpireLeases on a fresh lease = %d, %v", n, err)
 			}
-			clk.advance(61 * time.Second)
+			clk.Add(61 * time.Second)
 			if n, err := svc.ExpireLeases(ctx); err != nil || n != 1 {
 				t.Fatalf("ExpireLeases after the expiry = %d, %v; want 1", n, err)
 			}

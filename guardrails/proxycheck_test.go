@@ -13,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 // spendStore is a hand-written fake of guardrails.Store that serves a
@@ -68,18 +69,6 @@ func (s *spendStore) set(spent, held gpuproxy.Micros, err error) {
 	s.err = err
 }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type decisions struct {
 	mu  sync.Mutex
 	got map[string]int
@@ -100,13 +89,13 @@ func (d *decisions) observe(kind string, allowed bool) {
 
 func (d *decisions) count(k string) int { d.mu.Lock(); defer d.mu.Unlock(); return d.got[k] }
 
-func newGate(t *testing.T, maxAge time.Duration) (*guardrails.ProxyGate, *spendStore, *clock, *decisions) {
+func newGate(t *testing.T, maxAge time.Duration) (*guardrails.ProxyGate, *spendStore, *teststack.Clock, *decisions) {
 	t.Helper()
 	st := &spendStore{}
 	st.set(0, 0, nil)
-	c := &clock{t: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}
+	c := teststack.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	d := &decisions{}
-	svc := guardrails.New(st, guardrails.Options{Now: c.now, OnDecision: d.observe})
+	svc := guardrails.New(st, guardrails.Options{Now: c.Now, OnDecision: d.observe})
 	return guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{MaxAge: maxAge}), st, c, d
 }
 
@@ -124,14 +113,14 @@ func TestProxyGateMaxAge(t *testing.T) {
 	}
 	// Spend passes the limit; a snapshot at most 1s old may still admit.
 	st.set(49*usd, 0, nil)
-	c.advance(time.Second)
+	c.Add(time.Second)
 	if err := g.Check(ctx, 1, 2*usd); err != nil {
 		t.Fatalf("check at exactly max age used a fresh read: %v", err)
 	}
 	if st.reads.Load() != 1 {
 		t.Fatalf("store reads = %d at exactly max age, want 1", st.reads.Load())
 	}
-	c.advance(time.Millisecond)
+	c.Add(time.Millisecond)
 	if err := g.Check(ctx, 1, 2*usd); gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
 		t.Fatalf("check past max age: %v, want the new spend to refuse", err)
 	}
@@ -273,7 +262,7 @@ func TestProxyGateFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.set(0, 0, errors.New("down again"))
-	c.advance(1500 * time.Millisecond)
+	c.Add(1500 * time.Millisecond)
 	if err := g.Check(context.Background(), 1, 0); gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE {
 		t.Fatalf("stale snapshot with store down: %v, want unavailable", err)
 	}
