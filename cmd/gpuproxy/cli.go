@@ -163,8 +163,17 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	var windows multi
 	f.Var(&windows, "window", "DURATION=USD, repeatable: the key's own windows, inside its account's (create, limits)")
 	clear := f.Bool("clear", false, "limits: remove the key's own windows")
+	confirm := f.String("confirm-above", "", "USD: creates whose admitted cost is above it need a person's confirmation (create, limits; \"none\" removes it)")
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	var above *gpuproxy.Micros
+	if *confirm != "" && *confirm != "none" {
+		v, err := gpuproxy.ParseUSD(*confirm)
+		if err != nil || v < 0 {
+			return fmt.Errorf("--confirm-above: give US dollars, e.g. 25 or 2.50 (or none)")
+		}
+		above = &v
 	}
 	if len(f.args) == 0 || *account == "" {
 		return fmt.Errorf("usage: keys create|list|revoke|limits --account NAME …")
@@ -204,15 +213,24 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return cliErr(err)
 		}
+		var serr error
 		if len(ws) > 0 {
-			if err := svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws); err != nil {
-				// Never leave a key without the windows it was asked with.
-				_ = svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID)
-				return cliErr(err)
-			}
+			serr = svc.Guard.SetKeyLimits(ctx, k.AccountID, k.ID, ws)
 		}
-		fmt.Fprintf(stdout, "created key %s for %s with scopes %s%s (shown once; store it now):\n%s\n",
-			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), keyWindowsText(ws, " and its own windows "), plain)
+		if serr == nil && above != nil {
+			serr = svc.Auth.SetConfirmAbove(ctx, k.AccountID, k.ID, above)
+		}
+		if serr != nil {
+			// Never leave a key without the limits it was asked with.
+			_ = svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID)
+			return cliErr(serr)
+		}
+		conf := ""
+		if above != nil {
+			conf = fmt.Sprintf(", confirmation above $%s", *above)
+		}
+		fmt.Fprintf(stdout, "created key %s for %s with scopes %s%s%s (shown once; store it now):\n%s\n",
+			k.ID, k.AccountName, gpuproxy.JoinScopes(k.Scopes), keyWindowsText(ws, " and its own windows "), conf, plain)
 		return nil
 	case "list":
 		a, err := svc.Auth.Account(ctx, *account)
@@ -227,8 +245,12 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil {
 			return cliErr(err)
 		}
+		confirms, err := svc.Auth.ConfirmThresholds(ctx, a.ID)
+		if err != nil {
+			return cliErr(err)
+		}
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tWINDOWS\tCREATED\tREVOKED")
+		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tWINDOWS\tCONFIRM ABOVE\tCREATED\tREVOKED")
 		for _, k := range ks {
 			rev := "-"
 			if !k.RevokedAt.IsZero() {
@@ -238,25 +260,41 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 			if kw == "" {
 				kw = "account's"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes), kw,
+			conf := "-"
+			if v, ok := confirms[k.ID]; ok {
+				conf = "$" + v.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes), kw, conf,
 				k.CreatedAt.Format("2006-01-02 15:04"), rev)
 		}
 		return tw.Flush()
 	case "limits":
-		if len(f.args) != 2 || (len(ws) == 0) == !*clear {
-			return fmt.Errorf("usage: keys limits --account NAME KEY_ID --window 60m=5 [--window 24h=20] | --clear (replaces all the key's own windows)")
+		if len(f.args) != 2 || (len(ws) > 0 && *clear) || (len(ws) == 0 && !*clear && *confirm == "") {
+			return fmt.Errorf("usage: keys limits --account NAME KEY_ID [--window 60m=5 [--window 24h=20] | --clear] [--confirm-above USD|none] (--window replaces all the key's own windows)")
 		}
 		a, err := svc.Auth.Account(ctx, *account)
 		if err != nil {
 			return cliErr(err)
 		}
-		if err := svc.Guard.SetKeyLimits(ctx, a.ID, f.args[1], ws); err != nil {
-			return cliErr(err)
+		if len(ws) > 0 || *clear {
+			if err := svc.Guard.SetKeyLimits(ctx, a.ID, f.args[1], ws); err != nil {
+				return cliErr(err)
+			}
+			if len(ws) == 0 {
+				fmt.Fprintf(stdout, "removed key %s's own windows: only %s's apply\n", f.args[1], a.Name)
+			} else {
+				fmt.Fprintf(stdout, "replaced all of key %s's own windows with%s\n", f.args[1], keyWindowsText(ws, " "))
+			}
 		}
-		if len(ws) == 0 {
-			fmt.Fprintf(stdout, "removed key %s's own windows: only %s's apply\n", f.args[1], a.Name)
-		} else {
-			fmt.Fprintf(stdout, "replaced all of key %s's own windows with%s\n", f.args[1], keyWindowsText(ws, " "))
+		if *confirm != "" {
+			if err := svc.Auth.SetConfirmAbove(ctx, a.ID, f.args[1], above); err != nil {
+				return cliErr(err)
+			}
+			if above == nil {
+				fmt.Fprintf(stdout, "key %s needs no confirmation\n", f.args[1])
+			} else {
+				fmt.Fprintf(stdout, "key %s needs a person's confirmation above $%s\n", f.args[1], *above)
+			}
 		}
 		return nil
 	case "revoke":

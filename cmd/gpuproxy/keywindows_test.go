@@ -24,6 +24,12 @@ func TestKeysWindows(t *testing.T) {
 	if out := cli(t, env, "keys", "limits", "--account", "acme", id, "--window", "30m=2"); !strings.Contains(out, "30m=$2") {
 		t.Fatalf("limits: %s", out)
 	}
+	if out := cli(t, env, "keys", "limits", "--account", "acme", id, "--confirm-above", "2.5"); !strings.Contains(out, "above $2.5") {
+		t.Fatalf("confirm-above: %s", out)
+	}
+	if out := cli(t, env, "keys", "list", "--account", "acme"); !strings.Contains(out, "$2.5") {
+		t.Fatalf("list shows no threshold: %s", out)
+	}
 	cli(t, env, "keys", "limits", "--account", "acme", id, "--clear")
 	if out := cli(t, env, "keys", "list", "--account", "acme"); !strings.Contains(out, "account's") || strings.Contains(out, "30m") {
 		t.Fatalf("list after clear: %s", out)
