@@ -133,7 +133,7 @@ func New(svc Services, o Options) *Server {
 		Logger: s.sdkLog, SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxMessage,
 		// Streams of 2025-11-25 sessions start with a priming event (an id
 		// and no data) and can be resumed with Last-Event-ID.
-		EventStore: sdk.NewMemoryEventStore(nil),
+		EventStore:                 sdk.NewMemoryEventStore(nil),
 		DisableLocalhostProtection: true, // checked in guard, for every transport alike
 	})
 	s.stateless = sdk.NewStreamableHTTPHandler(s.httpServer, &sdk.StreamableHTTPOptions{
@@ -294,6 +294,13 @@ func (s *Server) gate(next sdk.MethodHandler) sdk.MethodHandler {
 				break
 			}
 			res, err = next(ctx, method, req)
+			if tr, ok := res.(*sdk.CallToolResult); ok && err == nil && tr.IsError {
+				for _, c := range tr.Content {
+					if tc, ok := c.(*sdk.TextContent); ok {
+						tc.Text = plainArgError(target, tc.Text, r.Params.Arguments)
+					}
+				}
+			}
 		case *sdk.ListToolsRequest:
 			res, err = next(ctx, method, req)
 			if l, ok := res.(*sdk.ListToolsResult); ok && err == nil {

@@ -27,9 +27,10 @@ const stdioCommand = JSON.parse(process.env.MCP_STDIO_COMMAND || '["gpuproxy","m
 const wanted = (process.env.E2E_TRANSPORTS || 'stdio,streamable,sse').split(',').map((s) => s.trim()).filter(Boolean);
 const deadline = Number(process.env.E2E_TIMEOUT_MS || 180000);
 
+// An assistant key has every tool, its own account's billing included.
 const assistantTools = [
-  'check_spending_limit', 'create_gpu_instance', 'destroy_gpu_instance', 'get_spending_info',
-  'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
+  'check_spending_limit', 'create_gpu_instance', 'destroy_gpu_instance', 'get_billing_transactions',
+  'get_spending_info', 'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
 ];
 
 class CheckFailed extends Error {}
