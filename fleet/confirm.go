@@ -116,7 +116,7 @@ func (s *Service) confirm(ctx context.Context, accountID int64, req CreateReques
 	return &gpuproxy.Error{Code: gpuproxy.ECONFIRM, Message: msg, Details: map[string]any{
 		"confirm_token": token, "expires_at": expires.UTC(), "cost": cost, "confirm_above": above,
 		"provider": req.Provider, "offer_id": req.OfferID, "gpu_name": q.GPUName, "num_gpus": q.NumGPUs,
-		"price_per_hour": q.PricePerHour, "hours": p.Hours,
+		"price_per_hour": q.PricePerHour, "hours": p.Hours, "question": p.Message(),
 	}}
 }
 

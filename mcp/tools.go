@@ -47,6 +47,9 @@ func newTool[In any](s *Server, t *sdk.Tool, scope gpuproxy.Scope,
 	h := func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, any, error) {
 		p, _ := principalOf(ctx, req)
 		res, err := fn(ctx, call{p: p, req: req}, in)
+		if ir := (*inputRequired)(nil); errors.As(err, &ir) {
+			return ir.res, nil, nil
+		}
 		if err != nil {
 			return s.toolError(ctx, t.Name, err), nil, nil
 		}

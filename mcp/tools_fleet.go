@@ -205,37 +205,71 @@ var confirmSchema = &jsonschema.Schema{Type: "object", Properties: map[string]*j
 	"confirm": {Type: "boolean", Title: "Rent it", Description: "Rent this GPU at this price", Default: json.RawMessage("true")},
 }}
 
-// elicitConfirm asks the person through the client (elicitation/create)
-// when the client declared the capability; otherwise, or when asking
-// fails, it is fleet.ErrCannotAsk and the create answers with a confirm
-// token instead (never proceeds unasked).
-func elicitConfirm(c call) func(ctx context.Context, p fleet.ConfirmPrompt) (bool, error) {
+// inputRequired is a tool's answer that asks the client for input (an
+// elicitation) and to call again; newTool returns its result as it is.
+type inputRequired struct{ res *sdk.CallToolResult }
+
+func (e *inputRequired) Error() string { return "input required" }
+
+// elicits reports whether the client declared the elicitation capability.
+func elicits(c call) bool {
 	if c.req == nil || c.req.Session == nil {
-		return nil
+		return false
 	}
-	ss := c.req.Session
-	if ip := ss.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
-		return nil
+	ip := c.req.Session.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil
+}
+
+// confirmInput turns a confirmation_required refusal into an elicitation
+// (elicitation/create: offer, GPU, price/hour, admitted cost; accept or
+// decline) for a client that declared the capability, with the refusal's
+// single-use confirm token as the request state: the SDK asks the person
+// (directly for clients before multi-round-trip requests) and calls the
+// tool again with the answer, and an accepted answer redeems the token.
+// Other clients get the refusal, token included.
+func confirmInput(c call, err error) error {
+	d := gpuproxy.ErrorDetails(err)
+	tok, _ := d["confirm_token"].(string)
+	q, _ := d["question"].(string)
+	if gpuproxy.ErrorCode(err) != gpuproxy.ECONFIRM || tok == "" || !elicits(c) {
+		return err
 	}
-	return func(ctx context.Context, p fleet.ConfirmPrompt) (bool, error) {
-		res, err := ss.Elicit(ctx, &sdk.ElicitParams{Message: p.Message(), RequestedSchema: confirmSchema})
-		if err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			return false, fmt.Errorf("%w: %v", fleet.ErrCannotAsk, err)
-		}
-		return res.Action == "accept" && res.Content["confirm"] != false, nil
+	return &inputRequired{res: &sdk.CallToolResult{
+		InputRequests: sdk.InputRequestMap{"confirm": &sdk.ElicitParams{Mode: "form", Message: q, RequestedSchema: confirmSchema}},
+		RequestState:  tok,
+	}}
+}
+
+// confirmAnswer reads the person's answer of a retried call: the token to
+// redeem when they accepted, a refusal when they declined.
+func confirmAnswer(c call) (token string, err error) {
+	if c.req == nil || c.req.Params == nil || c.req.Params.InputResponses == nil {
+		return "", nil
 	}
+	r, ok := c.req.Params.InputResponses["confirm"].(*sdk.ElicitResult)
+	if !ok {
+		return "", nil
+	}
+	if r.Action != "accept" || r.Content["confirm"] == false {
+		return "", gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "the person declined the rental; nothing was rented")
+	}
+	return c.req.Params.RequestState, nil
 }
 
 func (s *Server) createInstance(ctx context.Context, c call, in createInput) (result, error) {
 	acct := c.p.AccountID
+	token, err := confirmAnswer(c)
+	if err != nil {
+		return result{}, err
+	}
+	if token == "" {
+		token = in.ConfirmToken
+	}
 	inst, err := s.svc.Fleet.Create(ctx, acct, fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
-		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: in.ConfirmToken, Confirm: elicitConfirm(c)})
+		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token})
 	if err != nil {
-		return result{}, renameOfferField(err)
+		return result{}, confirmInput(c, renameOfferField(err))
 	}
 	s.changed(ctx, acct)
 	if inst.Status == fleet.Starting {
