@@ -127,6 +127,26 @@ func (s *Store) inTx(ctx context.Context, fn func(c conn) error) error {
 	return translate(tx.Commit())
 }
 
+// inReadTx runs fn in one read-only transaction on SQLite (a deferred
+// BEGIN: in WAL mode it reads one committed state of the file without
+// taking the write lock, so it never waits for a writer — even one the
+// caller itself holds open on another connection); on Postgres fn runs on
+// the pool, whose statements each see one snapshot.
+func (s *Store) inReadTx(ctx context.Context, fn func(c conn) error) error {
+	if s.pg != nil {
+		return fn(s.pool())
+	}
+	tx, err := s.sq.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return translate(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(sqlConn{tx}); err != nil {
+		return err
+	}
+	return translate(tx.Commit())
+}
+
 // scanAll reads every row of r with scan, closing r.
 func scanAll[T any](r rows, err error, scan func(r rows) (T, error)) ([]T, error) {
 	if err != nil {

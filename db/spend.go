@@ -20,12 +20,16 @@ func (s *Store) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardra
 	if s.pg != nil {
 		return s.admitPG(ctx, s.pool(), req)
 	}
-	// Read-only snapshots run in a transaction too: their several queries
+	// Read-only snapshots run in a read transaction: their several queries
 	// must see one state of the file, or a charge landing between them shows
 	// in one window and not another.
 	var res guardrails.AdmitResult
 	var err error
-	err = s.inTx(ctx, func(c conn) error {
+	run := s.inTx
+	if !req.Hold {
+		run = s.inReadTx
+	}
+	err = run(ctx, func(c conn) error {
 		res, err = s.admitSQL(ctx, c, req)
 		return err
 	})
