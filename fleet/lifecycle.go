@@ -49,6 +49,13 @@ func (s *Service) markTerminated(ctx context.Context, id string, at time.Time, r
 	return out, nil
 }
 
+// FinalCost is what inst costs in all once its meter has charged up to
+// its stop (see finalCost): for a terminated instance, its final cost even
+// before the last metering lands in the ledger.
+func (s *Service) FinalCost(ctx context.Context, inst Instance) (gpuproxy.Micros, error) {
+	return s.finalCost(ctx, inst)
+}
+
 // finalCost is what the instance costs in all once its meter has charged
 // up to the stop: the ledger's entries for it (charges and adjustments
 // less refunds) plus the metered time up to the stop not yet charged.

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -86,6 +87,23 @@ func (c *offerCache) put(key string, offers []providers.Offer, now time.Time) {
 		clear(c.m)
 	}
 	c.m[key] = cachedOffers{offers: offers, at: now}
+}
+
+// drop removes offer id of provider from every cached answer, as soon as it
+// is rented: a search within the TTL must not offer it again.
+func (c *offerCache) drop(provider, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, v := range c.m {
+		if !strings.HasPrefix(key, provider+"|") {
+			continue
+		}
+		if i := slices.IndexFunc(v.offers, func(o providers.Offer) bool { return o.ID == id }); i >= 0 {
+			// A new slice: answers in flight may still read the old one.
+			v.offers = slices.Delete(slices.Clone(v.offers), i, i+1)
+			c.m[key] = v
+		}
+	}
 }
 
 // Offers searches every selected provider concurrently, merges, filters,

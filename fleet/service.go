@@ -288,6 +288,8 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 	defer cancel()
 	pi, err := p.Create(cctx, providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
 		Hours: req.Hours, Env: req.Env, Ports: req.Ports})
+	// Rented (or gone, or perhaps rented): no cached search shows it again.
+	s.cache.drop(p.Name(), req.OfferID)
 	if err != nil {
 		var pe *providers.Error
 		if errors.As(err, &pe) && pe.Kind == providers.KindAmbiguous {

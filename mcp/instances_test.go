@@ -64,6 +64,7 @@ type instanceOut struct {
 	Status             string  `json:"status"`
 	Endpoint           string  `json:"endpoint"`
 	PricePerHour       float64 `json:"price_per_hour"`
+	CostToDate         float64 `json:"cost_to_date"`
 	Message            string  `json:"message"`
 }
 
@@ -117,6 +118,7 @@ func TestInstanceLifecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			created := time.Now()
 			inst := structured[instanceOut](t, res)
 			if inst.Status != "running" || inst.Endpoint == "" || !strings.HasPrefix(inst.ID, "gpi_") {
 				t.Fatalf("created: %+v", inst)
@@ -175,10 +177,15 @@ func TestInstanceLifecycle(t *testing.T) {
 				t.Fatalf("past the limit: isError=%v %s", ref.IsError, text(ref))
 			}
 
+			poll.Wait(5*time.Second, func() bool { return time.Since(created) > time.Second }) // it has run a second
 			gone := structured[instanceOut](t, callTool(t, cs, "destroy_gpu_instance",
 				map[string]any{"provider": "vast.ai", "instance_id": inst.ID}))
 			if gone.Status != "terminated" {
 				t.Fatalf("destroyed: %+v", gone)
+			}
+			// Its final cost: at least the second it ran, metered or not yet.
+			if gone.CostToDate < inst.PricePerHour/3600 || !strings.Contains(gone.Message, "Final cost: $") {
+				t.Fatalf("destroyed instance's cost %v after a second at $%v/h: %s", gone.CostToDate, inst.PricePerHour, gone.Message)
 			}
 			// Destroying again is fine (idempotent), by the provider's id too.
 			if again := structured[instanceOut](t, callTool(t, cs, "destroy_gpu_instance",

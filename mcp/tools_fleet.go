@@ -358,9 +358,17 @@ func (s *Server) destroyInstance(ctx context.Context, c call, in destroyInput) (
 	if v, err = s.svc.Fleet.Get(ctx, acct, inst.ID); err != nil {
 		v = fleet.View{Instance: inst}
 	}
+	gone := v.Status == fleet.Terminated || v.Status == fleet.Failed
+	if gone {
+		// Its final cost, the metered time up to the stop included, not
+		// only what the ledger has charged so far.
+		if c, err := s.svc.Fleet.FinalCost(ctx, v.Instance); err == nil {
+			v.CostToDate = c
+		}
+	}
 	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
-	if v.Status == fleet.Terminated || v.Status == fleet.Failed {
-		out.Message = fmt.Sprintf("Instance %s is gone; billing stopped. Cost to date: $%s.", v.ID, v.CostToDate)
+	if gone {
+		out.Message = fmt.Sprintf("Instance %s is gone; billing stopped. Final cost: $%s.", v.ID, v.CostToDate)
 	} else {
 		out.Message = fmt.Sprintf("The provider accepted the destroy of %s; it is %s until the provider confirms "+
 			"(billing stops at the termination time).", v.ID, v.Status)
