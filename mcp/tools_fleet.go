@@ -133,6 +133,12 @@ func (s *Server) listOffers(ctx context.Context, _ call, in offersInput) (result
 // cursor is an offset into it (the fleet caches answers briefly, so pages
 // are consistent while the cache lasts).
 func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, error) {
+	if len(s.svc.Fleet.ProviderNames()) == 0 {
+		// Not "no offers match": there is nothing to search.
+		return offersOutput{}, gpuproxy.Errorf(gpuproxy.EUNAVAILABLE, "no GPU provider is configured on this "+
+			"gpuproxy, so there are no offers to list; its operator must set VASTAI_API_KEY and/or IONET_API_KEY "+
+			"(or providers: in the config file) and restart it")
+	}
 	if in.Limit == 0 {
 		in.Limit = 20
 	}

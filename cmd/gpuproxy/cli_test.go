@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 // TestCommandHelp: CMD --help (and -h) prints that command's usage and
@@ -105,5 +108,48 @@ func TestServeWarnsWithoutProvider(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "no GPU provider configured") {
 		t.Errorf("log: %s", stderr.String())
+	}
+}
+
+// TestMCPWithoutProvider: gpuproxy mcp with no provider configured warns
+// on stderr, and list_gpu_instances says that no provider is configured
+// rather than that no offer matches.
+func TestMCPWithoutProvider(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(dir, "m.db")}
+	ctx := context.Background()
+	if err := run(ctx, []string{"accounts", "create", "acme"}, envFunc(env), strings.NewReader(""), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := run(ctx, []string{"keys", "create", "--account", "acme", "--preset", "assistant"}, envFunc(env),
+		strings.NewReader(""), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	env["GPUPROXY_API_KEY"] = lines[len(lines)-1]
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_gpu_instances","arguments":{}}}
+`
+	var stdout, stderr syncBuffer
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"mcp"}, envFunc(env), pr, &stdout, &stderr) }()
+	if _, err := io.WriteString(pw, in); err != nil {
+		t.Fatal(err)
+	}
+	poll.Wait(10*time.Second, func() bool { return strings.Contains(stdout.String(), `"id":2`) })
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "WARNING: no GPU provider is configured") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+	got := stdout.String()
+	if !strings.Contains(got, `"id":2`) || !strings.Contains(got, `"isError":true`) ||
+		!strings.Contains(got, "no GPU provider is configured") || strings.Contains(got, "No offers match") {
+		t.Errorf("list_gpu_instances without a provider:\n%s", got)
 	}
 }

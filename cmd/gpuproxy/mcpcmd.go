@@ -28,6 +28,10 @@ func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		return err
 	}
 	defer a.Close()
+	if len(a.Fleet.ProviderNames()) == 0 {
+		fmt.Fprintln(stderr, "gpuproxy mcp: WARNING: no GPU provider is configured (set VASTAI_API_KEY and/or "+
+			"IONET_API_KEY, or providers: in the config file): list_gpu_instances will say so and nothing can be rented")
+	}
 	p, err := a.Auth.Authenticate(ctx, key)
 	if err != nil {
 		return fmt.Errorf("GPUPROXY_API_KEY: %s", gpuproxy.ErrorMessage(err))
