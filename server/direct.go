@@ -75,6 +75,10 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 				slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
 			if !sw.sent {
 				sw.reset()
+				// The connection ends after this answer (a taken-over
+				// one is closed): say so, or the client reuses it and
+				// its next request meets a closed connection.
+				sw.Header().Set("Connection", "close")
 				httpapi.WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
 				sw.end()
 			}

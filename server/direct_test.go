@@ -218,8 +218,11 @@ func TestPrefixRouteRateLimitBodyCapAndPanics(t *testing.T) {
 
 	// The fifth call within the rate limit window: 429 with Retry-After.
 	r = e.do("GET", "/api/v1/x/inst", key, "")
+	if r.Status != 429 {
+		t.Fatalf("rate limit: %d %s\n%s", r.Status, r.Body, e.logs)
+	}
 	if c, _ := r.Err(t); r.Status != 429 || c != "rate_limited" || r.Header.Get("Retry-After") == "" {
-		t.Fatalf("rate limit: %d %s Retry-After=%q", r.Status, r.Body, r.Header.Get("Retry-After"))
+		t.Fatalf("rate limit: %d %s Retry-After=%q\n%s", r.Status, r.Body, r.Header.Get("Retry-After"), e.logs)
 	}
 	lines := e.logLines(t)
 	statuses := []float64{}
