@@ -274,6 +274,10 @@ func (s *Server) gate(next sdk.MethodHandler) sdk.MethodHandler {
 				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
 			}
 		}()
+		if e := unsupportedSSEVersion(ctx, req); e != nil {
+			s.logRequest(ctx, method, target, req, p, start, nil, e)
+			return nil, e
+		}
 		if undeclared(method) {
 			// Answered by the SDK but not in our capabilities: a client
 			// must find exactly what was declared.

@@ -1,8 +1,13 @@
 package mcp
 
 import (
+	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,7 +37,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no") // reverse proxies must not buffer the stream
 	s.sse.Store(id, &sseSession{t: t, p: p})
 	defer s.sse.Delete(id)
-	ss, err := s.serverFor(p.AccountID).Connect(withSessionID(r.Context(), id), t, nil)
+	ss, err := s.serverFor(p.AccountID).Connect(context.WithValue(withSessionID(r.Context(), id), sseKey{}, true), t, nil)
 	if err != nil {
 		s.log.Error("mcp sse connect failed", "err", err)
 		writeRPCError(w, http.StatusInternalServerError, jsonrpc.ID{}, rpcErr(jsonrpc.CodeInternalError, "could not open the session"))
@@ -65,4 +70,45 @@ func (s *Server) serveSSEMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.(*sseSession).t.ServeHTTP(w, r)
+}
+
+// sseKey marks the context of a legacy HTTP+SSE session.
+type sseKey struct{}
+
+// sseVersions are the protocol versions the legacy HTTP+SSE transport
+// accepts, newest first: 2026-07-28 defines only stdio and Streamable HTTP.
+var sseVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// unsupportedSSEVersion is the spec's unsupported-version error for a
+// request of a legacy SSE session (ctx) that asks in its _meta for a
+// protocol version the transport does not accept (2026-07-28 requests,
+// server/discover included, carry one), listing the versions it accepts;
+// nil for any other request.
+func unsupportedSSEVersion(ctx context.Context, req sdk.Request) *jsonrpc.Error {
+	if sse, _ := ctx.Value(sseKey{}).(bool); !sse {
+		return nil
+	}
+	v := metaVersion(req)
+	if v == "" || slices.Contains(sseVersions, v) {
+		return nil
+	}
+	data, _ := json.Marshal(sdk.UnsupportedProtocolVersionData{Supported: sseVersions, Requested: v})
+	return &jsonrpc.Error{Code: sdk.CodeUnsupportedProtocolVersion, Data: data,
+		Message: fmt.Sprintf("unsupported protocol version %q on the HTTP+SSE transport; it accepts %s",
+			v, strings.Join(sseVersions, ", "))}
+}
+
+// metaVersion is the protocol version a request names in its _meta, if any.
+func metaVersion(req sdk.Request) (v string) {
+	defer func() {
+		if recover() != nil { // params of a type whose nil pointer has no meta
+			v = ""
+		}
+	}()
+	p := req.GetParams()
+	if p == nil {
+		return ""
+	}
+	v, _ = p.GetMeta()["io.modelcontextprotocol/protocolVersion"].(string)
+	return v
 }
