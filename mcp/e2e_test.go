@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
@@ -45,6 +46,12 @@ func TestE2ETypeScriptClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmdJSON, _ := json.Marshal(stdioCommand(t))
+	// A key that needs a person's confirmation above a cent.
+	ckey, cp := s.key("e2e-confirm", "assistant")
+	cent := gpuproxy.Micros(gpuproxy.MicrosPerUSD / 100)
+	if err := s.auth.SetConfirmAbove(context.Background(), cp.AccountID, cp.KeyID, &cent); err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -60,6 +67,7 @@ func TestE2ETypeScriptClient(t *testing.T) {
 		"IONET_API_KEY=",
 		"GPUPROXY_LOG_LEVEL=warn",
 		"E2E_TIMEOUT_MS=200000",
+		"GPUPROXY_CONFIRM_KEY="+ckey,
 	)
 	out, err := cmd.CombinedOutput()
 	t.Logf("e2e/mcp-client output:\n%s", out)
@@ -68,6 +76,9 @@ func TestE2ETypeScriptClient(t *testing.T) {
 	}
 	if !regexp.MustCompile(`e2e: 3 of 3 transports passed`).Match(out) {
 		t.Fatal("the client did not exercise all three transports")
+	}
+	if !regexp.MustCompile(`(?m)^ok   confirmation$`).Match(out) {
+		t.Fatal("the client did not check confirmation")
 	}
 }
 

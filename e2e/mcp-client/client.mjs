@@ -15,11 +15,16 @@
 //                       environment, so GPUPROXY_API_KEY reaches it
 //   E2E_TRANSPORTS      comma-separated subset of stdio,streamable,sse
 //   E2E_TIMEOUT_MS      overall deadline (default 180000)
+//   GPUPROXY_CONFIRM_KEY when set, an assistant key with confirm_above below
+//                       the cheapest offer: confirmation is checked by
+//                       elicitation (Streamable HTTP) and by confirm token
+//                       (plain POST /api/v1/mcp)
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const base = (process.env.GPUPROXY_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
 const key = process.env.GPUPROXY_API_KEY;
@@ -128,6 +133,55 @@ async function exercise(name) {
   }
 }
 
+// confirmation: a client that declared elicitation is asked before a rental
+// above the key's confirm_above (a decline rents nothing, an accept rents);
+// over plain POST the call fails with confirmation_required and a
+// confirm_token, and the same call with it proceeds.
+async function confirmation(ckey) {
+  const log = (...a) => console.log('[confirm]', ...a);
+  const client = new Client({ name: 'gpuproxy-e2e-confirm', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+  let answer = 'decline';
+  let asked = '';
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked = req.params.message;
+    return answer === 'accept' ? { action: 'accept', content: { confirm: true } } : { action: answer };
+  });
+  await client.connect(new StreamableHTTPClientTransport(new URL(base + '/mcp'), { requestInit: { headers: { 'X-API-Key': ckey } } }));
+  let offer;
+  try {
+    const offers = await callOK(client, 'list_gpu_instances', { provider: 'vast.ai', max_price: 1, limit: 5 });
+    offer = offers.offers[0];
+    const args = { provider: offer.provider, instance_id: offer.instance_id, image: 'vllm/vllm-openai:latest' };
+    const declined = await client.callTool({ name: 'create_gpu_instance', arguments: args });
+    check(declined.isError === true && /declined/.test(textOf(declined)), `declined: ${textOf(declined)}`);
+    check(asked.includes('/hour') && asked.includes(offer.instance_id), `the person was asked: ${asked}`);
+    log(`asked "${asked.slice(0, 100)}…", declined: nothing rented`);
+    answer = 'accept';
+    const inst = await callOK(client, 'create_gpu_instance', args, { timeout: 120000 });
+    log(`accepted: rented ${inst.id}`);
+    await callOK(client, 'destroy_gpu_instance', { provider: inst.provider, instance_id: inst.id });
+    const again = await callOK(client, 'list_gpu_instances', { provider: 'vast.ai', max_price: 1, limit: 5 });
+    offer = again.offers[0];
+  } finally {
+    await client.close();
+  }
+  const post = async (extra) => {
+    const res = await fetch(base + '/api/v1/mcp', {
+      method: 'POST',
+      headers: { 'X-API-Key': ckey, 'Content-Type': 'application/json', Accept: 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'create_gpu_instance',
+        arguments: { provider: offer.provider, instance_id: offer.instance_id, image: 'vllm/vllm-openai:latest', ...extra } } }),
+    });
+    return (await res.json()).result;
+  };
+  const first = await post({});
+  const m = /"confirm_token":"(gpc_[^"]+)"/.exec(textOf(first));
+  check(first.isError === true && /confirmation_required/.test(textOf(first)) && m, `plain POST: ${textOf(first)}`);
+  const second = await post({ confirm_token: m[1] });
+  check(!second.isError, `plain POST with the token: ${textOf(second)}`);
+  log(`plain POST: confirmation_required with a token, then rented ${second.structuredContent.id}`);
+}
+
 async function main() {
   check(key, 'GPUPROXY_API_KEY is not set');
   const timer = setTimeout(() => {
@@ -146,6 +200,15 @@ async function main() {
     }
   }
   console.log(`e2e: ${wanted.length - failed} of ${wanted.length} transports passed`);
+  if (process.env.GPUPROXY_CONFIRM_KEY) {
+    try {
+      await confirmation(process.env.GPUPROXY_CONFIRM_KEY);
+      console.log('ok   confirmation');
+    } catch (err) {
+      failed++;
+      console.error(`FAIL confirmation: ${err instanceof CheckFailed ? err.message : err?.stack || err}`);
+    }
+  }
   process.exitCode = failed ? 1 : 0;
 }
 
