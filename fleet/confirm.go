@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,11 +15,6 @@ import (
 
 // ConfirmTTL is how long a confirm token stays valid.
 const ConfirmTTL = 10 * time.Minute
-
-// ErrCannotAsk is what a Confirm func returns when the client cannot be
-// asked (no elicitation capability): the create then answers with a
-// confirm token instead.
-var ErrCannotAsk = errors.New("the client cannot be asked for confirmation")
 
 // ConfirmStore keeps per-key confirmation thresholds and single-use
 // confirm tokens (db.Store implements it).
@@ -53,11 +47,12 @@ func (p ConfirmPrompt) Message() string {
 		p.NumGPUs, p.GPUName, p.Provider, p.OfferID, p.PricePerHour, what, p.Threshold)
 }
 
-// confirm asks for a person's confirmation when the creating key requires
-// it above cost: through req.Confirm (elicitation) when the client can be
-// asked, else by a valid confirm token of an earlier answer, else it fails
-// with confirmation_required and a new token bound to the key, the offer
-// and the cost. A store failure refuses (fail closed).
+// confirm requires a person's confirmation when the creating key asks for
+// it above cost: a valid confirm token of an earlier answer lets the create
+// proceed, else it fails with confirmation_required and a new token bound
+// to the key, the offer and the cost (details carry the question, which MCP
+// puts to the person by elicitation). A store failure refuses (fail
+// closed).
 func (s *Service) confirm(ctx context.Context, accountID int64, req CreateRequest, q providers.Quote, cost gpuproxy.Micros) error {
 	cs := s.opts.Confirm
 	if cs == nil || req.KeyID == "" {
@@ -87,18 +82,6 @@ func (s *Service) confirm(ctx context.Context, accountID int64, req CreateReques
 		PricePerHour: q.PricePerHour, Cost: cost, Threshold: above}
 	if q.Billing == providers.BillingPrepaid {
 		p.Hours = req.Hours
-	}
-	if req.Confirm != nil {
-		accepted, err := req.Confirm(ctx, p)
-		switch {
-		case err == nil && accepted:
-			return nil
-		case err == nil:
-			return gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "the person declined to rent %s at $%s/hour ($%s admitted); nothing was rented",
-				q.GPUName, q.PricePerHour, cost)
-		case !errors.Is(err, ErrCannotAsk):
-			return err
-		}
 	}
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {

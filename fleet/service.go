@@ -178,11 +178,10 @@ type CreateRequest struct {
 	// own windows too, and the instance's spend counts against them.
 	KeyID string
 	// ConfirmToken is the token of an earlier confirmation_required answer
-	// for the same create, when the key asks for confirmation above a cost.
+	// for the same create (REST, plain MCP, or an MCP elicitation's request
+	// state once the person accepted), when the key asks for confirmation
+	// above a cost.
 	ConfirmToken string
-	// Confirm, when set, asks the person for confirmation (MCP
-	// elicitation); it returns ErrCannotAsk when the client cannot be asked.
-	Confirm func(ctx context.Context, p ConfirmPrompt) (bool, error)
 }
 
 func (r *CreateRequest) validate(known []string) error {
