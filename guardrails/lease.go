@@ -128,6 +128,19 @@ type leases struct {
 	closeOnce  sync.Once
 }
 
+// route names where a call by keyID is admitted: the key's own (leases,
+// snapshots) unless the key is known to have no windows of its own, then
+// the account's.
+func (lz *leases) route(accountID int64, keyID string, now time.Time) leaseKey {
+	lk := leaseKey{acct: accountID}
+	if keyID != "" {
+		if until, ok := lz.windowless.Load(keyID); !ok || !now.Before(until.(time.Time)) {
+			lk.key = keyID
+		}
+	}
+	return lk
+}
+
 func newLeases(span, settleWait time.Duration) leases {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -153,17 +166,12 @@ func (g *ProxyGate) Admit(ctx context.Context, accountID int64, cost gpuproxy.Mi
 // slower than before keys had windows.
 func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros) (Pass, error) {
 	if cost == 0 {
-		return Pass{}, g.Check(ctx, accountID, 0)
+		return Pass{}, g.CheckKey(ctx, accountID, keyID, 0)
 	}
 	if err := validCost(cost); err != nil {
 		return Pass{}, err
 	}
-	lk := leaseKey{acct: accountID}
-	if keyID != "" {
-		if until, ok := g.lz.windowless.Load(keyID); !ok || !g.now().Before(until.(time.Time)) {
-			lk.key = keyID
-		}
-	}
+	lk := g.lz.route(accountID, keyID, g.now())
 	v, ok := g.lz.accounts.Load(lk)
 	if !ok {
 		v, _ = g.lz.accounts.LoadOrStore(lk, &leaseAcct{id: accountID, key: lk.key})

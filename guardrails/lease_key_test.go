@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
@@ -84,6 +85,45 @@ func TestProxyKeyLeasesNeverOverspend(t *testing.T) {
 			}
 			if admitted[0].Load() < 35 || admitted[0].Load() >= 256 {
 				t.Fatalf("tight key: %d calls admitted against $0.50", admitted[0].Load())
+			}
+		})
+	}
+}
+
+// TestProxyFreeCallsCheckKeyWindows: a call that costs nothing is refused
+// for a key whose own window is spent (naming the key's window) while the
+// account and a key without windows still pass.
+func TestProxyFreeCallsCheckKeyWindows(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			st := newLeaseStack(t, k, 1, 10*usd, 0, guardrails.ProxyGateOptions{MaxAge: -1})
+			ctx := context.Background()
+			for _, id := range []string{"spent", "free"} {
+				if err := st.stores[0].CreateKey(ctx, gpuproxy.APIKey{ID: id, AccountID: st.acct, Name: id,
+					Hash: "h-" + id, Scopes: []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.svcs[0].SetKeyLimits(ctx, st.acct, "spent", []guardrails.Window{{Minutes: 60, Limit: usd / 10}}); err != nil {
+				t.Fatal(err)
+			}
+			g := st.gates[0]
+			if _, err := g.AdmitKey(ctx, st.acct, "spent", 0); err != nil {
+				t.Fatalf("before any spend: %v", err)
+			}
+			if _, _, err := st.stores[0].AppendEntry(ctx, billing.Entry{AccountID: st.acct, Type: billing.Charge,
+				Amount: usd / 5, At: time.Now(), Basis: billing.Manual, KeyID: "spent"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := g.AdmitKey(ctx, st.acct, "spent", 0)
+			if det := gpuproxy.ErrorDetails(err); gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT || det["scope"] != "key" {
+				t.Fatalf("a free call by a key past its window: %v %v", err, det)
+			}
+			for _, key := range []string{"free", ""} {
+				if _, err := g.AdmitKey(ctx, st.acct, key, 0); err != nil {
+					t.Fatalf("key %q: %v", key, err)
+				}
 			}
 		})
 	}

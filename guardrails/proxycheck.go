@@ -43,7 +43,7 @@ type ProxyGate struct {
 	maxAge   time.Duration
 	timeout  time.Duration
 	now      func() time.Time
-	accounts sync.Map // int64 → *gateEntry
+	accounts sync.Map // leaseKey → *gateEntry (an account, or a key with windows of its own)
 	lz       leases
 }
 
@@ -93,24 +93,31 @@ func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
 // naming the windows, or an unavailable error when spend cannot be read.
 // Each decision is reported to the service's OnDecision hook as "proxy".
 func (g *ProxyGate) Check(ctx context.Context, accountID int64, cost gpuproxy.Micros) error {
+	return g.CheckKey(ctx, accountID, "", cost)
+}
+
+// CheckKey is Check for a call keyID makes: a key with windows of its own
+// is checked against a snapshot with them (cached per key); a key without
+// (learned from that snapshot, asked again every keyRecheck) shares the
+// account's.
+func (g *ProxyGate) CheckKey(ctx context.Context, accountID int64, keyID string, cost gpuproxy.Micros) error {
 	if err := validCost(cost); err != nil {
 		return err
 	}
-	gs, err := g.snapshot(ctx, accountID)
+	lk := g.lz.route(accountID, keyID, g.now())
+	gs, err := g.snapshot(ctx, lk)
 	if err != nil {
 		return err
 	}
-	for _, u := range gs.snap.Windows {
-		if !u.FitsProxy(cost) {
-			g.svc.observe("proxy", false)
-			err := g.svc.refusal(accountID, gs.snap, cost, true)
-			// One alert per snapshot, not one per refused request.
-			if !gs.warned.Swap(true) {
-				g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
-					"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
-			}
-			return err
+	if !gs.snap.fitsProxy(cost) {
+		g.svc.observe("proxy", false)
+		err := g.svc.refusal(accountID, gs.snap, cost, true)
+		// One alert per snapshot, not one per refused request.
+		if !gs.warned.Swap(true) {
+			g.svc.opts.Logger.Warn("spending limit refused proxy calls", "account_id", accountID,
+				"cost", cost.String(), "details", gpuproxy.ErrorDetails(err))
 		}
+		return err
 	}
 	g.svc.observe("proxy", true)
 	return nil
@@ -119,25 +126,29 @@ func (g *ProxyGate) Check(ctx context.Context, accountID int64, cost gpuproxy.Mi
 // Snapshot returns the account's snapshot as the gate sees it (at most
 // MaxAge old).
 func (g *ProxyGate) Snapshot(ctx context.Context, accountID int64) (Snapshot, error) {
-	gs, err := g.snapshot(ctx, accountID)
+	gs, err := g.snapshot(ctx, leaseKey{acct: accountID})
 	if err != nil {
 		return Snapshot{}, err
 	}
 	return gs.snap, nil
 }
 
-// Invalidate drops the account's cached snapshot, so the next check reads
-// the store (e.g. after a charge or a limit change in this process).
+// Invalidate drops the account's cached snapshots (its keys' included), so
+// the next check reads the store (e.g. after a charge or a limit change in
+// this process).
 func (g *ProxyGate) Invalidate(accountID int64) {
-	if v, ok := g.accounts.Load(accountID); ok {
-		v.(*gateEntry).cur.Store(nil)
-	}
+	g.accounts.Range(func(k, v any) bool {
+		if k.(leaseKey).acct == accountID {
+			v.(*gateEntry).cur.Store(nil)
+		}
+		return true
+	})
 }
 
-func (g *ProxyGate) snapshot(ctx context.Context, accountID int64) (*gateSnap, error) {
-	v, ok := g.accounts.Load(accountID)
+func (g *ProxyGate) snapshot(ctx context.Context, lk leaseKey) (*gateSnap, error) {
+	v, ok := g.accounts.Load(lk)
 	if !ok {
-		v, _ = g.accounts.LoadOrStore(accountID, &gateEntry{})
+		v, _ = g.accounts.LoadOrStore(lk, &gateEntry{})
 	}
 	e := v.(*gateEntry)
 	if gs := e.cur.Load(); gs != nil && g.fresh(gs) {
@@ -153,7 +164,7 @@ func (g *ProxyGate) snapshot(ctx context.Context, accountID int64) (*gateSnap, e
 	if f == nil {
 		f = &gateFlight{done: make(chan struct{})}
 		e.flight = f
-		go g.refresh(e, f, accountID)
+		go g.refresh(e, f, lk)
 	}
 	e.mu.Unlock()
 	select {
@@ -165,11 +176,14 @@ func (g *ProxyGate) snapshot(ctx context.Context, accountID int64) (*gateSnap, e
 }
 
 // refresh reads the store once for every caller waiting on f.
-func (g *ProxyGate) refresh(e *gateEntry, f *gateFlight, accountID int64) {
+func (g *ProxyGate) refresh(e *gateEntry, f *gateFlight, lk leaseKey) {
 	readAt := g.now()
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
-	snap, err := g.svc.Spending(ctx, accountID)
+	snap, err := g.svc.KeySpending(ctx, lk.acct, lk.key)
 	cancel()
+	if err == nil && lk.key != "" && snap.Key == nil {
+		g.lz.windowless.Store(lk.key, readAt.Add(keyRecheck))
+	}
 	if err == nil {
 		f.snap = &gateSnap{snap: snap, readAt: readAt}
 	} else if gpuproxy.ErrorCode(err) == gpuproxy.EINTERNAL {
