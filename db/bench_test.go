@@ -41,22 +41,36 @@ func BenchmarkAdmission(b *testing.B) {
 			}
 		})
 	})
-	b.Run("admission", func(b *testing.B) {
-		req := guardrails.AdmitRequest{AccountID: a.ID, Cost: 1, Horizon: time.Hour, Hold: true, Ref: "bench",
-			Defaults: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}, {Minutes: 1440, Limit: gpuproxy.MaxMicros}}}
-		b.SetParallelism(benchParallelism())
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				r := req
-				r.Now = time.Now()
-				res, err := st.Admit(ctx, r)
-				if err != nil || !res.Admitted {
-					b.Errorf("admit: %v %v", res.Admitted, err)
-					return
+	// A key without windows of its own keeps the cached fast path; a key
+	// with windows is decided on exact sums.
+	for _, k := range []gpuproxy.APIKey{{ID: "bench-plain"}, {ID: "bench-windows"}} {
+		k.AccountID, k.Hash, k.CreatedAt, k.Scopes = a.ID, "h-"+k.ID, time.Now(), []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}
+		if err := st.CreateKey(ctx, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := st.SetKeyLimits(ctx, a.ID, "bench-windows", []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, key string }{{"admission", ""}, {"admission-key", "bench-plain"},
+		{"admission-key-windows", "bench-windows"}} {
+		b.Run(c.name, func(b *testing.B) {
+			req := guardrails.AdmitRequest{AccountID: a.ID, Cost: 1, Horizon: time.Hour, Hold: true, Ref: "bench", KeyID: c.key,
+				Defaults: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}, {Minutes: 1440, Limit: gpuproxy.MaxMicros}}}
+			b.SetParallelism(benchParallelism())
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r := req
+					r.Now = time.Now()
+					res, err := st.Admit(ctx, r)
+					if err != nil || !res.Admitted {
+						b.Errorf("admit: %v %v", res.Admitted, err)
+						return
+					}
 				}
-			}
+			})
 		})
-	})
+	}
 }
 
 // benchParallelism gives 16 concurrent callers in all (BENCH_CALLERS
