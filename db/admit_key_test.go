@@ -252,7 +252,9 @@ func TestKeyAdmissionRace(t *testing.T) {
 			stores := dbtest.Replicas(t, k, 4)
 			ctx := context.Background()
 			a := mustAccount(t, stores[0], "keyrace")
-			const keyLimit, limit = 3 * usd, 8 * usd
+			// The other key spends at most 4 × 12 × $0.40, so the account's
+			// limit cannot starve the tight key: its own window binds it.
+			const keyLimit, limit = 3 * usd, 25 * usd
 			windows := []guardrails.Window{{Minutes: 60, Limit: limit}}
 			mustKey(t, stores[0], a.ID, "tight", guardrails.Window{Minutes: 60, Limit: keyLimit})
 			mustKey(t, stores[0], a.ID, "other")
