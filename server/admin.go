@@ -204,10 +204,10 @@ func (s *Server) addCredit(c echo.Context) error {
 
 func (s *Server) createKey(c echo.Context) error {
 	var req struct {
-		Name    string      `json:"name"`
-		Scopes  []string    `json:"scopes"`
-		Preset  string      `json:"preset"`
-		Windows      windowsBody `json:"windows"`
+		Name         string       `json:"name"`
+		Scopes       []string     `json:"scopes"`
+		Preset       string       `json:"preset"`
+		Windows      windowsBody  `json:"windows"`
 		ConfirmAbove confirmAbove `json:"confirm_above"`
 	}
 	if err := bind(c, &req); err != nil {
