@@ -4,14 +4,17 @@
 CREATE OR REPLACE FUNCTION gp_ledger_bucket() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.spend_micros <> 0 THEN
-        INSERT INTO spend_minutes (account_id, minute, spend_micros)
-        VALUES (NEW.account_id, NEW.at_us / 60000000, NEW.spend_micros)
-        ON CONFLICT (account_id, minute)
-        DO UPDATE SET spend_micros = spend_minutes.spend_micros + EXCLUDED.spend_micros;
+        -- The account row first, then the minute: the order every writer
+        -- that locks the account (admission, settlement, metering) takes,
+        -- so a plain append racing them cannot deadlock.
         UPDATE accounts SET spend_version = spend_version + 1,
                last_negative_us = CASE WHEN NEW.spend_micros < 0 THEN GREATEST(last_negative_us, NEW.at_us)
                                        ELSE last_negative_us END
          WHERE id = NEW.account_id;
+        INSERT INTO spend_minutes (account_id, minute, spend_micros)
+        VALUES (NEW.account_id, NEW.at_us / 60000000, NEW.spend_micros)
+        ON CONFLICT (account_id, minute)
+        DO UPDATE SET spend_micros = spend_minutes.spend_micros + EXCLUDED.spend_micros;
     END IF;
     RETURN NULL;
 END $$;
