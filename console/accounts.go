@@ -1,7 +1,9 @@
 package console
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -15,8 +17,17 @@ type accountView struct {
 	Burn     gpuproxy.Micros
 	Windows  []windowView
 	// Rows are the limit form's rows: every window, plus blank rows to add.
-	Rows  []limitRow
-	Error string // the last submission's error, shown by its form
+	Rows   []limitRow
+	Error  string // the last submission's error, shown by its form
+	Alerts *alertView
+}
+
+// alertView is an account's budget-alert settings as shown: the webhook's
+// host only (a Slack URL's path is a credential) and never the secret.
+type alertView struct {
+	Host       string   // "" when the account has no alerts
+	Thresholds []string // "50%", "80%", …
+	Last       string   // the last delivery's status, "" without one
 }
 
 type limitRow struct{ Minutes, Limit string }
@@ -53,6 +64,11 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 			v.Windows = append(v.Windows, newWindowView(u, snap.Burn, snap.At))
 			v.Rows = append(v.Rows, limitRow{Minutes: strconv.Itoa(u.Minutes), Limit: u.Limit.String()})
 		}
+		if c.svc.Alerts != nil {
+			if v.Alerts, err = c.alertView(ctx, a.ID); err != nil {
+				return err
+			}
+		}
 		if a.Name == failed {
 			v.Error, v.Rows = gpuproxy.ErrorMessage(ferr), rows
 		}
@@ -71,6 +87,35 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 	pg.Data = d
 	c.render(q.w, q.r, status, "accounts", pg)
 	return nil
+}
+
+// alertView reads an account's alert settings and its last delivery.
+func (c *Console) alertView(ctx context.Context, accountID int64) (*alertView, error) {
+	cfg, err := c.svc.Alerts.Config(ctx, accountID)
+	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		return &alertView{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	v := &alertView{Host: "(invalid URL)"}
+	if u, err := url.Parse(cfg.WebhookURL); err == nil {
+		v.Host = u.Host
+	}
+	for _, t := range cfg.Thresholds {
+		v.Thresholds = append(v.Thresholds, t.String())
+	}
+	ds, err := c.svc.Alerts.Deliveries(ctx, accountID, "", 0, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ds) > 0 {
+		d := ds[0]
+		v.Last = d.Status
+		if d.LastStatus != 0 {
+			v.Last += " (HTTP " + strconv.Itoa(d.LastStatus) + ")"
+		}
+	}
+	return v, nil
 }
 
 // setLimits replaces an account's windows and on_exceed policy, as

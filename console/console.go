@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -26,6 +27,9 @@ type Services struct {
 	Guard  *guardrails.Service
 	Ledger *billing.Ledger
 	Fleet  *fleet.Service // nil: no instance pages
+	// Alerts, when set, shows each account's budget-alert settings on the
+	// accounts page (read-only: webhook host, thresholds, last delivery).
+	Alerts *alerts.Service
 	// RateLimiter, when set, counts console requests against the signed-in
 	// key's API rate limit, as REST and MCP calls are counted.
 	RateLimiter *auth.RateLimiter

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
@@ -211,6 +212,53 @@ func TestLimitsFormRefusesBadInput(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%v/%v: %d, want 400 saying %q", tc.mins, tc.lims, res.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestAccountsShowAlertSettings: the accounts page shows each account's
+// budget alerts — the webhook's host and thresholds, the last delivery —
+// or "no alerts", and never the webhook's path or the signing secret.
+func TestAccountsShowAlertSettings(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	ctx := context.Background()
+	const hook = "https://hooks.example.com/services/T0PATHSECRET/B0/XyZtokenpart?sig=qs"
+	_, secret, err := s.alerts.Set(ctx, s.other.ID, hook, []float64{0.5, 0.9}, false)
+	if err != nil || secret == "" {
+		t.Fatalf("set alerts: %q %v", secret, err)
+	}
+	ev := gpuproxy.AlertEvent{ID: "evt_console1", AccountID: s.other.ID, Kind: gpuproxy.AlertThresholdCrossed,
+		WindowMinutes: 60, Threshold: 500_000, Body: []byte(`{}`), At: time.Now()}
+	if ok, err := s.store.RecordAlertEvent(ctx, ev, "console-test", "", 0); err != nil || !ok {
+		t.Fatalf("record event: %v %v", ok, err)
+	}
+	c := s.signIn(s.keys["admin"])
+	st, page := s.get(c, "/console/accounts")
+	if st != 200 {
+		t.Fatalf("accounts: %d", st)
+	}
+	section := func(name string) string {
+		t.Helper()
+		_, rest, ok := strings.Cut(page, `data-account="`+name+`"`)
+		if !ok {
+			t.Fatalf("no section for %s", name)
+		}
+		sec, _, _ := strings.Cut(rest, "</section>")
+		return sec
+	}
+	other, demo := section("other"), section("demo")
+	for _, want := range []string{`data-field="webhook-host">hooks.example.com<`, `data-field="thresholds">50%, 90%<`,
+		`data-field="last-delivery">pending<`} {
+		if !strings.Contains(other, want) {
+			t.Errorf("other's section lacks %s", want)
+		}
+	}
+	if !strings.Contains(demo, "no alerts") || strings.Contains(demo, "webhook-host") {
+		t.Errorf("demo has no alerts, its section says otherwise")
+	}
+	for _, leak := range []string{"T0PATHSECRET", "XyZtokenpart", "sig=qs", secret} {
+		if strings.Contains(page, leak) {
+			t.Errorf("the page shows %q", leak)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
@@ -45,6 +46,7 @@ type stack struct {
 	guard  *guardrails.Service
 	ledger *billing.Ledger
 	fleet  *fleet.Service
+	alerts *alerts.Service
 	demo   gpuproxy.Account
 	other  gpuproxy.Account
 	keys   map[string]string // preset → a key of demo
@@ -93,7 +95,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	s.auth, s.guard, s.ledger, s.fleet = a.Auth, a.Guard, a.Ledger, a.Fleet
+	s.auth, s.guard, s.ledger, s.fleet, s.alerts = a.Auth, a.Guard, a.Ledger, a.Fleet, a.Alerts
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { s.fleet.Run(runCtx); close(done) }()

@@ -136,7 +136,7 @@ func New(ctx context.Context, c Config) (*App, error) {
 	limiter := auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
 	a.Console = console.New(console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
-		RateLimiter: limiter}, a.consoleOptions(c.Console))
+		Alerts: a.Alerts, RateLimiter: limiter}, a.consoleOptions(c.Console))
 	a.Server = server.New(a.serverServices(limiter), a.serverOptions(c))
 	return a, nil
 }
