@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -100,15 +99,7 @@ func TestSandboxAlerts(t *testing.T) {
 			strings.NewReader(""), stdout, stderr)
 	}()
 	base := waitListening(t, stdout, done)
-	var admin, api string
-	for deadline := time.Now().Add(5 * time.Second); api == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
-			admin, api = m[1], m[2]
-		}
-	}
-	if api == "" {
-		t.Fatalf("no keys printed: %s", stdout.String())
-	}
+	admin, api := sandboxKeys(t, stdout)
 	c := client{t: t, base: base}
 	st, cfg := c.call("PUT", "/api/v1/accounts/demo/alerts", admin, `{"webhook_url":"`+rcv.URL+`/hook","thresholds":[0.5]}`)
 	if st != 200 {

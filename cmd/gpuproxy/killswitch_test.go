@@ -6,8 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,17 +29,7 @@ func TestSandboxKillSwitch(t *testing.T) {
 			// No rate limit: the test polls its instance closely.
 			env := map[string]string{"GPUPROXY_METERING_INTERVAL": "1s", "GPUPROXY_HORIZON": "10s", "GPUPROXY_LOG_LEVEL": "warn",
 				"GPUPROXY_RATE_LIMIT": "0"}
-			switch k {
-			case dbtest.SQLite:
-				env["DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "sb.db")
-			case dbtest.Postgres:
-				u, schema := dbtest.PostgresSchema(t)
-				sep := "?"
-				if strings.Contains(u, "?") {
-					sep = "&"
-				}
-				env["DATABASE_URL"] = u + sep + "search_path=" + schema
-			}
+			env["DATABASE_URL"] = testDatabaseURL(t, k, "sb.db")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			stdout, stderr := &syncBuffer{}, &syncBuffer{}
@@ -50,15 +38,7 @@ func TestSandboxKillSwitch(t *testing.T) {
 				done <- run(ctx, []string{"serve", "--sandbox", "--listen", "127.0.0.1:0"}, envFunc(env), strings.NewReader(""), stdout, stderr)
 			}()
 			base := waitListening(t, stdout, done)
-			var admin, api string
-			for deadline := time.Now().Add(5 * time.Second); api == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
-					admin, api = m[1], m[2]
-				}
-			}
-			if api == "" {
-				t.Fatalf("no keys printed: %s", stdout.String())
-			}
+			admin, api := sandboxKeys(t, stdout)
 			c := client{t: t, base: base}
 
 			// The dearest vast.ai offer up to $10/hour: a micro-dollar is then

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -38,23 +39,42 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
+// testDatabaseURL is a fresh database for the binary under test: a SQLite
+// file named name in a temp folder, or a schema of its own on the test
+// Postgres (search_path in the URL).
+func testDatabaseURL(t *testing.T, k dbtest.Kind, name string) string {
+	t.Helper()
+	if k == dbtest.SQLite {
+		return "sqlite:" + filepath.Join(t.TempDir(), name)
+	}
+	u, schema := dbtest.PostgresSchema(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + "search_path=" + schema
+}
+
+// sandboxKeys waits (at most 5s) for the admin and API keys serve --sandbox
+// prints on stdout.
+func sandboxKeys(t *testing.T, stdout fmt.Stringer) (admin, api string) {
+	t.Helper()
+	re := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)`)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(stdout.String()); m != nil {
+			return m[1], m[2]
+		}
+	}
+	t.Fatalf("no keys printed: %s", stdout)
+	return "", ""
+}
+
 // TestServeEndToEnd runs the whole binary in-process on each store: CLI set
 // up, serve, real HTTP calls, graceful shutdown.
 func TestServeEndToEnd(t *testing.T) {
 	for _, k := range dbtest.Kinds {
 		t.Run(string(k), func(t *testing.T) {
-			env := map[string]string{}
-			switch k {
-			case dbtest.SQLite:
-				env["DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "e2e.db")
-			case dbtest.Postgres:
-				u, schema := dbtest.PostgresSchema(t)
-				sep := "?"
-				if strings.Contains(u, "?") {
-					sep = "&"
-				}
-				env["DATABASE_URL"] = u + sep + "search_path=" + schema
-			}
+			env := map[string]string{"DATABASE_URL": testDatabaseURL(t, k, "e2e.db")}
 			cli(t, env, "migrate")
 			cli(t, env, "accounts", "create", "acme")
 			key := lastLine(cli(t, env, "keys", "create", "--account", "acme", "--preset", "engineer"))

@@ -95,17 +95,9 @@ func TestSimSharedByReplicas(t *testing.T) {
 			for name, v := range sim.env {
 				env[name] = v
 			}
+			env["DATABASE_URL"] = testDatabaseURL(t, k, "sim.db")
 			replicas := 1
-			switch k {
-			case dbtest.SQLite:
-				env["DATABASE_URL"] = "sqlite:" + filepath.Join(t.TempDir(), "sim.db")
-			case dbtest.Postgres:
-				u, schema := dbtest.PostgresSchema(t)
-				sep := "?"
-				if strings.Contains(u, "?") {
-					sep = "&"
-				}
-				env["DATABASE_URL"] = u + sep + "search_path=" + schema
+			if k == dbtest.Postgres {
 				replicas = 3
 			}
 			cli(t, env, "accounts", "create", "acme")
