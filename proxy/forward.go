@@ -26,7 +26,29 @@ const smallBody = 64 << 10
 // maxPathLen bounds the path kept in a usage record.
 const maxPathLen = 512
 
+// bufPool holds the copy buffers of response bodies. A stream takes one
+// only while it has bytes to move (see copyBody), so a parked stream holds
+// none.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// pooledHeld counts the pooled buffers taken and not given back: copy
+// buffers and the upstream connections' head buffers (for tests).
+var pooledHeld atomic.Int64
+
+func getBuf() *[]byte {
+	pooledHeld.Add(1)
+	return bufPool.Get().(*[]byte)
+}
+
+func putBuf(b *[]byte) {
+	pooledHeld.Add(-1)
+	bufPool.Put(b)
+}
+
+// firstRead is the size of the buffer of its own a body that cannot wait
+// for its bytes without one (http.Transport's) reads into; a read that
+// fills it is followed by reads into a pooled buffer while they fill it.
+const firstRead = 1 << 10
 
 // countingBody bounds and counts a request body on its way upstream. The
 // transport may read it from its own goroutine, hence the atomics.
@@ -232,35 +254,62 @@ var errClientGone = errors.New("client went away")
 var errResponseTooLarge = errors.New("response body over the limit")
 
 // copyBody streams the response body to the caller, flushing every piece
-// when the response is a stream.
+// when the response is a stream. The lean client's bodies wait for their
+// next bytes without a buffer (ready), so a pooled buffer is taken only
+// to move bytes that are there; other bodies read into a small buffer of
+// their own first and switch to a pooled one while reads fill it.
 func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
+	rb, _ := body.(interface{ ready() })
 	var f http.Flusher
 	if flush {
 		f, _ = w.(http.Flusher)
 	}
+	var small []byte
 	var written int64
+	full := false // the last read filled its buffer: more is likely there
 	for {
+		var bp *[]byte
+		var buf []byte
+		switch {
+		case rb != nil:
+			rb.ready()
+			bp = getBuf()
+			buf = *bp
+		case full:
+			bp = getBuf()
+			buf = *bp
+		default:
+			if small == nil {
+				small = make([]byte, firstRead)
+			}
+			buf = small
+		}
 		n, rerr := body.Read(buf)
+		full = n == len(buf)
+		var werr error
 		if n > 0 {
 			if written+int64(n) > p.opts.MaxResponseBody {
-				return written, errResponseTooLarge
-			}
-			m, werr := w.Write(buf[:n])
-			written += int64(m)
-			if werr != nil {
-				return written, errClientGone
-			}
-			if f != nil {
-				f.Flush()
+				werr = errResponseTooLarge
+			} else {
+				var m int
+				m, werr = w.Write(buf[:n])
+				written += int64(m)
+				if werr != nil {
+					werr = errClientGone
+				} else if f != nil {
+					f.Flush()
+				}
 			}
 		}
-		if rerr == io.EOF {
+		if bp != nil {
+			putBuf(bp)
+		}
+		switch {
+		case werr != nil:
+			return written, werr
+		case rerr == io.EOF:
 			return written, nil
-		}
-		if rerr != nil {
+		case rerr != nil:
 			return written, rerr
 		}
 	}

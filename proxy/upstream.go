@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"strconv"
 	"strings"
@@ -38,15 +39,93 @@ type upstreamClient struct {
 }
 
 // upstreamConn is a keep-alive connection to an instance, in the pool
-// while idle.
+// while idle. Its buffers come from pools and are held only while a
+// request head is written (bw) and a response head, or a body that came
+// with it, is read (br): an idle connection, or one carrying a long
+// stream, holds none.
 type upstreamConn struct {
 	c      net.Conn
-	br     *bufio.Reader
-	bw     *bufio.Writer
+	raw    *rawReader    // reads and waits without a buffer (nil: not a file descriptor)
+	br     *bufio.Reader // nil when no head is being read
+	bw     *bufio.Writer // nil when no head is being written
 	addr   string
 	idleAt time.Time
 	rdl    h1.Deadline // read deadline in force
 	wdl    h1.Deadline // write deadline in force
+}
+
+// headReaders and headWriters are the buffers of request and response
+// heads in flight (and of bodies that arrive with their heads).
+var (
+	headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+	headWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 8<<10) }}
+)
+
+// reader returns the connection's head reader, taking one from the pool.
+func (pc *upstreamConn) reader() *bufio.Reader {
+	if pc.br == nil {
+		pc.br = headReaders.Get().(*bufio.Reader)
+		pc.br.Reset(pc.c)
+		pooledHeld.Add(1)
+	}
+	return pc.br
+}
+
+// releaseReader puts the head reader back; what it buffered is dropped.
+func (pc *upstreamConn) releaseReader() {
+	if pc.br != nil {
+		pc.br.Reset(nil)
+		headReaders.Put(pc.br)
+		pc.br = nil
+		pooledHeld.Add(-1)
+	}
+}
+
+func (pc *upstreamConn) writer() *bufio.Writer {
+	if pc.bw == nil {
+		pc.bw = headWriters.Get().(*bufio.Writer)
+		pc.bw.Reset(pc.c)
+		pooledHeld.Add(1)
+	}
+	return pc.bw
+}
+
+func (pc *upstreamConn) releaseWriter() {
+	if pc.bw != nil {
+		pc.bw.Reset(nil)
+		headWriters.Put(pc.bw)
+		pc.bw = nil
+		pooledHeld.Add(-1)
+	}
+}
+
+// close closes the connection and gives its buffers back.
+func (pc *upstreamConn) close() {
+	_ = pc.c.Close()
+	pc.releaseReader()
+	pc.releaseWriter()
+}
+
+// buffered reports how many bytes read from the connection wait in its
+// head reader.
+func (pc *upstreamConn) buffered() int {
+	if pc.br == nil {
+		return 0
+	}
+	return pc.br.Buffered()
+}
+
+// waitData waits until the connection has something to read (or its
+// read deadline passes), then reads the first byte into the head reader:
+// while nothing comes, no buffer is held.
+func (pc *upstreamConn) waitData() error {
+	if pc.raw != nil && pc.buffered() == 0 {
+		if err := pc.raw.waitReadable(); err != nil {
+			return err
+		}
+	}
+	_, err := pc.reader().Peek(1)
+	return err
 }
 
 // cancelPoll is how often an exchange waiting for its answer checks its
@@ -80,7 +159,7 @@ func (uc *upstreamClient) get(ctx context.Context, x *exchange) (*upstreamConn, 
 			_ = pc.rdl.Clear() // an expired deadline would fail the probe
 		}
 		if idle > uc.idleTimeout || (idle > probeAfter && !alive(pc.c)) {
-			_ = pc.c.Close()
+			pc.close()
 			continue
 		}
 		return pc, true, nil
@@ -89,12 +168,14 @@ func (uc *upstreamClient) get(ctx context.Context, x *exchange) (*upstreamConn, 
 	if err != nil {
 		return nil, false, err
 	}
-	return &upstreamConn{c: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 8<<10), addr: addr,
+	return &upstreamConn{c: c, raw: newRawReader(c), addr: addr,
 		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}, false, nil
 }
 
 func (uc *upstreamClient) put(pc *upstreamConn) {
 	pc.idleAt = time.Now()
+	pc.releaseReader()
+	pc.releaseWriter()
 	uc.mu.Lock()
 	if uc.closed || len(uc.idle[pc.addr]) >= uc.maxIdle {
 		uc.mu.Unlock()
@@ -160,7 +241,7 @@ func (uc *upstreamClient) roundTrip(ctx context.Context, x *exchange) (*http.Res
 		if err == nil {
 			return resp, nil
 		}
-		_ = pc.c.Close()
+		pc.close()
 		if reused && attempt == 0 && ctx.Err() == nil &&
 			(!wrote || idempotent(x.method)) && (errors.Is(err, errUpstreamClosed) || !wrote) {
 			continue
@@ -188,8 +269,11 @@ func (uc *upstreamClient) exchange(ctx context.Context, pc *upstreamConn, x *exc
 	if err := pc.wdl.Set(deadline, time.Second); err != nil {
 		return fail(false, err)
 	}
-	writeRequest(pc.bw, x)
-	if err := pc.bw.Flush(); err != nil {
+	bw := pc.writer()
+	writeRequest(bw, x)
+	err := bw.Flush()
+	pc.releaseWriter()
+	if err != nil {
 		return fail(false, err)
 	}
 	req := &http.Request{Method: x.method}
@@ -206,12 +290,11 @@ func (uc *upstreamClient) exchange(ctx context.Context, pc *upstreamConn, x *exc
 		}
 		// The head is bounded by the header deadline (no need when it is
 		// all in already, as it is for most answers).
-		if !headBuffered(pc.br) {
+		if !headBuffered(pc.reader()) {
 			if err := pc.rdl.Set(deadline, 0); err != nil {
 				return fail(true, err)
 			}
 		}
-		var err error
 		resp, err = http.ReadResponse(pc.br, req)
 		if err != nil {
 			return fail(true, err)
@@ -228,20 +311,23 @@ func (uc *upstreamClient) exchange(ctx context.Context, pc *upstreamConn, x *exc
 	if ctx.Err() != nil {
 		return fail(true, ctx.Err())
 	}
-	// Headers are in. A body already in the buffer is read without I/O;
-	// otherwise from here only the caller's context bounds it (a stream
-	// may run long): no deadline, and a cancelled context unblocks the
-	// read by setting one in the past.
-	var stop func() bool
+	// Headers are in. A body already in the buffer is read without I/O
+	// (and its buffer given back at its end); otherwise from here only the
+	// caller's context bounds it (a stream may run long): no deadline, and
+	// a cancelled context unblocks the read by setting one in the past.
+	// Such a body is read from the connection itself once what the head
+	// reader holds is used up, and the head reader goes back to its pool.
+	ub := &upstreamBody{uc: uc, pc: pc, body: resp.Body, reuse: !resp.Close}
 	if resp.ContentLength < 0 || int64(pc.br.Buffered()) < resp.ContentLength {
 		pc.rdl.Forget()
 		pc.wdl.Forget()
 		if err := pc.c.SetDeadline(time.Time{}); err != nil {
 			return fail(true, err)
 		}
-		stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(h1.Past) })
+		ub.stop = context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(h1.Past) })
+		ub.streamed(resp)
 	}
-	resp.Body = &upstreamBody{uc: uc, pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	resp.Body = ub
 	return resp, true, nil
 }
 
@@ -256,7 +342,7 @@ func (uc *upstreamClient) awaitAnswer(ctx context.Context, pc *upstreamConn, dea
 		if err := pc.rdl.Set(next, cancelPoll/2); err != nil {
 			return err
 		}
-		_, err := pc.br.Peek(1)
+		err := pc.waitData()
 		if err == nil || !isDeadline(err) || !time.Now().Before(deadline) {
 			return err
 		}
@@ -274,26 +360,111 @@ func headBuffered(br *bufio.Reader) bool {
 
 // upstreamBody is a response body; it returns its connection to the pool
 // once read to the end, and closes it otherwise.
+//
+// A body that came whole with its head is read from the head reader. A
+// streamed one (chunked, longer than what came with the head, or up to
+// the close) is read through src, from the connection itself once the
+// head reader's bytes are used up; ready waits for its next bytes holding
+// no buffer, so a parked stream holds only this struct, a small chunk
+// reader and its goroutine.
 type upstreamBody struct {
 	uc    *upstreamClient
 	pc    *upstreamConn
-	body  io.ReadCloser
+	body  io.Reader
 	stop  func() bool
 	reuse bool
 	done  bool
+
+	src     *streamSource // a streamed body's bytes, nil when it came whole
+	chunks  *bufio.Reader // a chunked body's framing (small), over src
+	chunked bool
+	length  int64 // bytes left of a streamed body with a length, -1 if none
+}
+
+// chunkFraming is the buffer of a streamed chunked body's framing: chunk
+// sizes and line ends (data larger than it is read past it).
+const chunkFraming = 128
+
+// streamed switches resp's body to reading from src.
+func (b *upstreamBody) streamed(resp *http.Response) {
+	b.src = &streamSource{pc: b.pc}
+	b.length = -1
+	switch {
+	case len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked":
+		b.chunked = true
+		b.chunks = bufio.NewReaderSize(b.src, chunkFraming)
+		b.body = httputil.NewChunkedReader(b.chunks)
+	case resp.ContentLength >= 0:
+		b.length = resp.ContentLength
+		b.body = nil
+	default:
+		b.reuse = false // read to the close
+		b.body = nil
+	}
+}
+
+// ready waits until the body has bytes to read, holding no buffer while
+// it waits: see streamSource.fill.
+func (b *upstreamBody) ready() {
+	if b.src != nil && !b.done && (b.chunks == nil || b.chunks.Buffered() == 0) {
+		b.src.fill()
+	}
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
-	n, err := b.body.Read(p)
+	n, err := b.read(p)
 	if err == io.EOF {
-		b.release(true)
+		b.release(b.clean())
 	} else if err != nil {
 		b.release(false)
 	}
 	return n, err
+}
+
+func (b *upstreamBody) read(p []byte) (int, error) {
+	switch {
+	case b.body != nil:
+		return b.body.Read(p)
+	case b.length == 0:
+		return 0, io.EOF
+	case b.length > 0:
+		if int64(len(p)) > b.length {
+			p = p[:b.length]
+		}
+		n, err := b.src.Read(p)
+		b.length -= int64(n)
+		if err == io.EOF && b.length > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil && b.length == 0 {
+			err = io.EOF
+		}
+		return n, err
+	}
+	return b.src.Read(p) // to the close
+}
+
+// clean reports, at the end of the body, whether the connection is at
+// the start of the next answer (nothing past the body read or pending), so
+// it can be reused. A chunked body must end with the blank line after its
+// last chunk (a trailer is not parsed: the connection is closed).
+func (b *upstreamBody) clean() bool {
+	if b.src == nil {
+		return b.pc.buffered() == 0
+	}
+	if b.chunked {
+		if end, err := b.chunks.Peek(2); err != nil || string(end) != "\r\n" {
+			return false
+		}
+		_, _ = b.chunks.Discard(2)
+		if b.chunks.Buffered() > 0 {
+			return false
+		}
+	}
+	return b.src.buffered() == 0
 }
 
 func (b *upstreamBody) Close() error {
@@ -305,13 +476,79 @@ func (b *upstreamBody) Close() error {
 
 func (b *upstreamBody) release(eof bool) {
 	b.done = true
+	if b.src != nil {
+		b.src.drop()
+	}
 	// stop reports false once the cancel hook ran (or is running): its
 	// deadline may poison the connection, so it is not reused.
 	if (b.stop == nil || b.stop()) && eof && b.reuse {
 		b.uc.put(b.pc)
 		return
 	}
-	_ = b.pc.c.Close()
+	b.pc.close()
+}
+
+// streamSource is where a streamed body's bytes come from: first what the
+// head reader holds past the head (the head reader then goes back to its
+// pool), then bytes fill read with a pooled buffer, then the connection.
+type streamSource struct {
+	pc   *upstreamConn
+	pend *[]byte // pooled, holding pend[off:end] not yet read
+	off  int
+	end  int
+	err  error // what fill met, returned once pend is used up
+}
+
+// fill waits, when nothing is buffered, until the connection has bytes,
+// and reads them into a pooled buffer taken only once they are there
+// (rawReader.readPooled). Without a file descriptor it does nothing:
+// Read then waits in the connection's Read.
+func (s *streamSource) fill() {
+	if s.pend != nil || s.err != nil || s.pc.buffered() > 0 || s.pc.raw == nil {
+		return
+	}
+	s.pc.releaseReader()
+	bp, n, err := s.pc.raw.readPooled()
+	switch {
+	case err != nil:
+		s.err = err
+	case n == 0:
+		s.err = io.EOF
+	default:
+		s.pend, s.off, s.end = bp, 0, n
+	}
+}
+
+func (s *streamSource) Read(p []byte) (int, error) {
+	if br := s.pc.br; br != nil {
+		if br.Buffered() > 0 {
+			return br.Read(p) // only copies: the bytes are buffered
+		}
+		s.pc.releaseReader()
+	}
+	if s.pend != nil {
+		n := copy(p, (*s.pend)[s.off:s.end])
+		if s.off += n; s.off == s.end {
+			s.drop()
+		}
+		return n, nil
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.pc.c.Read(p)
+}
+
+// buffered reports how many bytes were read from the connection and not
+// yet from s.
+func (s *streamSource) buffered() int { return s.pc.buffered() + s.end - s.off }
+
+// drop gives back the pooled buffer (its unread bytes are dropped).
+func (s *streamSource) drop() {
+	if s.pend != nil {
+		putBuf(s.pend)
+		s.pend, s.off, s.end = nil, 0, 0
+	}
 }
 
 // writeRequest writes the request head and body to w: one buffered write,

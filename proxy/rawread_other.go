@@ -1,0 +1,15 @@
+//go:build !unix
+
+package proxy
+
+import "net"
+
+// rawReader is unix-only; elsewhere stream bodies are read from the
+// connection with a buffer held during the read.
+type rawReader struct{}
+
+func newRawReader(net.Conn) *rawReader { return nil }
+
+func (r *rawReader) readPooled() (*[]byte, int, error) { panic("unreachable") }
+
+func (r *rawReader) waitReadable() error { panic("unreachable") }

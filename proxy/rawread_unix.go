@@ -1,0 +1,72 @@
+//go:build unix
+
+package proxy
+
+import (
+	"net"
+	"syscall"
+)
+
+// rawReader reads a connection through its file descriptor so that a
+// buffer is taken from bufPool only once data is there: while the
+// connection has nothing to read (a parked stream), the goroutine waits in
+// the poller and holds no buffer.
+type rawReader struct{ rc syscall.RawConn }
+
+func newRawReader(c net.Conn) *rawReader {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &rawReader{rc: rc}
+}
+
+// readPooled waits until the connection is readable, then reads into a
+// pooled buffer; n is 0 at end of stream. The caller owns bp (when not
+// nil) and puts it back. A deadline or a closed connection ends the wait
+// with the error net.Conn.Read would return.
+func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
+	var rerr error
+	err = r.rc.Read(func(fd uintptr) bool {
+		bp = getBuf()
+		for {
+			n, rerr = syscall.Read(int(fd), *bp)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK {
+			putBuf(bp)
+			bp = nil
+			return false // wait for readability, holding nothing
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil || n <= 0 {
+		if bp != nil {
+			putBuf(bp)
+			bp = nil
+		}
+		if n < 0 {
+			n = 0
+		}
+	}
+	return bp, n, err
+}
+
+// waitReadable waits, holding no buffer, until the connection has data,
+// an end of stream or an error to read (or its read deadline passes).
+func (r *rawReader) waitReadable() error {
+	var b [1]byte
+	return r.rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+	})
+}
