@@ -7,3 +7,19 @@ func Breakers(p *Proxy) int { return p.breakers.len() }
 
 // Sweep runs p's periodic sweep once, as if at now.
 func Sweep(p *Proxy, now time.Time) { p.sweepOnce(now) }
+
+// SetUsageRetry sets how p's usage writer retries a batch the store
+// refused: the first wait, the longest, and when it gives the batch up.
+func SetUsageRetry(p *Proxy, first, longest, giveUp time.Duration) {
+	p.usage.mu.Lock()
+	defer p.usage.mu.Unlock()
+	p.usage.retry = retryPolicy{first: first, max: longest, giveUp: giveUp}
+}
+
+// UsageWaiting returns how many finishing requests wait for room in p's
+// usage queue.
+func UsageWaiting(p *Proxy) int {
+	p.usage.mu.Lock()
+	defer p.usage.mu.Unlock()
+	return p.usage.waiting
+}

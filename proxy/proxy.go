@@ -39,8 +39,9 @@ type Metrics interface {
 	// ProxyBreakerRemoved records that an instance's breaker was
 	// forgotten (nobody called the instance for a while): its series go.
 	ProxyBreakerRemoved(instanceID string)
-	// ProxyUsageDropped counts usage records lost (queue full, or the
-	// store failing for longer than the retry buffer lasts).
+	// ProxyUsageDropped counts usage records lost: the store refused
+	// them past the retries, or closing ran out of time (each is also
+	// logged with its request id).
 	ProxyUsageDropped(n int)
 }
 
@@ -98,8 +99,9 @@ type Options struct {
 	// trial request (default 15s).
 	BreakerFailures int
 	BreakerOpen     time.Duration
-	// UsageBuffer is the usage queue length (default 8192): records past
-	// it are dropped and counted rather than slowing requests.
+	// UsageBuffer bounds the usage queue (default 8192): when the store
+	// falls that far behind, a finishing request waits for room rather
+	// than its record being dropped.
 	UsageBuffer int
 	// UsageBatch is the most records one insert writes (default 256).
 	UsageBatch int
@@ -224,8 +226,10 @@ func (p *Proxy) Mount(r httpapi.Registrar) {
 }
 
 // Close stops the background work and writes every queued usage record,
-// waiting at most until ctx ends. Call it after the HTTP server has shut
-// down; records of requests still running are dropped.
+// retrying refused batches until ctx ends; what is still unwritten then
+// is logged, each record with its request id, and counted as lost. Call
+// it after the HTTP server has shut down; a request still running writes
+// its record itself when it finishes.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() { close(p.stopSweep) })
 	err := p.usage.close(ctx)

@@ -26,56 +26,109 @@ type UsageStore interface {
 	UsageTotals(ctx context.Context, f UsageFilter) (UsageTotals, error)
 }
 
-// recorder queues usage records without blocking the request and writes
-// them in batches from one goroutine. Records go into a mutex-guarded
-// buffer (no goroutine hand-off per request); the flusher is woken when a
-// batch is full, on a tick, and at close.
+// Retrying a batch the store refused: the first wait, the longest, and
+// how long a batch keeps failing before its records are given up.
+const (
+	usageRetryFirst  = 100 * time.Millisecond
+	usageRetryMax    = 5 * time.Second
+	usageRetryGiveUp = time.Minute
+)
+
+// usageWriteTimeout bounds one insert.
+const usageWriteTimeout = 10 * time.Second
+
+// retryPolicy is how the recorder retries a refused batch.
+type retryPolicy struct {
+	first, max, giveUp time.Duration
+}
+
+// recorder queues usage records and writes them in batches from one
+// goroutine. Records go into a mutex-guarded buffer (no goroutine hand-off
+// per request); the writer is woken when a batch is full, on a tick, and
+// at close.
+//
+// No record is dropped. When the store falls behind, the queue grows to
+// maxBuf records and then record blocks its caller (the request that
+// finishes) until the writer has made room: backpressure rather than loss.
+// A batch the store refuses is retried with backoff. Only a batch that
+// keeps failing for retry.giveUp, or what is still unwritten when close
+// runs out of time, is given up: each of its records is logged at Error
+// with its request id and counted (Metrics.ProxyUsageDropped).
 type recorder struct {
 	store    UsageStore
 	metrics  Metrics
 	log      *slog.Logger
 	batch    int
 	maxBuf   int
+	kickAt   int // the buffer length that wakes the writer
 	interval time.Duration
-	maxKeep  int
 
-	mu     sync.Mutex
-	buf    []Usage
-	closed bool
+	mu      sync.Mutex
+	room    sync.Cond // broadcast when records are written or given up, and at close
+	buf     []Usage
+	queued  int // accepted and neither written nor given up: buf and the writer's
+	waiting int // callers blocked in record
+	closed  bool
+	retry   retryPolicy
 
 	kick    chan struct{}
 	closing chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// abort ends when close runs out of time: the writer's inserts are
+	// cancelled and what is left is given up.
+	abort     context.Context
+	stopWrite context.CancelFunc
+	done      chan struct{}
+	once      sync.Once
 }
 
 func newRecorder(store UsageStore, o Options) *recorder {
-	r := &recorder{store: store, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch,
-		maxBuf: o.UsageBuffer, interval: o.UsageFlushInterval, maxKeep: 8 * o.UsageBatch,
-		buf: make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{}),
+	r := &recorder{store: store, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch, maxBuf: o.UsageBuffer,
+		kickAt: min(o.UsageBatch, o.UsageBuffer), interval: o.UsageFlushInterval,
+		retry: retryPolicy{first: usageRetryFirst, max: usageRetryMax, giveUp: usageRetryGiveUp},
+		buf:   make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{}),
 		done: make(chan struct{})}
+	r.room.L = &r.mu
+	r.abort, r.stopWrite = context.WithCancel(context.Background())
 	go r.run()
 	return r
 }
 
-// record queues u; when the buffer is full (the store is slower than the
-// traffic) the record is dropped and counted rather than slowing the
-// request.
+// record queues u. When maxBuf records are already queued (the store is
+// slower than the traffic, or failing) it waits until the writer has made
+// room. After close, u is written at once.
 func (r *recorder) record(u Usage) {
 	r.mu.Lock()
-	if r.closed || len(r.buf) >= r.maxBuf {
+	for r.queued >= r.maxBuf && !r.closed {
+		r.waiting++
+		r.room.Wait()
+		r.waiting--
+	}
+	if r.closed {
 		r.mu.Unlock()
-		r.dropped(1)
+		r.writeLate(u)
 		return
 	}
 	r.buf = append(r.buf, u)
+	r.queued++
 	n := len(r.buf)
 	r.mu.Unlock()
-	if n == r.batch {
+	if n == r.kickAt {
 		select {
 		case r.kick <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// writeLate writes a record that finished after close (a request still
+// running when the proxy was closed): one attempt, given up if it fails or
+// if close has already run out of time.
+func (r *recorder) writeLate(u Usage) {
+	ctx, cancel := context.WithTimeout(r.abort, usageWriteTimeout)
+	defer cancel()
+	recs := []Usage{u}
+	if err := r.store.InsertUsage(ctx, recs); err != nil {
+		r.lost(recs, "finished after the proxy was closed", err)
 	}
 }
 
@@ -88,18 +141,38 @@ func (r *recorder) take() []Usage {
 	return out
 }
 
-func (r *recorder) dropped(n int) {
-	if r.metrics != nil && n > 0 {
-		r.metrics.ProxyUsageDropped(n)
+// release frees n places in the queue once their records are written or
+// given up, waking the callers waiting for room.
+func (r *recorder) release(n int) {
+	r.mu.Lock()
+	r.queued -= n
+	if r.waiting > 0 {
+		r.room.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// lost gives records up: one Error line each, with its request id, and the
+// metric counts them.
+func (r *recorder) lost(recs []Usage, why string, err error) {
+	for _, u := range recs {
+		r.log.Error("proxy usage record lost", "request_id", u.RequestID, "account_id", u.AccountID,
+			"instance_id", u.InstanceID, "status", u.Status, "cost_micros", int64(u.Cost), "reason", why, "err", err)
+	}
+	if r.metrics != nil && len(recs) > 0 {
+		r.metrics.ProxyUsageDropped(len(recs))
 	}
 }
 
-// close stops accepting records, writes every queued one and returns when
-// done or when ctx ends.
+// close stops accepting records and writes every queued one, retrying
+// refused batches, and returns when done. When ctx ends first, the
+// writer's inserts are cancelled and what is left is given up (logged
+// and counted); close returns once that is done.
 func (r *recorder) close(ctx context.Context) error {
 	r.once.Do(func() {
 		r.mu.Lock()
 		r.closed = true
+		r.room.Broadcast()
 		r.mu.Unlock()
 		close(r.closing)
 	})
@@ -107,15 +180,16 @@ func (r *recorder) close(ctx context.Context) error {
 	case <-r.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("flushing proxy usage: %w", ctx.Err())
 	}
+	r.stopWrite()
+	<-r.done // the store's inserts honour the cancelled context
+	return fmt.Errorf("flushing proxy usage: %w", ctx.Err())
 }
 
 func (r *recorder) run() {
 	defer close(r.done)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
-	var pending []Usage // kept after a failed write, at most maxKeep
 	for {
 		closing := false
 		select {
@@ -124,46 +198,65 @@ func (r *recorder) run() {
 		case <-r.closing:
 			closing = true
 		}
-		if got := r.take(); len(got) > 0 {
-			if len(pending) == 0 {
-				pending = got
-			} else {
-				pending = append(pending, got...)
-			}
+		// After close no record is queued any more: this take gets the
+		// last of them.
+		r.write(r.take())
+		if closing {
+			return
 		}
-		if len(pending) > 0 {
-			pending = r.flush(pending)
-		}
-		if !closing {
-			continue
-		}
-		if len(pending) > 0 {
-			r.dropped(len(pending))
-			r.log.Error("proxy usage records lost at shutdown", "records", len(pending))
-		}
-		return
 	}
 }
 
-// flush writes pending in batches and charges their cost. On a store
-// failure the records are kept for the next tick, up to maxKeep (the
-// oldest are dropped past that); it returns what is still pending.
-func (r *recorder) flush(pending []Usage) []Usage {
-	for len(pending) > 0 {
-		n := min(len(pending), r.batch)
-		part := pending[:n]
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := r.store.InsertUsage(ctx, part)
-		cancel()
-		if err != nil {
-			r.log.Error("writing proxy usage records; will retry", "records", len(pending), "err", err)
-			if over := len(pending) - r.maxKeep; over > 0 {
-				r.dropped(over)
-				pending = append(pending[:0], pending[over:]...)
-			}
-			return pending
-		}
-		pending = pending[n:]
+// write writes recs in batches of at most r.batch, each retried until
+// written or given up, freeing their places in the queue as it goes.
+func (r *recorder) write(recs []Usage) {
+	for len(recs) > 0 {
+		n := min(len(recs), r.batch)
+		r.writeBatch(recs[:n])
+		recs = recs[n:]
+		r.release(n)
 	}
-	return pending[:0]
+}
+
+// writeBatch inserts b, retrying with backoff while the store refuses it.
+// It gives b up when the store has refused it for retry.giveUp, or when
+// close has run out of time.
+func (r *recorder) writeBatch(b []Usage) {
+	r.mu.Lock()
+	policy := r.retry
+	r.mu.Unlock()
+	wait := policy.first
+	var failingSince time.Time
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(r.abort, usageWriteTimeout)
+		err := r.store.InsertUsage(ctx, b)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				r.log.Info("proxy usage records written after retrying", "records", len(b), "attempts", attempt)
+			}
+			return
+		}
+		if r.abort.Err() != nil {
+			r.lost(b, "closing the proxy ran out of time", err)
+			return
+		}
+		now := time.Now()
+		if failingSince.IsZero() {
+			failingSince = now
+		}
+		if now.Sub(failingSince) >= policy.giveUp {
+			r.lost(b, "the store refused the records for "+policy.giveUp.String(), err)
+			return
+		}
+		r.log.Warn("writing proxy usage records; will retry", "records", len(b), "attempt", attempt,
+			"retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-r.abort.Done():
+			r.lost(b, "closing the proxy ran out of time", err)
+			return
+		}
+		wait = min(2*wait, policy.max)
+	}
 }

@@ -112,8 +112,9 @@ func TestUsageBatchedAndFlushedOnClose(t *testing.T) {
 	}
 }
 
-// TestUsageStoreFailureRetries: a failing store does not slow requests;
-// records are kept and written once it recovers.
+// TestUsageStoreFailureRetries: a failing store does not slow requests
+// while the queue has room; records are kept and written once it
+// recovers.
 func TestUsageStoreFailureRetries(t *testing.T) {
 	t.Parallel()
 	st := &usageStore{}
@@ -135,36 +136,46 @@ func TestUsageStoreFailureRetries(t *testing.T) {
 	}
 }
 
-// TestUsageQueueFullDrops: with the store stuck, the queue fills and
-// further records are dropped and counted; requests are not held up.
-func TestUsageQueueFullDrops(t *testing.T) {
+// TestUsageQueueFullWaits: with the store stuck, the queue fills to
+// UsageBuffer and further requests wait in their finish for room; none
+// is dropped, and once the store moves every record is written.
+func TestUsageQueueFullWaits(t *testing.T) {
 	t.Parallel()
 	st := &usageStore{block: make(chan struct{})}
 	p, url, m := recorderProxy(t, st, proxy.Options{UsageBuffer: 4, UsageBatch: 1})
-	start := time.Now()
-	for range 20 {
-		if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
-			t.Fatal(err)
-		}
+	const n = 20
+	var finished atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
+				t.Error(err)
+			}
+			finished.Add(1)
+		})
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("requests slowed to %v by a stuck store", d)
-	}
+	// Four records are unwritten (one in the stuck insert, three
+	// queued): the other calls wait.
+	poll.Until(t, 10*time.Second, "four calls return and the rest wait", func() bool {
+		return proxy.UsageWaiting(p) == n-4 && finished.Load() == 4
+	})
 	close(st.block)
+	wg.Wait()
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := int64(st.count()) + m.dropped.Load(); got != 20 || m.dropped.Load() == 0 {
-		t.Fatalf("written %d + dropped %d, want 20 with some dropped", st.count(), m.dropped.Load())
+	if st.count() != n || m.dropped.Load() != 0 {
+		t.Fatalf("written %d, dropped %d; want %d, 0", st.count(), m.dropped.Load(), n)
 	}
 }
 
-// TestCloseBoundedByContext: Close gives up when its context ends.
+// TestCloseBoundedByContext: Close gives up when its context ends, and
+// counts the record it could not write as lost.
 func TestCloseBoundedByContext(t *testing.T) {
 	t.Parallel()
 	st := &usageStore{block: make(chan struct{})}
 	defer close(st.block)
-	p, url, _ := recorderProxy(t, st, proxy.Options{})
+	p, url, m := recorderProxy(t, st, proxy.Options{})
 	if _, _, _, err := p.Call(context.Background(), invoker(1), url+"/v1/models", "GET", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +183,10 @@ func TestCloseBoundedByContext(t *testing.T) {
 	defer cancel()
 	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("close: %v", err)
+	}
+	// The record it could not write is given up, and counted.
+	if st.count() != 0 || m.dropped.Load() != 1 {
+		t.Fatalf("written %d, dropped %d after close ran out of time; want 0, 1", st.count(), m.dropped.Load())
 	}
 }
 
