@@ -45,6 +45,17 @@ type Options struct {
 	CacheTTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Tokens, when set, checks OAuth access tokens (the oauth package): a
+	// token acts for the key that approved its client, with at most that
+	// key's scopes.
+	Tokens TokenVerifier
+}
+
+// TokenVerifier checks an OAuth access token and returns the id of the
+// API key it acts for and the scopes granted to it. Every failure of the
+// token itself is the unauthorized error.
+type TokenVerifier interface {
+	VerifyAccessToken(ctx context.Context, token string) (keyID string, scopes []gpuproxy.Scope, err error)
 }
 
 // Service manages accounts and keys and authenticates requests.
@@ -108,7 +119,35 @@ func (s *Service) Authenticate(ctx context.Context, credential string) (gpuproxy
 	if len(s.opts.JWTSecret) > 0 && strings.Count(credential, ".") == 2 {
 		return s.authJWT(ctx, credential)
 	}
+	if s.opts.Tokens != nil {
+		return s.authToken(ctx, credential)
+	}
 	return gpuproxy.Principal{}, errUnauthorized
+}
+
+// authToken authenticates an OAuth access token: the principal of the key
+// that approved the client (its account, its id, so its per-key windows
+// apply), with the token's scopes that the key still has.
+func (s *Service) authToken(ctx context.Context, token string) (gpuproxy.Principal, error) {
+	keyID, scopes, err := s.opts.Tokens.VerifyAccessToken(ctx, token)
+	if err != nil {
+		if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED {
+			return gpuproxy.Principal{}, errUnauthorized
+		}
+		return gpuproxy.Principal{}, err
+	}
+	p, err := s.KeyPrincipal(ctx, keyID)
+	if err != nil {
+		return p, err
+	}
+	var granted []gpuproxy.Scope
+	for _, sc := range scopes {
+		if p.Has(sc) {
+			granted = append(granted, sc)
+		}
+	}
+	p.Scopes = granted
+	return p, nil
 }
 
 func (s *Service) authKey(ctx context.Context, id, credential string) (gpuproxy.Principal, error) {

@@ -33,6 +33,9 @@ type Services struct {
 	// RateLimiter, when set, counts console requests against the signed-in
 	// key's API rate limit, as REST and MCP calls are counted.
 	RateLimiter *auth.RateLimiter
+	// OAuth, when set, is the authorization server whose consent page the
+	// console shows (/console/oauth/authorize).
+	OAuth OAuthConsent
 }
 
 // Options configure the console.
@@ -127,6 +130,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/instances/{id}/destroy", c.signedIn(c.destroyInstance))
 	m.HandleFunc("GET /console/accounts", c.signedIn(c.accounts))
 	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(c.setLimits))
+	m.HandleFunc("GET /console/oauth/authorize", c.signedIn(c.oauthConsent))
+	m.HandleFunc("POST /console/oauth/authorize", c.signedIn(c.oauthAnswer))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "there is no such page"))
 	})
@@ -247,6 +252,9 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 		msg = "Your session ended: its API key was revoked or no longer exists."
 	case "out":
 		msg = "You are signed out."
+	}
+	if strings.HasPrefix(safeNext(r.URL.Query().Get("next")), "/console/oauth/authorize") {
+		msg = "An app asks to connect to gpuproxy: sign in with the API key it should act for, then approve or deny it."
 	}
 	c.render(w, r, http.StatusOK, "login", &page{Title: "Sign in", Flash: msg,
 		Data: loginData{Next: safeNext(r.URL.Query().Get("next"))}})

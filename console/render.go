@@ -37,17 +37,18 @@ var cssVersion = func() string {
 }()
 
 var funcs = template.FuncMap{
-	"usd":      usd,
-	"time":     fmtTime,
-	"date":     func(t time.Time) string { return fmtDate(t) },
-	"ago":      func(t, now time.Time) string { return fmtDuration(now.Sub(t)) },
-	"window":   windowLabel,
-	"css":      func() string { return "/console/static/console.css?v=" + cssVersion },
-	"micros":   func(m gpuproxy.Micros) string { return strconv.FormatInt(int64(m), 10) },
-	"plain":    func(m gpuproxy.Micros) string { return m.String() },
-	"pathq":    pathEscape,
-	"withAcct": withAccount,
-	"list":     func(xs ...string) []string { return xs },
+	"usd":       usd,
+	"time":      fmtTime,
+	"date":      func(t time.Time) string { return fmtDate(t) },
+	"ago":       func(t, now time.Time) string { return fmtDuration(now.Sub(t)) },
+	"window":    windowLabel,
+	"css":       func() string { return "/console/static/console.css?v=" + cssVersion },
+	"micros":    func(m gpuproxy.Micros) string { return strconv.FormatInt(int64(m), 10) },
+	"plain":     func(m gpuproxy.Micros) string { return m.String() },
+	"pathq":     pathEscape,
+	"withAcct":  withAccount,
+	"list":      func(xs ...string) []string { return xs },
+	"scopeText": func(s gpuproxy.Scope) string { return scopeText[s] },
 }
 
 func parsePages() map[string]*template.Template {

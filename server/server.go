@@ -61,6 +61,9 @@ type Options struct {
 	// GaugeMaxAge is how long one database reading serves the operator
 	// gauges to scrapes (default 10s; negative: every scrape reads).
 	GaugeMaxAge time.Duration
+	// Challenge, when set, is the WWW-Authenticate value of a 401 for a
+	// request (the OAuth protected-resource challenge); unset: none.
+	Challenge func(r *http.Request) string
 }
 
 // Services are the shared services the handlers call.
@@ -232,6 +235,9 @@ func (s *Server) authnAnswering(rw httpapi.RateLimitWriter) echo.MiddlewareFunc 
 		return func(c echo.Context) error {
 			p, err := s.Authenticate(c.Request())
 			if err != nil {
+				if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
+					c.Response().Header().Set("WWW-Authenticate", s.opts.Challenge(c.Request()))
+				}
 				if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
 					c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 					if rw != nil {

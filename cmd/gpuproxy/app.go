@@ -13,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/app"
+	"github.com/aiserve/gpuproxy/oauth"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/proxy"
@@ -60,6 +61,9 @@ func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
 		Proxy: proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody, MaxResponseBody: pc.MaxResponseBody,
 			UpstreamTimeout: pc.UpstreamTimeout, AllowNetworks: pc.networks(sandbox)},
 		Console: console.Options{Secret: []byte(c.ConsoleSecret)},
+		OAuth: oauth.Options{Issuer: c.OAuth.Issuer, AccessTokenTTL: c.OAuth.AccessTokenTTL,
+			RefreshTokenTTL: c.OAuth.RefreshTokenTTL},
+		NoOAuth: c.OAuth.Disabled,
 		Server: server.Options{KeepNetHTTP: pc.KeepNetHTTP, MetricsToken: c.Metrics.Token,
 			NoMetricsRoute: c.Metrics.Listen != ""},
 	}, nil

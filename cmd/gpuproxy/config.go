@@ -33,6 +33,19 @@ type config struct {
 	Proxy            proxyConf     `yaml:"proxy"`
 	Alerts           alertsConf    `yaml:"alerts"`
 	Metrics          metricsConf   `yaml:"metrics"`
+	OAuth            oauthConf     `yaml:"oauth"`
+}
+
+// oauthConf configures the OAuth 2.1 authorization server that lets remote
+// MCP clients (hosted assistants) connect with a person's approval.
+type oauthConf struct {
+	// Disabled turns it off: /mcp then takes API keys (and JWTs) only.
+	Disabled bool `yaml:"disabled"`
+	// Issuer is the public base URL (https://gpuproxy.example.com); empty:
+	// each request's own scheme and host.
+	Issuer          string        `yaml:"issuer"`
+	AccessTokenTTL  time.Duration `yaml:"access_token_ttl"`  // default 10m
+	RefreshTokenTTL time.Duration `yaml:"refresh_token_ttl"` // default 720h
 }
 
 // metricsConf configures /metrics: on its own listen address (then not on
@@ -205,6 +218,7 @@ func (c *config) envOverrides() []envOverride {
 		{"GPUPROXY_LISTEN", str(&c.Listen)},
 		{"GPUPROXY_JWT_SECRET", str(&c.JWTSecret)},
 		{"GPUPROXY_CONSOLE_SECRET", str(&c.ConsoleSecret)},
+		{"GPUPROXY_OAUTH_ISSUER", str(&c.OAuth.Issuer)},
 		{"GPUPROXY_LOG_LEVEL", str(&c.LogLevel)},
 		{"GPUPROXY_METRICS_LISTEN", str(&c.Metrics.Listen)},
 		{"GPUPROXY_METRICS_TOKEN", str(&c.Metrics.Token)},

@@ -19,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/mcp"
+	"github.com/aiserve/gpuproxy/oauth"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
@@ -62,6 +63,10 @@ type Config struct {
 	MCP    mcp.Options
 	// Console configures the web console (its Secret signs sessions).
 	Console console.Options
+	// OAuth configures the OAuth 2.1 authorization server for remote MCP
+	// clients; NoOAuth leaves it out (API keys only).
+	OAuth   oauth.Options
+	NoOAuth bool
 	Server  server.Options
 
 	// Seams for tests and benchmarks; production leaves them zero.
@@ -92,6 +97,7 @@ type App struct {
 	Proxy     *proxy.Proxy
 	MCP       *mcp.Server
 	Console   *console.Console
+	OAuth     *oauth.Server // nil when Config.NoOAuth
 	Server    *server.Server
 
 	log       *slog.Logger
@@ -121,6 +127,20 @@ func New(ctx context.Context, c Config) (*App, error) {
 		}
 		a.Store, a.ownStore = st, true
 	}
+	if !c.NoOAuth {
+		o := c.OAuth
+		if o.Logger == nil {
+			o.Logger = a.log
+		}
+		as, err := oauth.New(ctx, a.Store, o)
+		if err != nil {
+			if a.ownStore {
+				a.Store.Close()
+			}
+			return nil, err
+		}
+		a.OAuth, c.Auth.Tokens = as, as
+	}
 	a.Auth = auth.New(a.Store, c.Auth)
 	a.Ledger = billing.NewLedger(a.Store, nil)
 	a.Guard = guardrails.New(a.Store, a.guardOptions(c.Guard))
@@ -135,8 +155,12 @@ func New(ctx context.Context, c Config) (*App, error) {
 	// same per-key limit.
 	limiter := auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
-	a.Console = console.New(console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
-		Alerts: a.Alerts, RateLimiter: limiter}, a.consoleOptions(c.Console))
+	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
+		Alerts: a.Alerts, RateLimiter: limiter}
+	if a.OAuth != nil {
+		cs.OAuth = a.OAuth
+	}
+	a.Console = console.New(cs, a.consoleOptions(c.Console))
 	a.Server = server.New(a.serverServices(limiter), a.serverOptions(c))
 	return a, nil
 }
@@ -299,6 +323,9 @@ func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 		Metrics:     a.Metrics,
 		Mount:       []func(server.Registrar){a.Proxy.Mount, a.Console.Mount, a.MCP.Mount},
 	}
+	if a.OAuth != nil {
+		svc.Mount = append(svc.Mount, a.OAuth.Mount)
+	}
 	for _, p := range a.Providers {
 		svc.ReadyChecks = append(svc.ReadyChecks, server.ReadyCheck{Name: p.Name(), Check: func(context.Context) error {
 			if p.BreakerState() == "open" {
@@ -317,6 +344,9 @@ func (a *App) serverOptions(c Config) server.Options {
 	}
 	if o.Version == "" {
 		o.Version = c.Version
+	}
+	if o.Challenge == nil && a.OAuth != nil {
+		o.Challenge = a.OAuth.Challenge
 	}
 	return o
 }
