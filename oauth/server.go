@@ -223,7 +223,7 @@ func (s *Server) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"resource":                 base + ResourcePath,
 		"authorization_servers":    []string{base},
-		"scopes_supported":         scopeNames(gpuproxy.AllScopes),
+		"scopes_supported":         scopeNames(clientScopes),
 		"bearer_methods_supported": []string{"header"},
 		"resource_name":            "gpuproxy MCP",
 		"resource_documentation":   base + "/openapi.json",
@@ -252,6 +252,12 @@ func (s *Server) serverMetadata(w http.ResponseWriter, r *http.Request) {
 		"code_challenge_methods_supported":           []string{"S256"},
 	})
 }
+
+// clientScopes are the scopes a client asks for unless it names its own:
+// every scope but admin, which a client must ask for by name (and a person
+// approve with an admin key).
+var clientScopes = []gpuproxy.Scope{gpuproxy.ScopeOffersRead, gpuproxy.ScopeInstancesRead, gpuproxy.ScopeInstancesWrite,
+	gpuproxy.ScopeSpendingRead, gpuproxy.ScopeBillingRead, gpuproxy.ScopeProxyInvoke}
 
 // cors lets browser-based clients read the public metadata; it answers a
 // preflight and reports so.
