@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -47,21 +48,33 @@ const (
 	simStart     = time.Second // simulated instances run this long after create
 )
 
-// The two accounts: creates against $5 per 60 min, proxy bursts against
-// $2 per 60 min after some spend.
+// The two accounts: creates against $5 per 60 min and $20 per 24 h, proxy
+// bursts against $2 per 60 min after some spend.
 const (
 	createAccount = "atk-create"
 	proxyAccount  = "atk-proxy"
 )
 
-var limits = map[string][]string{
-	createAccount: {"60m=5", "24h=20"},
-	proxyAccount:  {"60m=2"},
+var limits = map[string][]keyWindow{
+	createAccount: {{60, 5}, {1440, 20}},
+	proxyAccount:  {{60, 2}},
 }
 
-// The proxy account's limit is raised by proxyRaise before every wave
-// after the first.
-const proxyLimit, proxyRaise = 2.0, 0.5
+// Before every wave after the first, each account's first window is raised
+// by its raise, through the admin API, so that every burst (the chaos ones
+// too) contests a limit that has room: the account's, and inside it the
+// windows of the keys that have their own (which are raised too, or not).
+var raises = map[string]float64{createAccount: 1.5, proxyAccount: 0.2}
+
+// raised is windows in wave w: the first raised w times by raise, in whole
+// micro-dollars.
+func raised(ws []keyWindow, raise float64, wave int) []keyWindow {
+	ws = append([]keyWindow(nil), ws...)
+	if len(ws) > 0 {
+		ws[0].usd = math.Round((ws[0].usd+raise*float64(wave))*1e6) / 1e6
+	}
+	return ws
+}
 
 func TestAttack(t *testing.T) {
 	mode := os.Getenv("GPUPROXY_ATTACK")
@@ -143,17 +156,31 @@ func TestAttack(t *testing.T) {
 		}
 		return out
 	}
+	st0, err := readState(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasKeys := st0.hasKeys
+	if !hasKeys {
+		t.Logf("this build has no per-key windows: keys are attacked without windows of their own, key windows not checked")
+	}
 	apiKeys, adminKeys := map[string]string{}, map[string]string{}
 	for _, acct := range []string{createAccount, proxyAccount} {
 		run("accounts", "create", acct)
 		adminKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "admin", "--name", "attack admin"))
-		apiKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "assistant", "--name", "attack"))
 		args := []string{"limits", "set", "--account", acct}
 		for _, w := range limits[acct] {
-			args = append(args, "--window", w)
+			args = append(args, "--window", w.String())
 		}
 		run(args...)
 		run("credits", "add", "--account", acct, "--amount", "1000")
+	}
+	ks := attackKeys()
+	if err := setUpKeys(ctx, ks, run, dbURL, hasKeys); err != nil {
+		t.Fatal(err)
+	}
+	for _, acct := range []string{createAccount, proxyAccount} {
+		apiKeys[acct] = ks.plain(acct).secret
 	}
 
 	// The replicas, all on the one database.
@@ -187,7 +214,7 @@ func TestAttack(t *testing.T) {
 		senv["VASTAI_BASE_URL"], senv["IONET_BASE_URL"])
 
 	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave)
-	rep := &report{mode: mode, bin: bin, replicas: len(replicas)}
+	rep := &report{mode: mode, bin: bin, replicas: len(replicas), keys: ks, hasKeys: hasKeys, waves: sz.waves}
 
 	// Offers, and the proxy account's running instance: io.net, prepaid
 	// for one hour, so the account starts the burst with spend already and
@@ -215,10 +242,14 @@ func TestAttack(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep.proxyPrior = st.accountSpend(proxyAccount)
+	keyPriors := map[string]int64{}
+	for _, k := range ks {
+		keyPriors[k.id] = st.keySpend(k.id)
+	}
 	rep.proxyLimit = st.byName[proxyAccount].limits[0].limit
 	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
-		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, proxyRaise)
+		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, raises[proxyAccount])
 
 	// The attack: waves of concurrent creates and proxy bursts across the
 	// replicas, destroys in between, metering and reconciling all along,
@@ -226,17 +257,18 @@ func TestAttack(t *testing.T) {
 	samp := &sampler{}
 	sctx, stopSampler := context.WithCancel(ctx)
 	var sampWG sync.WaitGroup
-	sampWG.Go(func() { samp.run(sctx, dbURL, 50*time.Millisecond, horizon) })
+	sampWG.Go(func() { samp.run(sctx, dbURL, 50*time.Millisecond, horizon, hasKeys) })
 
-	destroyCh := make(chan string, sz.waves*sz.createsPerWave)
+	type destroyReq struct{ id, key string } // by the key that created it
+	destroyCh := make(chan destroyReq, sz.waves*sz.createsPerWave)
 	var destroyWG sync.WaitGroup
 	for w := range 4 {
 		destroyWG.Go(func() {
-			for id := range destroyCh {
+			for d := range destroyCh {
 				// Soon, but not at once: an overspend lasts long enough
 				// for the sampler to see it before a refund hides it.
 				time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
-				r := a.destroy(ctx, w, apiKeys[createAccount], id)
+				r := a.destroy(ctx, w, d.key, d.id)
 				rep.destroys.add(outcome(r))
 			}
 		})
@@ -256,20 +288,24 @@ func TestAttack(t *testing.T) {
 			})
 		}
 		if wave > 0 {
-			// New proxy room for this wave's burst, so every wave (the
-			// chaos ones too) spends leases up to a limit under contention.
-			lim := proxyLimit + proxyRaise*float64(wave)
-			var r reply
-			for try := range 6 { // any replica: the last one may be down
-				r = a.do(ctx, wave+try, http.MethodPut, "/api/v1/accounts/"+proxyAccount+"/limits", adminKeys[proxyAccount],
-					map[string]any{"windows": []map[string]any{{"window_minutes": 60, "limit": lim}}}, nil)
-				if !r.retryable() {
-					break
+			// New room for this wave's burst, so every wave (the chaos
+			// ones too) spends up to a limit under contention.
+			for _, acct := range []string{createAccount, proxyAccount} {
+				ws := raised(limits[acct], raises[acct], wave)
+				r := putLimits(ctx, a, wave, "/api/v1/accounts/"+acct+"/limits", adminKeys[acct], ws)
+				if r.err != nil || r.status != http.StatusOK {
+					t.Fatalf("raising %s's windows to %v: %s", acct, ws, r)
 				}
-				time.Sleep(300 * time.Millisecond)
 			}
-			if r.err != nil || r.status != http.StatusOK {
-				t.Fatalf("raising %s's limit to $%g: %s", proxyAccount, lim, r)
+			// And some keys' own windows inside them.
+			for _, k := range ks {
+				if k.raise == 0 || !hasKeys {
+					continue
+				}
+				ws := k.windowsAt(wave)
+				if r := putLimits(ctx, a, wave, "/api/v1/keys/"+k.id+"/limits", adminKeys[k.account], ws); r.err != nil || r.status != http.StatusOK {
+					t.Fatalf("raising key %s's windows to %v: %s", k.name, ws, r)
+				}
 			}
 		}
 		gate := make(chan struct{})
@@ -282,11 +318,13 @@ func TestAttack(t *testing.T) {
 				if n%10 < 7 { // seven in ten on io.net, prepaid for 1-3 hours
 					o, hours = ionet[rand.IntN(len(ionet))], 1+rand.IntN(3)
 				}
-				res := a.create(ctx, n, apiKeys[createAccount], o, hours, fmt.Sprintf("atk-%d", n))
+				k := ks.pick(createAccount, n)
+				res := a.create(ctx, n, k.secret, o, hours, fmt.Sprintf("atk-%d", n))
 				prog.done.Add(1)
 				rep.addCreate(res)
+				k.addCreate(res)
 				if res.inst.ID != "" && rand.IntN(100) < 60 { // destroyed early: io.net refunds, room for more
-					destroyCh <- res.inst.ID
+					destroyCh <- destroyReq{res.inst.ID, k.secret}
 				}
 			})
 		}
@@ -294,11 +332,14 @@ func TestAttack(t *testing.T) {
 			n := wave*sz.proxyPerWave + i
 			waveWG.Go(func() {
 				<-gate
-				r := a.proxyCall(ctx, n, apiKeys[proxyAccount], proxyInst.ID, n)
+				k := ks.pick(proxyAccount, n/2) // n/2: each key sends both kinds of call
+				r := a.proxyCall(ctx, n, k.secret, proxyInst.ID, n)
 				prog.done.Add(1)
 				rep.proxy.add(outcome(r))
+				k.record(r)
 				if r.err == nil && r.status/100 == 2 {
 					rep.proxyByProc.add(r.proc)
+					k.served.add(r.proc)
 				}
 			})
 		}
@@ -375,7 +416,7 @@ func TestAttack(t *testing.T) {
 	for _, c := range rep.confirmed {
 		if excess(c) > 0 {
 			v.add("overspend while running (two consecutive samples): %s %dm window: spent %s + held %s + committed %s - limit %s = %s beyond metered burn %s",
-				c.account, c.minutes, usd(c.spent), usd(c.held), usd(c.commit), usd(c.limit), usd(c.over), usd(c.metered))
+				c.scope(), c.minutes, usd(c.spent), usd(c.held), usd(c.commit), usd(c.limit), usd(c.over), usd(c.metered))
 		}
 	}
 	// The proxy account: what was served and charged fits the room it had.
@@ -413,6 +454,9 @@ func TestAttack(t *testing.T) {
 		v.add("lost proxy charges: %d requests served by replica processes never killed, charged only %s (want at least %s)",
 			survivors, usd(rep.proxyCharged), usd((survivors-unknown)*cost))
 	}
+	// The keys: attributed to their creator, refusals naming the right
+	// window, every key's own windows contested, proxy keys within room.
+	rep.keyProxies = checkKeys(&v, final, ks, keyPriors, rep.killedProcs)
 	rep.final2 = final
 	rep.wall = time.Since(began)
 	rep.violations = v.list

@@ -33,6 +33,7 @@ type holdRow struct {
 	id, account, amount int64
 	ref, status         string
 	createdUS           int64
+	keyID               string // the key whose admission took it ("" for none)
 }
 
 type ledgerRow struct {
@@ -41,6 +42,7 @@ type ledgerRow struct {
 	amount, spend, atUS  int64
 	provider, instanceID string
 	key, basis           string
+	keyID                string // the API key the row is attributed to ("" for none)
 }
 
 type instanceRow struct {
@@ -50,6 +52,14 @@ type instanceRow struct {
 	prepaid, price, holdID                    int64
 	createdUS, startedUS, terminatedUS        int64
 	idemKey                                   string
+	keyID                                     string // the key that created it
+}
+
+// keyRow is an API key and its own windows (none: only its account's).
+type keyRow struct {
+	id, name string
+	account  int64
+	limits   []windowLimit
 }
 
 type meterRow struct {
@@ -68,6 +78,10 @@ type dbState struct {
 	ledger    []ledgerRow
 	instances map[string]*instanceRow
 	meters    []meterRow
+	// hasKeys: the schema has per-key windows (an older build's has not,
+	// and then every key column reads as "").
+	hasKeys bool
+	keys    map[string]*keyRow // by id
 }
 
 func readState(ctx context.Context, url string) (*dbState, error) {
@@ -81,9 +95,15 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 		return nil, err
 	}
 	defer tx.Rollback(ctx)
-	s := &dbState{accounts: map[int64]*accountRow{}, byName: map[string]*accountRow{}, instances: map[string]*instanceRow{}}
-	if err := tx.QueryRow(ctx, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT").Scan(&s.nowUS); err != nil {
+	s := &dbState{accounts: map[int64]*accountRow{}, byName: map[string]*accountRow{}, instances: map[string]*instanceRow{},
+		keys: map[string]*keyRow{}}
+	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT,
+	                                   to_regclass('api_key_limits') IS NOT NULL`).Scan(&s.nowUS, &s.hasKeys); err != nil {
 		return nil, err
+	}
+	keyCol := "''"
+	if s.hasKeys {
+		keyCol = "COALESCE(key_id, '')"
 	}
 	q := func(sql string, scan func(pgx.Rows) error) error {
 		rows, err := tx.Query(ctx, sql)
@@ -121,9 +141,34 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := q("SELECT id, account_id, amount_micros, ref, status, created_us FROM holds ORDER BY id", func(r pgx.Rows) error {
+	if err := q("SELECT id, account_id, name FROM api_keys", func(r pgx.Rows) error {
+		k := &keyRow{}
+		if err := r.Scan(&k.id, &k.account, &k.name); err != nil {
+			return err
+		}
+		s.keys[k.id] = k
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if s.hasKeys {
+		if err := q("SELECT key_id, window_minutes, limit_micros FROM api_key_limits ORDER BY window_minutes", func(r pgx.Rows) error {
+			var id string
+			var w windowLimit
+			if err := r.Scan(&id, &w.minutes, &w.limit); err != nil {
+				return err
+			}
+			if k := s.keys[id]; k != nil {
+				k.limits = append(k.limits, w)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := q("SELECT id, account_id, amount_micros, ref, status, created_us, "+keyCol+" FROM holds ORDER BY id", func(r pgx.Rows) error {
 		var h holdRow
-		if err := r.Scan(&h.id, &h.account, &h.amount, &h.ref, &h.status, &h.createdUS); err != nil {
+		if err := r.Scan(&h.id, &h.account, &h.amount, &h.ref, &h.status, &h.createdUS, &h.keyID); err != nil {
 			return err
 		}
 		s.holds = append(s.holds, h)
@@ -132,10 +177,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 		return nil, err
 	}
 	if err := q(`SELECT id, account_id, type, amount_micros, spend_micros, at_us, provider, instance_id,
-	                    COALESCE(idempotency_key, ''), basis FROM ledger ORDER BY id`, func(r pgx.Rows) error {
+	                    COALESCE(idempotency_key, ''), basis, `+keyCol+` FROM ledger ORDER BY id`, func(r pgx.Rows) error {
 		var e ledgerRow
 		if err := r.Scan(&e.id, &e.account, &e.typ, &e.amount, &e.spend, &e.atUS, &e.provider, &e.instanceID,
-			&e.key, &e.basis); err != nil {
+			&e.key, &e.basis, &e.keyID); err != nil {
 			return err
 		}
 		s.ledger = append(s.ledger, e)
@@ -145,10 +190,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 	}
 	if err := q(`SELECT id, account_id, provider, provider_instance_id, status, billing, hours, prepaid_total_micros,
 	                    price_micros, COALESCE(hold_id, 0), created_us, COALESCE(started_us, 0),
-	                    COALESCE(terminated_us, 0), COALESCE(idempotency_key, '') FROM instances`, func(r pgx.Rows) error {
+	                    COALESCE(terminated_us, 0), COALESCE(idempotency_key, ''), `+keyCol+` FROM instances`, func(r pgx.Rows) error {
 		i := &instanceRow{}
 		if err := r.Scan(&i.id, &i.account, &i.provider, &i.providerID, &i.status, &i.billing, &i.hours, &i.prepaid,
-			&i.price, &i.holdID, &i.createdUS, &i.startedUS, &i.terminatedUS, &i.idemKey); err != nil {
+			&i.price, &i.holdID, &i.createdUS, &i.startedUS, &i.terminatedUS, &i.idemKey, &i.keyID); err != nil {
 			return err
 		}
 		s.instances[i.id] = i
@@ -180,24 +225,37 @@ func usd(m int64) string {
 	return fmt.Sprintf("%s$%d.%06d", sign, m/1_000_000, m%1_000_000)
 }
 
-// windowFigures is where one account's window stands.
+// windowFigures is where one window of an account, or of one of its keys,
+// stands.
 type windowFigures struct {
 	account                    string
+	key                        string // the key's name for a key's own window; "" for the account's
 	minutes                    int
 	limit, spent, held, commit int64
 	metered                    int64 // metered time-billed charges in the window: the burn that passed
 	over                       int64 // spent + held + committed − limit
 }
 
+// scope names whose window it is: "atk-create" or "atk-create/key A".
+func (w windowFigures) scope() string {
+	if w.key == "" {
+		return w.account
+	}
+	return w.account + "/" + w.key
+}
+
 func (w windowFigures) String() string {
-	return fmt.Sprintf("%-12s %5dm  limit %s  spent %s  held %s  committed %s  metered burn %s  spent+held+committed-limit %s  overspend %s",
-		w.account, w.minutes, usd(w.limit), usd(w.spent), usd(w.held), usd(w.commit), usd(w.metered), usd(w.over),
+	return fmt.Sprintf("%-18s %5dm  limit %s  spent %s  held %s  committed %s  metered burn %s  spent+held+committed-limit %s  overspend %s",
+		w.scope(), w.minutes, usd(w.limit), usd(w.spent), usd(w.held), usd(w.commit), usd(w.metered), usd(w.over),
 		usd(max(0, w.over-w.metered)))
 }
 
-// windows computes the guard-rail figures of every account and window the
-// way DESIGN.md defines them, counting every ledger row dated after the
-// window's start (also rows dated after "now"), with horizon H.
+// windows computes the guard-rail figures of every account's windows and
+// then every key's own windows, the way DESIGN.md defines them, counting
+// every ledger row dated after the window's start (also rows dated after
+// "now"), with horizon H. A key's figures count what is attributed to it:
+// ledger rows by key_id, its open holds, the meters of the instances it
+// created (gp_admit's key rule).
 func (s *dbState) windows(horizon time.Duration) []windowFigures {
 	var out []windowFigures
 	ids := make([]int64, 0, len(s.accounts))
@@ -207,34 +265,88 @@ func (s *dbState) windows(horizon time.Duration) []windowFigures {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		a := s.accounts[id]
-		var held, burn int64
-		for _, h := range s.holds {
-			if h.account == id && h.status == "open" {
-				held += h.amount
-			}
+		out = append(out, s.figures(a.name, "", a.limits, horizon,
+			func(e ledgerRow) bool { return e.account == id },
+			func(h holdRow) bool { return h.account == id },
+			func(m meterRow) bool { return m.account == id })...)
+	}
+	for _, k := range s.sortedKeys() {
+		if len(k.limits) == 0 {
+			continue
 		}
-		for _, m := range s.meters {
-			if m.account == id && !m.stopped {
-				burn += m.price
-			}
+		acct := ""
+		if a := s.accounts[k.account]; a != nil {
+			acct = a.name
 		}
-		for _, w := range a.limits {
-			wus := int64(w.minutes) * 60 * 1_000_000
-			f := windowFigures{account: a.name, minutes: w.minutes, limit: w.limit, held: held,
-				commit: burn * min(int64(horizon/time.Microsecond), wus) / hourUS}
-			for _, e := range s.ledger {
-				if e.account == id && e.atUS > s.nowUS-wus {
-					f.spent += e.spend
-					if e.typ == "charge" && strings.HasPrefix(e.key, "meter:") {
-						f.metered += e.spend
-					}
-				}
-			}
-			f.over = f.spent + f.held + f.commit - f.limit
-			out = append(out, f)
-		}
+		out = append(out, s.figures(acct, k.name, k.limits, horizon,
+			func(e ledgerRow) bool { return e.keyID == k.id },
+			func(h holdRow) bool { return h.keyID == k.id },
+			func(m meterRow) bool {
+				in := s.instances[m.instanceID]
+				return m.account == k.account && in != nil && in.keyID == k.id
+			})...)
 	}
 	return out
+}
+
+// figures computes one scope's windows from the ledger rows, holds and
+// meters that belong to it.
+func (s *dbState) figures(account, key string, limits []windowLimit, horizon time.Duration,
+	row func(ledgerRow) bool, hold func(holdRow) bool, meter func(meterRow) bool) []windowFigures {
+	var held, burn int64
+	for _, h := range s.holds {
+		if h.status == "open" && hold(h) {
+			held += h.amount
+		}
+	}
+	for _, m := range s.meters {
+		if !m.stopped && meter(m) {
+			burn += m.price
+		}
+	}
+	var out []windowFigures
+	for _, w := range limits {
+		wus := int64(w.minutes) * 60 * 1_000_000
+		f := windowFigures{account: account, key: key, minutes: w.minutes, limit: w.limit, held: held,
+			commit: burn * min(int64(horizon/time.Microsecond), wus) / hourUS}
+		for _, e := range s.ledger {
+			if e.atUS > s.nowUS-wus && row(e) {
+				f.spent += e.spend
+				if e.typ == "charge" && strings.HasPrefix(e.key, "meter:") {
+					f.metered += e.spend
+				}
+			}
+		}
+		f.over = f.spent + f.held + f.commit - f.limit
+		out = append(out, f)
+	}
+	return out
+}
+
+// sortedKeys lists the keys by account and name.
+func (s *dbState) sortedKeys() []*keyRow {
+	ks := make([]*keyRow, 0, len(s.keys))
+	for _, k := range s.keys {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i].account != ks[j].account {
+			return ks[i].account < ks[j].account
+		}
+		return ks[i].name < ks[j].name
+	})
+	return ks
+}
+
+// keyNamed is the account's key of that name, or nil.
+func (s *dbState) keyNamed(account, name string) *keyRow {
+	a := s.byName[account]
+	for _, k := range s.keys {
+		if a != nil && k.account == a.id && k.name == name {
+			return k
+		}
+	}
+	return nil
 }
 
 // violations collects broken invariants; safe for concurrent use.
@@ -249,14 +361,14 @@ func (v *violations) add(format string, args ...any) {
 	v.list = append(v.list, fmt.Sprintf(format, args...))
 }
 
-// checkWindows: no window's spent + held + committed passes its limit by
-// more than the metered burn of the run.
+// checkWindows: no window, an account's or a key's own, has spent + held +
+// committed past its limit by more than the metered burn of the run.
 func (s *dbState) checkWindows(v *violations, horizon time.Duration) []windowFigures {
 	ws := s.windows(horizon)
 	for _, w := range ws {
 		if w.over > w.metered {
 			v.add("overspend: %s %dm window: spent %s + held %s + committed %s = %s > limit %s + metered burn %s (by %s)",
-				w.account, w.minutes, usd(w.spent), usd(w.held), usd(w.commit), usd(w.spent+w.held+w.commit),
+				w.scope(), w.minutes, usd(w.spent), usd(w.held), usd(w.commit), usd(w.spent+w.held+w.commit),
 				usd(w.limit), usd(w.metered), usd(w.over-w.metered))
 		}
 	}

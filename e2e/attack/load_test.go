@@ -275,3 +275,19 @@ func (p *progress) waitFor(ctx context.Context, n int64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// limitScope is the scope ("key" or "account"), the key_id and the window
+// that a spending refusal's details name.
+func (r reply) limitScope() (scope, keyID string, minutes int) {
+	var e struct {
+		Error struct {
+			Details struct {
+				Scope   string `json:"scope"`
+				KeyID   string `json:"key_id"`
+				Minutes int    `json:"window_minutes"`
+			} `json:"details"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(r.body, &e)
+	return e.Error.Details.Scope, e.Error.Details.KeyID, e.Error.Details.Minutes
+}

@@ -29,6 +29,10 @@ type report struct {
 	proxyByProc                 tally // 2xx proxy replies by answering process
 	killedProcs                 []string
 	proxyByKilled, proxyUnknown int
+	keys                        keySet
+	hasKeys                     bool
+	waves                       int
+	keyProxies                  []keyProxy
 
 	attackTime, settleTime, wall time.Duration
 	leasesLive                   int
@@ -82,7 +86,8 @@ func (r *report) String() string {
 		r.settleTime.Round(time.Millisecond))
 	p("chaos: %s", strings.Join(r.chaos, "; "))
 	p("")
-	p("creates (%s, limits %v): %d sent", createAccount, limits[createAccount], len(r.creates))
+	p("creates (%s, limits %v, the first raised by $%g a wave to %v): %d sent", createAccount, limits[createAccount],
+		raises[createAccount], raised(limits[createAccount], raises[createAccount], r.waves-1)[0], len(r.creates))
 	p("  outcomes: %s", r.createOut.String())
 	retried := 0
 	for _, c := range r.creates {
@@ -133,7 +138,7 @@ func (r *report) String() string {
 	}
 	p("")
 	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],
-		proxyRaise, usd(r.proxyLimit), requestCost, r.proxyTotal())
+		raises[proxyAccount], usd(r.proxyLimit), requestCost, r.proxyTotal())
 	p("  outcomes: %s", r.proxy.String())
 	room := r.proxyLimit - r.proxyPrior
 	p("  prior spend %s, room %s = %d requests; served (2xx) %d = %s; charged %s", usd(r.proxyPrior), usd(room),
@@ -141,7 +146,9 @@ func (r *report) String() string {
 	p("  served by process: %s; by SIGKILLed processes %v: %d (a killed replica's unsettled lease is released at expiry: those calls go uncharged)", r.proxyByProc.String(),
 		r.killedProcs, r.proxyByKilled)
 	p("")
-	p("windows at the end (spent counts every row dated after the window's start, also later than now):")
+	keysReport(p, r.keys, r.hasKeys, r.keyProxies, r.waves)
+	p("")
+	p("windows at the end (spent counts every row dated after the window's start, also later than now; a key's, every row attributed to it):")
 	for _, w := range r.final {
 		p("  %s", w)
 	}
@@ -155,7 +162,7 @@ func (r *report) String() string {
 		pk, c := r.peak[k], r.confirmed[k]
 		p("  %s", pk)
 		if excess(c) > -1<<39 {
-			p("  %-12s %5dm  confirmed by two consecutive samples: overspend %s", c.account, c.minutes, usd(max(0, excess(c))))
+			p("  %-18s %5dm  confirmed by two consecutive samples: overspend %s", c.scope(), c.minutes, usd(max(0, excess(c))))
 		}
 	}
 	p("")
