@@ -35,10 +35,13 @@ type replica struct {
 	url string
 }
 
-func startReplica(t *testing.T, st *db.Store) replica {
+func startReplica(t *testing.T, st *db.Store, opts ...func(*app.Config)) replica {
 	t.Helper()
-	a, err := app.New(context.Background(), app.Config{Store: st, Logger: quiet,
-		Auth: auth.Options{CacheTTL: -1}, NoInferenceProxy: true})
+	c := app.Config{Store: st, Logger: quiet, Auth: auth.Options{CacheTTL: -1}, NoInferenceProxy: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	a, err := app.New(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,5 +530,25 @@ func TestOAuthRaceAcrossReplicas(t *testing.T) {
 	wg.Wait()
 	if wins.Load() > 1 {
 		t.Fatalf("%d concurrent refreshes with one token succeeded, want at most 1", wins.Load())
+	}
+}
+
+// TestOAuthRegistrationLimit: open registration is bounded per address.
+func TestOAuthRegistrationLimit(t *testing.T) {
+	r := startReplica(t, dbtest.Open(t, dbtest.SQLite), func(c *app.Config) { c.OAuth.RegistrationsPerMinute = 3 })
+	meta := map[string]any{"client_name": "c", "redirect_uris": []string{redirect}, "token_endpoint_auth_method": "none"}
+	for i := range 3 {
+		if st, e := register(t, r.url, meta); st != http.StatusCreated {
+			t.Fatalf("registration %d: %d %v", i+1, st, e)
+		}
+	}
+	b, _ := json.Marshal(meta)
+	res, err := http.Post(r.url+"/oauth/register", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Errorf("4th registration in a minute: %d Retry-After=%q, want 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }

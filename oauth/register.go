@@ -9,7 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/aiserve/gpuproxy"
 )
@@ -56,6 +61,11 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		regError(w, http.StatusMethodNotAllowed, "invalid_request", "register a client with POST and a JSON body")
+		return
+	}
+	if wait, ok := s.regs.allow(r.RemoteAddr, s.opts.Now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+		regError(w, http.StatusTooManyRequests, "too_many_requests", "too many client registrations from this address; retry later")
 		return
 	}
 	var m registration
@@ -179,6 +189,37 @@ func validRedirect(raw string) error {
 		return fmt.Errorf("%q: the %s scheme cannot receive a code", raw, u.Scheme)
 	}
 	return nil // a native app's private-use scheme
+}
+
+// registrationLimiter bounds registrations per remote address, in memory
+// (per replica).
+type registrationLimiter struct {
+	perMinute int
+	mu        sync.Mutex
+	by        map[string]*rate.Limiter
+}
+
+func (l *registrationLimiter) allow(remote string, now time.Time) (time.Duration, bool) {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil || len(l.by) > 10000 {
+		l.by = map[string]*rate.Limiter{} // forget everyone rather than grow without bound
+	}
+	lim := l.by[host]
+	if lim == nil {
+		lim = rate.NewLimiter(rate.Limit(float64(l.perMinute)/60), l.perMinute)
+		l.by[host] = lim
+	}
+	res := lim.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return d, false
+	}
+	return 0, true
 }
 
 func regError(w http.ResponseWriter, status int, code, desc string) {

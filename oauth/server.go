@@ -55,6 +55,10 @@ type Options struct {
 	// ConsentPath is the console's consent page (default
 	// /console/oauth/authorize); the request id is added as ?id=.
 	ConsentPath string
+	// RegistrationsPerMinute bounds dynamic client registrations per
+	// remote address (default 20; a burst of as many). Registration is open
+	// to anyone, so this keeps a script from filling the clients table.
+	RegistrationsPerMinute int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger (default slog.Default()).
@@ -83,6 +87,7 @@ type Server struct {
 	provider *op.Provider
 	crypto   op.Crypto
 	signing  ed25519.PrivateKey
+	regs     registrationLimiter
 }
 
 // New returns the authorization server, reading (or, on the first replica
@@ -100,6 +105,9 @@ func New(ctx context.Context, store Store, o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RegistrationsPerMinute <= 0 {
+		o.RegistrationsPerMinute = 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -111,7 +119,7 @@ func New(ctx context.Context, store Store, o Options) (*Server, error) {
 		}
 		o.Issuer = strings.TrimSuffix(o.Issuer, "/")
 	}
-	s := &Server{store: store, opts: o, log: o.Logger}
+	s := &Server{store: store, opts: o, log: o.Logger, regs: registrationLimiter{perMinute: o.RegistrationsPerMinute}}
 	aesKey, err := s.secret(ctx, "token_aes256", 32)
 	if err != nil {
 		return nil, err
