@@ -117,6 +117,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		RequestID: rid}
 	// Deferred so a cut stream (which aborts the handler) is recorded too.
 	defer func() {
+		if u.Status == statusDetached {
+			return // the stream's own goroutine records it
+		}
 		u.Latency = time.Since(start)
 		p.finish(u)
 	}()
@@ -156,12 +159,19 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 	if err != nil {
 		return p.refuse(w, r, body, err)
 	}
-	defer resp.Body.Close()
+	detached := false
+	defer func() {
+		if !detached { // a detached stream's goroutine owns the body
+			resp.Body.Close()
+		}
+	}()
 	u.TTFB = time.Since(start)
 	if err := p.checkAnswer(resp, &x, true); err != nil {
 		return writeError(w, r, p.log, err)
 	}
-	return p.relay(ctx, w, resp, body, u)
+	status := p.relay(ctx, w, r, resp, body, u, start)
+	detached = status == statusDetached
+	return status
 }
 
 // checkRoute checks what the reverse proxy's route gives: an instance id,
@@ -227,10 +237,14 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, body *countingBod
 // relay passes the instance's answer to the caller and returns its
 // status. An answer that fails mid-body (or passes MaxResponseBody) is
 // cut, so the caller cannot mistake it for a complete one.
-func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, body *countingBody, u *Usage) int {
+func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
+	body *countingBody, u *Usage, start time.Time) int {
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	u.Status = resp.StatusCode
+	if body == nil && p.detach(ctx, w, r, resp, u, start) {
+		return statusDetached
+	}
 	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
 	n, err := p.copyBody(w, resp.Body, flush)
 	u.BytesOut = n

@@ -36,6 +36,8 @@ type upstreamClient struct {
 	mu     sync.Mutex
 	idle   map[string][]*upstreamConn // by host:port, most recently used last
 	closed bool
+
+	streams streamSet // streams relayed on their own goroutines (see stream.go)
 }
 
 // upstreamConn is a keep-alive connection to an instance, in the pool
@@ -213,6 +215,7 @@ func (uc *upstreamClient) evict(now time.Time) {
 }
 
 func (uc *upstreamClient) closeIdle() {
+	uc.streams.cutAll()
 	uc.mu.Lock()
 	defer uc.mu.Unlock()
 	uc.closed = true

@@ -295,9 +295,7 @@ func (c *conn) handBack() {
 	c.pc.pending = append(append([]byte(nil), p...), c.pc.pending...)
 	c.pc.mu.Unlock()
 	_ = c.nc.SetDeadline(time.Time{})
-	if err := c.hs.Serve(&oneConnListener{c: c.pc}); !errors.Is(err, errListenerDone) {
-		_ = c.nc.Close()
-	}
+	serve(c.hs, c.pc, c.nc)
 }
 
 // serveOne serves one request and reports whether the connection can take

@@ -3,8 +3,23 @@ package takeover
 import (
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 )
+
+// Serve gives hs a connection hijacked from it, with the bytes already
+// read from it but not consumed (pending): net/http serves it from then
+// on, as a new connection. nc is closed if hs cannot take it (it is
+// shutting down).
+func Serve(hs *http.Server, nc net.Conn, pending []byte) {
+	serve(hs, &replayConn{Conn: nc, pending: pending}, nc)
+}
+
+func serve(hs *http.Server, rc *replayConn, nc net.Conn) {
+	if err := hs.Serve(&oneConnListener{c: rc}); !errors.Is(err, errListenerDone) {
+		_ = nc.Close()
+	}
+}
 
 // replayConn replays bytes already read from the connection before
 // reading it again.
