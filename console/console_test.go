@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/csv"
+	"github.com/aiserve/gpuproxy/guardrails"
 	"io"
 	"net/http"
 	"net/url"
@@ -385,5 +386,33 @@ func TestCSVIsWhatIsShown(t *testing.T) {
 	rows, _ = csv.NewReader(strings.NewReader(body)).ReadAll()
 	if want := len(api["transactions"].([]any)); st != 200 || len(rows)-1 != want {
 		t.Errorf("all matching: %d rows, the API lists %d", len(rows)-1, want)
+	}
+}
+
+// TestOverviewShowsTheKeysOwnWindows: a key with windows of its own sees
+// them beside the account's, with what it caused; other keys see none, and
+// an admin looking at another account sees that account's only.
+func TestOverviewShowsTheKeysOwnWindows(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	ctx := context.Background()
+	p, err := s.auth.Authenticate(ctx, s.keys["assistant"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.guard.SetKeyLimits(ctx, s.demo.ID, p.KeyID, []guardrails.Window{{Minutes: 60, Limit: 3 * usd}}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := s.get(s.signIn(s.keys["assistant"]), "/console/")
+	if !strings.Contains(body, `id="key-windows"`) || !strings.Contains(body, `id="key-window-60"`) ||
+		!strings.Contains(body, `data-micros="3000000">$3.00`) {
+		t.Errorf("the assistant key's overview does not show its own $3 60-minute window:\n%s", body)
+	}
+	if !strings.Contains(body, `id="window-60"`) {
+		t.Error("the account's windows are gone beside the key's")
+	}
+	for _, preset := range []string{"engineer", "admin"} {
+		if _, body := s.get(s.signIn(s.keys[preset]), "/console/"); strings.Contains(body, `id="key-windows"`) {
+			t.Errorf("%s key without windows shows a key-windows section", preset)
+		}
 	}
 }

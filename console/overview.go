@@ -14,6 +14,7 @@ import (
 
 // windowView is one spend window as the overview shows it.
 type windowView struct {
+	ID                                    string // the element id: window-60, key-window-60
 	Minutes                               int
 	Limit, Spent, Held, Committed, Remain gpuproxy.Micros
 	Bar                                   template.HTML
@@ -28,6 +29,10 @@ type overviewData struct {
 	Held     gpuproxy.Micros
 	AsOf     time.Time
 	Windows  []windowView
+	// KeyWindows are the signed-in key's own windows (nested inside the
+	// account's), when it has any and the page shows its own account.
+	KeyWindows []windowView
+	KeyBurn    gpuproxy.Micros
 
 	Running    []fleet.View
 	RunningErr string
@@ -61,13 +66,27 @@ func (c *Console) overview(q *req) error {
 		d.Range = "24h"
 	}
 	if pg.Spending {
-		snap, err := c.svc.Guard.Spending(ctx, acct)
+		key := ""
+		if acct == q.p.AccountID {
+			key = q.p.KeyID // the key's own windows beside the account's
+		}
+		snap, err := c.svc.Guard.KeySpending(ctx, acct, key)
 		if err != nil {
 			return err
 		}
 		d.OnExceed, d.Burn, d.Held, d.AsOf = snap.OnExceed, snap.Burn, snap.Held, snap.At.UTC()
 		for _, u := range snap.Windows {
-			d.Windows = append(d.Windows, newWindowView(u, snap.Burn, snap.At))
+			v := newWindowView(u, snap.Burn, snap.At)
+			v.ID = fmt.Sprintf("window-%d", u.Minutes)
+			d.Windows = append(d.Windows, v)
+		}
+		if k := snap.Key; k != nil {
+			d.KeyBurn = k.Burn
+			for _, u := range k.Windows {
+				v := newWindowView(u, k.Burn, snap.At)
+				v.ID = fmt.Sprintf("key-window-%d", u.Minutes)
+				d.KeyWindows = append(d.KeyWindows, v)
+			}
 		}
 	}
 	if pg.Instances {
