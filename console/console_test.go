@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"encoding/csv"
-	"github.com/aiserve/gpuproxy/guardrails"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/guardrails"
 )
 
 func TestRedirects(t *testing.T) {
