@@ -53,8 +53,14 @@ type Entry struct {
 	Basis          Basis
 	// KeyID attributes the entry to the API key that caused it (a proxy
 	// lease's key). When empty, the store attributes an entry for an
-	// instance to the key that created the instance. Append only.
+	// instance to the key that created the instance, unless ByCaller is
+	// set. Append only.
 	KeyID string
+	// ByCaller marks a cost the callers caused, not the instance (proxy
+	// requests): it is the key's in KeyID alone, and no key's when KeyID
+	// is empty (calls on an account lease, by keys without windows of
+	// their own) — never the instance creator's, which did not make them.
+	ByCaller bool
 
 	// Account, GPUName and NumGPUs describe the entry for finance views:
 	// the account's name and the GPU of the instance row the entry names

@@ -327,3 +327,56 @@ func TestKeyAdmissionRace(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyChargesAreTheCallers: proxy calls are charged to the key that
+// made them — its own lease's key — and calls on an account lease (keys
+// without windows) to no key, never to the key that created the instance:
+// a key's windows count what it caused.
+func TestProxyChargesAreTheCallers(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *db.Store) {
+		ctx := context.Background()
+		a := mustAccount(t, s, "callers")
+		windows := []guardrails.Window{{Minutes: 60, Limit: 100 * usd}}
+		mustKey(t, s, a.ID, "maker", guardrails.Window{Minutes: 60, Limit: 5 * usd})
+		res, inst, _, err := s.AdmitInstance(ctx, guardrails.AdmitRequest{AccountID: a.ID, Cost: usd, Now: t0,
+			Horizon: time.Hour, Defaults: windows, KeyID: "maker"},
+			gpuproxy.Instance{ID: "gpi_makeraaaaaaaaaaaaaaa", Provider: "vastai", PricePerHour: usd, Billing: "hourly"})
+		if err != nil || !res.Admitted {
+			t.Fatalf("AdmitInstance = %+v, %v", res, err)
+		}
+		if _, err := s.ReleaseHold(ctx, a.ID, res.HoldID, t0); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := s.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Cost: 10 * usd, Now: t0, Horizon: time.Hour,
+			Defaults: windows, Hold: true, Ref: "lease:test"})
+		if err != nil || !lease.Admitted {
+			t.Fatalf("lease = %+v, %v", lease, err)
+		}
+		own, err := s.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Cost: 2 * usd, Now: t0, Horizon: time.Hour,
+			Defaults: windows, Hold: true, Ref: "lease:own", KeyID: "maker"})
+		if err != nil || !own.Admitted {
+			t.Fatalf("maker's lease = %+v, %v", own, err)
+		}
+		// $3 of calls by windowless keys on the account lease, $1 by maker
+		// on a lease of its own, both to maker's instance.
+		if err := s.SettleLease(ctx, a.ID, lease.HoldID, []guardrails.LeaseCharge{
+			{InstanceID: inst.ID, Requests: 300, Amount: 3 * usd}}, t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SettleLease(ctx, a.ID, own.HoldID, []guardrails.LeaseCharge{
+			{InstanceID: inst.ID, KeyID: "maker", Requests: 100, Amount: usd}}, t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Now: t0.Add(2 * time.Second), Horizon: time.Hour,
+			Defaults: windows, KeyID: "maker"})
+		if err != nil || d.Key == nil {
+			t.Fatalf("maker's spending = %+v, %v", d, err)
+		}
+		if got := d.Key.Windows[0].Spent; got != usd {
+			t.Errorf("maker's spent = %s, want $1 (its own calls; the account lease's $3 are not its)", got)
+		}
+		if got := d.Windows[0].Spent; got != 4*usd {
+			t.Errorf("account spent = %s, want $4", got)
+		}
+	})
+}

@@ -36,7 +36,7 @@ func (s *Store) SettleLease(ctx context.Context, accountID, holdID int64, charge
 				continue
 			}
 			e := billing.Entry{AccountID: accountID, Type: billing.Charge, Amount: ch.Amount, At: now,
-				InstanceID: ch.InstanceID, KeyID: ch.KeyID, Basis: billing.Metered,
+				InstanceID: ch.InstanceID, KeyID: ch.KeyID, ByCaller: true, Basis: billing.Metered,
 				Description:    "proxy requests: " + strconv.FormatInt(ch.Requests, 10),
 				IdempotencyKey: "lease:" + lease + ":" + ch.InstanceID}
 			if ch.InstanceID == "" {

@@ -39,15 +39,19 @@ func appendEntry(ctx context.Context, c conn, e billing.Entry) (billing.Entry, b
 		key = e.IdempotencyKey
 	}
 	// key_id attributes the entry to the API key that caused it, for the
-	// key's own windows: the writer's (a proxy lease's key) or else the key
-	// that created the instance the entry is for.
+	// key's own windows: the writer's (a proxy lease's key) or else, for
+	// what the instance itself costs, the key that created it.
+	var creatorOf any = e.InstanceID
+	if e.ByCaller {
+		creatorOf = nil
+	}
 	r, err := c.query(ctx, `INSERT INTO ledger (account_id, type, amount_micros, spend_micros, at_us, provider,
 		instance_id, description, idempotency_key, basis, created_us, key_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $5,
-		        COALESCE($11, (SELECT i.key_id FROM instances i WHERE i.id = $7 AND i.account_id = $1)))
+		        COALESCE($11, (SELECT i.key_id FROM instances i WHERE i.id = $12 AND i.account_id = $1)))
 		ON CONFLICT (account_id, idempotency_key) DO NOTHING RETURNING `+entryCols,
 		e.AccountID, string(e.Type), int64(e.Amount), int64(e.Spend()), us(e.At), e.Provider,
-		e.InstanceID, e.Description, key, string(e.Basis), nullString(e.KeyID))
+		e.InstanceID, e.Description, key, string(e.Basis), nullString(e.KeyID), creatorOf)
 	got, err := scanAll(r, err, func(r rows) (billing.Entry, error) { return scanEntry(r) })
 	if err != nil {
 		return e, false, fmt.Errorf("inserting ledger entry: %w", err)

@@ -46,10 +46,9 @@ type attackKey struct {
 // tight against a create's cost (up to $3), so while the account has
 // room a key's own window refuses. On atk-proxy, key P ($0.30 per 60 min,
 // raised by $0.20 a wave) sends half the proxy requests, under the
-// account's limit. The plain keys created the proxy instance: an account
-// lease's calls are charged to the instance's creator key (by design, to
-// count too much rather than too little), so a windowed key never created
-// what another key proxies.
+// account's limit. The plain key creates the proxy instance (its prepaid
+// hour is above P's window); proxy calls are charged to the calling key,
+// never the instance's creator.
 func attackKeys() keySet {
 	return keySet{
 		{account: createAccount, name: "attack", share: 1},
