@@ -22,8 +22,9 @@ const breakerInterval = time.Minute
 
 // breakers holds one circuit breaker per instance. Only failures of the
 // instance count: transport errors, timeouts and 5xx answers. A 4xx is the
-// caller's problem, and neither the caller going away nor a refusal by the
-// address policy says anything about the instance.
+// caller's problem, and neither the caller going away, a refusal by the
+// address policy, nor a limit of gpuproxy's own (out of open files or
+// local ports, ownLimit) says anything about the instance (notInstance).
 //
 // Nothing here grows forever: sweep forgets a breaker (and its metric
 // series) that no request has asked for in openFor + breakerInterval —
@@ -69,9 +70,7 @@ func (b *breakers) get(id string) *breaker {
 		Interval:    breakerInterval,
 		Timeout:     b.openFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= b.failures },
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, errRefused)
-		},
+		IsExcluded:  notInstance,
 		OnStateChange: func(name string, _, to gobreaker.State) {
 			if b.metrics == nil {
 				return
@@ -85,6 +84,14 @@ func (b *breakers) get(id string) *breaker {
 	})
 	b.m.Store(id, br)
 	return br
+}
+
+// notInstance reports whether a failed exchange says nothing about the
+// instance, so its breaker neither counts it as a failure nor as a
+// success: the caller went away, the address policy refused, or gpuproxy
+// hit a limit of its own.
+func notInstance(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, errRefused) || ownLimit(err) != ""
 }
 
 // allow asks the instance's breaker; done must be called with the outcome.

@@ -23,6 +23,10 @@ const (
 	// CodeUpstreamTimeout: the instance did not answer within
 	// UpstreamTimeout — HTTP 504.
 	CodeUpstreamTimeout = "upstream_timeout"
+	// CodeOverloaded: gpuproxy itself ran out of something (open files,
+	// local ports, socket buffers, memory) on the way to the instance —
+	// HTTP 503 with Retry-After. Not held against the instance.
+	CodeOverloaded = "overloaded"
 )
 
 // HTTPStatus maps an error to its HTTP status: the proxy's own codes, then
@@ -33,6 +37,8 @@ func HTTPStatus(err error) int {
 		return http.StatusBadGateway
 	case CodeUpstreamTimeout:
 		return http.StatusGatewayTimeout
+	case CodeOverloaded:
+		return http.StatusServiceUnavailable
 	}
 	return httpapi.Status(err)
 }
@@ -60,8 +66,9 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 }
 
 // upstreamErr classifies a failed exchange with an instance: a refusal by
-// the address policy stays a refusal, a deadline is a timeout (504), the
-// caller going away is returned as is, anything else is a 502.
+// the address policy stays a refusal, the caller going away is returned as
+// is, a limit of gpuproxy's own is overloaded (503, see ownLimit), a
+// deadline is a timeout (504), anything else is a 502.
 func upstreamErr(instanceID string, timeout time.Duration, err error) error {
 	var ge *gpuproxy.Error
 	if errors.As(err, &ge) {
@@ -69,6 +76,9 @@ func upstreamErr(instanceID string, timeout time.Duration, err error) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
+	}
+	if limit := ownLimit(err); limit != "" {
+		return overloaded(instanceID, limit, err)
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {

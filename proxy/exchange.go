@@ -140,7 +140,7 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 		return nil, context.Canceled
 	case err != nil:
 		done(err)
-		return nil, upstreamErr(x.instanceID, p.opts.UpstreamTimeout, err)
+		return nil, p.noteOverload(x, upstreamErr(x.instanceID, p.opts.UpstreamTimeout, err))
 	case resp.StatusCode >= 500:
 		done(errUpstream5xx)
 	default:

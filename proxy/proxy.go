@@ -43,6 +43,10 @@ type Metrics interface {
 	// them past the retries, or closing ran out of time (each is also
 	// logged with its request id).
 	ProxyUsageDropped(n int)
+	// ProxyOverloaded counts an exchange that failed on a limit of
+	// gpuproxy's own ("open files", "local ports", …), answered 503
+	// overloaded and not held against the instance.
+	ProxyOverloaded(limit string)
 }
 
 // Options configure a Proxy. Zero values take the documented defaults.

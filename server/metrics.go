@@ -33,6 +33,7 @@ type Metrics struct {
 	proxyOut      prometheus.Counter
 	proxyBreaker  *prometheus.GaugeVec
 	proxyDropped  prometheus.Counter
+	proxyOverload *prometheus.CounterVec
 
 	ops *opsCollector // instances running, window usage, metering lag
 
@@ -89,10 +90,14 @@ func NewMetrics() *Metrics {
 	m.proxyIn, m.proxyOut = m.proxyBytes.WithLabelValues("in"), m.proxyBytes.WithLabelValues("out")
 	m.proxyDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "gpuproxy_proxy_usage_dropped_total",
 		Help: "Proxy usage records lost."})
+	m.proxyOverload = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_overloaded_total",
+		Help: "Proxied requests answered 503 overloaded because gpuproxy hit a limit of its own, by limit (open files, local ports, …)."},
+		[]string{"limit"})
 	m.ops = newOpsCollector()
 	m.reg.MustRegister(m.ops, m.ops.errs,
 		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
+		m.proxyOverload,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -127,6 +132,10 @@ func (m *Metrics) ProxyBreakerRemoved(id string) { m.proxyBreaker.DeleteLabelVal
 
 // ProxyUsageDropped counts lost proxy usage records.
 func (m *Metrics) ProxyUsageDropped(n int) { m.proxyDropped.Add(float64(n)) }
+
+// ProxyOverloaded counts a proxied request that failed on a limit of
+// gpuproxy's own.
+func (m *Metrics) ProxyOverloaded(limit string) { m.proxyOverload.WithLabelValues(limit).Inc() }
 
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
