@@ -50,7 +50,13 @@ func (s *Server) ready(c echo.Context) error {
 	case degraded:
 		status = "degraded"
 	}
-	return c.JSON(code, map[string]any{"status": status, "checks": checks})
+	body := map[string]any{"status": status, "checks": checks}
+	if s.svc.ReadyDetails != nil {
+		if d := s.svc.ReadyDetails(); len(d) > 0 {
+			body["details"] = d
+		}
+	}
+	return c.JSON(code, body)
 }
 
 // targetAccount is the account a request acts on: the caller's own, or —

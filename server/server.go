@@ -78,6 +78,9 @@ type Services struct {
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics
 	ReadyChecks []ReadyCheck
+	// ReadyDetails, when set, adds what it returns to /ready's details
+	// (figures, e.g. the open-files limits; never a reason to be unready).
+	ReadyDetails func() map[string]any
 	// Mount, when set, lets other transports (MCP, proxy) add routes; it
 	// receives a registrar that applies auth and rate limits.
 	Mount []func(r Registrar)

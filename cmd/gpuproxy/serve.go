@@ -12,6 +12,7 @@ import (
 
 	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
+	"github.com/aiserve/gpuproxy/internal/rlimit"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -35,6 +36,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	lw := logbuf.New(stderr, 0, 0)
 	defer lw.Close()
 	log := newLogger(lw, cfg.LogLevel)
+	raiseFileLimit(log)
 	if sandbox {
 		sims, err := startSandbox(&cfg)
 		if err != nil {
@@ -67,6 +69,19 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Info("stopped")
 	}
 	return err
+}
+
+// raiseFileLimit raises the soft open-files limit to the hard one (every
+// stream holds two descriptors) and logs both.
+func raiseFileLimit(log *slog.Logger) {
+	before, after, err := rlimit.Raise()
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+	case err != nil:
+		log.Warn("raising the open-files limit", "soft", before.Soft, "hard", before.Hard, "err", err)
+	default:
+		log.Info("open-files limit", "soft", after.Soft, "hard", after.Hard, "soft_before", before.Soft)
+	}
 }
 
 // serveConfig parses serve's flags and loads the configuration; --listen

@@ -18,6 +18,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/rlimit"
 	"github.com/aiserve/gpuproxy/mcp"
 	"github.com/aiserve/gpuproxy/oauth"
 	"github.com/aiserve/gpuproxy/providers"
@@ -308,8 +309,8 @@ func (a *App) consoleOptions(o console.Options) console.Options {
 }
 
 // serverServices are what the HTTP server calls: the proxy, the console and
-// MCP mounted behind its auth and rate limit, and each provider's breaker in
-// /ready.
+// MCP mounted behind its auth and rate limit, and each provider's breaker
+// and the open-files limits in /ready.
 func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 	svc := server.Services{
 		Auth:        a.Auth,
@@ -322,6 +323,13 @@ func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 		RateLimiter: limiter,
 		Metrics:     a.Metrics,
 		Mount:       []func(server.Registrar){a.Proxy.Mount, a.Console.Mount, a.MCP.Mount},
+		ReadyDetails: func() map[string]any {
+			l, err := rlimit.Get()
+			if err != nil {
+				return nil // not on Linux: no figures
+			}
+			return map[string]any{"nofile_soft": l.Soft, "nofile_hard": l.Hard}
+		},
 	}
 	if a.OAuth != nil {
 		svc.Mount = append(svc.Mount, a.OAuth.Mount)
