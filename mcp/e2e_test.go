@@ -12,6 +12,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
 // TestE2ETypeScriptClient runs e2e/mcp-client (the official TypeScript SDK
@@ -19,24 +20,7 @@ import (
 // over stdio, Streamable HTTP and legacy SSE. It skips when the client's
 // node_modules are missing, except under CI, where it must run.
 func TestE2ETypeScriptClient(t *testing.T) {
-	need := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: "+format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	dir, err := filepath.Abs(filepath.Join("..", "e2e", "mcp-client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		need("node is not installed; the TypeScript SDK end-to-end test needs it")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		need("e2e/mcp-client has no node_modules; run `npm ci --prefix e2e/mcp-client` to run this test")
-	}
+	node, dir := teststack.MCPClient(t)
 	dbFile := filepath.Join(t.TempDir(), "e2e.db")
 	s := newStack(t, stackOpts{dbFile: dbFile})
 	key, p := s.key("e2e", "assistant")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,24 +19,7 @@ import (
 // It skips when node or the client's node_modules are missing, except
 // under CI, where it must run.
 func TestE2ETypeScriptOAuthClient(t *testing.T) {
-	need := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: "+format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	dir, err := filepath.Abs(filepath.Join("..", "e2e", "mcp-client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		need("node is not installed; the TypeScript SDK end-to-end test needs it")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		need("e2e/mcp-client has no node_modules; run `npm ci --prefix e2e/mcp-client` to run this test")
-	}
+	node, dir := teststack.MCPClient(t)
 	r := startReplica(t, dbtest.Open(t, dbtest.SQLite))
 	key, _ := teststack.NewKey(t, r.app.Auth, "e2e", "assistant")
 
