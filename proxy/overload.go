@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"errors"
+	"net"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/aiserve/gpuproxy"
@@ -31,13 +33,27 @@ var ownLimits = [...]struct {
 // err is not one. Such a failure — on the dial or a write alike — happens
 // before anything reaches the instance and says nothing about it.
 func ownLimit(err error) string {
-	var errno syscall.Errno
-	if err == nil || !errors.As(err, &errno) {
+	if err == nil {
 		return ""
 	}
-	for _, l := range ownLimits {
-		if errno == l.errno {
-			return l.limit
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		for _, l := range ownLimits {
+			if errno == l.errno {
+				return l.limit
+			}
+		}
+		return ""
+	}
+	// A name lookup keeps only the text of the error that failed it (a
+	// resolver that could not open its socket): the errno's own text,
+	// last, is all there is to go by.
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		for _, l := range ownLimits {
+			if strings.HasSuffix(de.Err, l.errno.Error()) {
+				return l.limit
+			}
 		}
 	}
 	return ""

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -187,5 +188,51 @@ func TestOverloadIsLogged(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Fatalf("overload log line %q lacks %s\n%s", line, want, logs.String())
 		}
+	}
+}
+
+// lookupFails is a resolver whose every lookup fails with err.
+type lookupFails struct{ err error }
+
+func (r lookupFails) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return nil, r.err
+}
+
+// TestResolverOutOfFilesIsOverloaded: a name lookup that fails because
+// the resolver could not open its socket (the stdlib keeps only the text
+// of that error) is overloaded too, and leaves the breaker closed; a name
+// that does not resolve is still the instance's failure.
+func TestResolverOutOfFilesIsOverloaded(t *testing.T) {
+	t.Parallel()
+	const failures = 2
+	for _, c := range []struct {
+		name    string
+		err     error
+		code    string
+		breaker string
+	}{
+		{"out of files", &net.DNSError{Err: "dial udp 127.0.0.53:53: socket: too many open files",
+			Name: "gpu-host.test", Server: "127.0.0.53:53"}, proxy.CodeOverloaded, "closed"},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "gpu-host.test", IsNotFound: true},
+			proxy.CodeUpstream, "open"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeFleet{}
+			f.add(1, "gpi_dns", "http://gpu-host.test:8000")
+			m := &fakeMetrics{}
+			p := proxy.New(f, openGate{}, &usageStore{}, proxy.Options{BreakerFailures: failures, Metrics: m,
+				Resolver: lookupFails{c.err}, Logger: slog.New(slog.DiscardHandler)})
+			t.Cleanup(func() { _ = p.Close(context.Background()) })
+			for i := range failures + 1 {
+				_, _, _, err := p.Call(context.Background(), invoker(1), "http://gpu-host.test:8000/v1/x", "GET", nil, nil)
+				if i < failures && gpuproxy.ErrorCode(err) != c.code {
+					t.Fatalf("call %d: %v; want %s", i, err, c.code)
+				}
+			}
+			if s := p.BreakerState("gpi_dns"); s != c.breaker {
+				t.Fatalf("breaker %s after %d failed lookups; want %s", s, failures+1, c.breaker)
+			}
+		})
 	}
 }
