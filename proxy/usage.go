@@ -136,6 +136,9 @@ func (r *recorder) writeLate(u Usage) {
 func (r *recorder) take() []Usage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.buf) == 0 {
+		return nil // an idle tick keeps the empty buffer
+	}
 	out := r.buf
 	r.buf = make([]Usage, 0, max(r.batch, len(out)))
 	return out
