@@ -62,12 +62,15 @@ func (a allowlist) refuses(ip netip.Addr) string { return netpolicy.Allowlist(a)
 
 // dialer resolves, checks and dials: the address that is checked is the
 // address that is dialed (netpolicy.Dialer), refusing with the proxy's
-// error.
+// error. An endpoint's name is resolved and checked once per EndpointTTL
+// (as its endpoint is looked up), not once per connection: a ramp of
+// thousands of streams to one instance costs one lookup.
 type dialer = netpolicy.Dialer
 
 func newDialer(o Options) *dialer {
 	return &netpolicy.Dialer{Allow: netpolicy.NewAllowlist(o.AllowNetworks), Resolver: o.Resolver, Dial: o.Dial,
-		Timeout: o.DialTimeout, Refused: func(host string, ip netip.Addr, class string) error {
+		Timeout: o.DialTimeout, CacheTTL: max(o.EndpointTTL, 0), Now: o.Now,
+		Refused: func(host string, ip netip.Addr, class string) error {
 			return refusedErr{refusal(host, ip, class)}
 		}}
 }

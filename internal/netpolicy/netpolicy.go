@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -174,7 +175,33 @@ type Dialer struct {
 	// Refused builds the error for a refused address (default a
 	// *RefusedError).
 	Refused func(host string, ip netip.Addr, class string) error
+	// CacheTTL, when positive, is how long the addresses a host name
+	// resolved to, once every one has passed the policy, are dialed
+	// without resolving and checking again: one lookup per name per TTL
+	// however many connections are opened (concurrent dials of a name not
+	// in the cache share one lookup). Failures and refusals are not
+	// cached. Default 0: every dial resolves.
+	CacheTTL time.Duration
+	// Now is the cache's clock (default time.Now).
+	Now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]*resolved
+	dial  DialFunc // the default Dial, made once
 }
+
+// resolved is a host name's checked addresses, or the lookup of them in
+// flight (ready not yet closed).
+type resolved struct {
+	ready   chan struct{}
+	ips     []netip.Addr
+	err     error
+	expires time.Time
+}
+
+// maxCached bounds the resolution cache; past it, expired names are
+// dropped as names are added.
+const maxCached = 1024
 
 // DialContext connects to addr ("host:port") if every address host
 // resolves to passes the policy; it tries them in order.
@@ -185,34 +212,16 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	}
 	var ips []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {
-		ips = []netip.Addr{ip}
-	} else {
-		r := d.Resolver
-		if r == nil {
-			r = net.DefaultResolver
-		}
-		ips, err = r.LookupNetIP(ctx, "ip", host)
-		if err != nil {
+		if err := d.check(host, []netip.Addr{ip}); err != nil {
 			return nil, err
 		}
-		if len(ips) == 0 {
-			return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-		}
-	}
-	// Every address must pass, so a name that mixes a public address with
-	// a private one cannot be steered onto the private one.
-	for _, ip := range ips {
-		if c := d.Allow.Refuses(ip); c != "" {
-			if d.Refused != nil {
-				return nil, d.Refused(host, ip, c)
-			}
-			return nil, &RefusedError{Host: host, Addr: ip, Class: c}
-		}
+		ips = []netip.Addr{ip}
+	} else if ips, err = d.addrs(ctx, host); err != nil {
+		return nil, err
 	}
 	dial := d.Dial
 	if dial == nil {
-		nd := &net.Dialer{Timeout: d.Timeout, KeepAlive: 30 * time.Second}
-		dial = nd.DialContext
+		dial = d.defaultDial()
 	}
 	var firstErr error
 	for _, ip := range ips {
@@ -228,4 +237,116 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		}
 	}
 	return nil, firstErr
+}
+
+func (d *Dialer) defaultDial() DialFunc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dial == nil {
+		nd := &net.Dialer{Timeout: d.Timeout, KeepAlive: 30 * time.Second}
+		d.dial = nd.DialContext
+	}
+	return d.dial
+}
+
+// addrs returns the checked addresses of a host name, from the cache when
+// CacheTTL allows.
+func (d *Dialer) addrs(ctx context.Context, host string) ([]netip.Addr, error) {
+	if d.CacheTTL <= 0 {
+		return d.resolve(ctx, host)
+	}
+	now := d.now()
+	d.mu.Lock()
+	e := d.cache[host]
+	if e != nil {
+		select {
+		case <-e.ready:
+			if e.err != nil || !now.Before(e.expires) {
+				e = nil // failed or expired: look it up again
+			}
+		default: // in flight: share it
+		}
+	}
+	if e == nil {
+		e = &resolved{ready: make(chan struct{})}
+		d.store(host, e, now)
+		d.mu.Unlock()
+		e.ips, e.err = d.resolve(ctx, host)
+		e.expires = d.now().Add(d.CacheTTL)
+		close(e.ready)
+		return e.ips, e.err
+	}
+	d.mu.Unlock()
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if e.err != nil {
+		// Another caller's lookup failed, maybe for a reason of its own
+		// (its context ended): look it up for this one.
+		return d.resolve(ctx, host)
+	}
+	return e.ips, nil
+}
+
+// store adds a cache entry (d.mu held), dropping expired ones when the
+// cache is full.
+func (d *Dialer) store(host string, e *resolved, now time.Time) {
+	if d.cache == nil {
+		d.cache = map[string]*resolved{}
+	}
+	if len(d.cache) >= maxCached {
+		for h, old := range d.cache {
+			select {
+			case <-old.ready:
+				if old.err != nil || !now.Before(old.expires) {
+					delete(d.cache, h)
+				}
+			default:
+			}
+		}
+	}
+	d.cache[host] = e
+}
+
+func (d *Dialer) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// resolve looks a host name up and checks every address it resolves to.
+func (d *Dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	r := d.Resolver
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	ips, err := r.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, err
+	}
+	if len(ips) == 0 {
+		return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
+	if err := d.check(host, ips); err != nil {
+		return nil, err
+	}
+	return ips, nil
+}
+
+// check refuses the lot unless every address passes, so a name that mixes
+// a public address with a private one cannot be steered onto the private
+// one.
+func (d *Dialer) check(host string, ips []netip.Addr) error {
+	for _, ip := range ips {
+		if c := d.Allow.Refuses(ip); c != "" {
+			if d.Refused != nil {
+				return d.Refused(host, ip, c)
+			}
+			return &RefusedError{Host: host, Addr: ip, Class: c}
+		}
+	}
+	return nil
 }
