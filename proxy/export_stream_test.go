@@ -4,3 +4,7 @@ package proxy
 // buffers, upstream connections' head buffers) are taken and not given
 // back, in the whole process.
 func PooledBuffersHeld() int64 { return pooledHeld.Load() }
+
+// DetachedStreams returns how many of p's streams are relayed on
+// goroutines of their own (detached from their handlers).
+func DetachedStreams(p *Proxy) int { return p.lean.streams.len() }

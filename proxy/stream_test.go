@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,10 +19,12 @@ import (
 )
 
 // TestParkedStreamHoldsNoBuffer: a token stream whose instance has nothing
-// to send holds no pooled buffer (neither a copy buffer nor an upstream
-// connection's head buffers) while it waits; it then delivers the rest,
-// and its upstream connection is reused by the next stream. Not parallel:
-// the buffer count is the whole process's.
+// to send is detached from its handler and holds no pooled buffer
+// (neither a copy buffer nor an upstream connection's head buffers) while
+// it waits; it then delivers the rest, its usage record is written, and
+// both its connections are reused by the next stream (the caller's goes
+// back to net/http). Not parallel: the buffer count is the whole
+// process's.
 func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	release := make(chan struct{})
@@ -48,11 +51,17 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	defer up.Close()
 	e.fleet.add(e.acct.ID, "gpi_sse", up.URL)
 
+	var dials atomic.Int64
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
+	defer client.CloseIdleConnections()
 	stream := func(parked func()) string {
 		t.Helper()
 		req, _ := http.NewRequest("GET", e.url+"/api/v1/proxy/gpi_sse/v1/stream", nil)
 		req.Header.Set("X-API-Key", e.key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +86,9 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 		poll.Until(t, 5*time.Second, "the parked stream gives its buffers back", func() bool {
 			return proxy.PooledBuffersHeld() == 0
 		})
+		if n := proxy.DetachedStreams(e.proxy); n != 1 {
+			t.Errorf("%d detached streams while one is parked, want 1", n)
+		}
 		close(release)
 	})
 	if got != want {
@@ -88,7 +100,20 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d upstream connections for two streams one after the other, want 1 (keep-alive)", n)
 	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("the client opened %d connections for two streams one after the other, want 1 (keep-alive)", n)
+	}
 	poll.Until(t, 5*time.Second, "every pooled buffer is back", func() bool { return proxy.PooledBuffersHeld() == 0 })
+	poll.Until(t, 5*time.Second, "the detached streams are gone", func() bool { return proxy.DetachedStreams(e.proxy) == 0 })
+	page := e.usage(e.key, "?instance_id=gpi_sse", 2)
+	if len(page.Records) != 2 {
+		t.Fatalf("%d usage records for two streams, want 2", len(page.Records))
+	}
+	for _, rec := range page.Records {
+		if rec.Status != 200 || rec.BytesOut != int64(len(want)) || rec.TTFBMS <= 0 || rec.LatencyMS < rec.TTFBMS {
+			t.Fatalf("usage record of a detached stream = %+v", rec)
+		}
+	}
 }
 
 // rawUpstream serves, on every request, the response framing[path] as
