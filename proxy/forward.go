@@ -29,7 +29,7 @@ const maxPathLen = 512
 // bufPool holds the copy buffers of response bodies. A stream takes one
 // only while it has bytes to move (see copyBody), so a parked stream holds
 // none.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // pooledHeld counts the pooled buffers taken and not given back: copy
 // buffers and the upstream connections' head buffers (for tests).

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/h1"
@@ -40,19 +41,20 @@ const statusDetached = -1
 const chunkHead = 10
 
 type detachedStream struct {
-	p       *Proxy
-	nc      net.Conn
-	pending []byte // read from the caller but not consumed (a next request)
-	body    *upstreamBody
-	u       Usage
-	start   time.Time
-	hs      *http.Server
-	keep    bool // hand the connection back to net/http at the end
-	ctx     context.Context
-	cancel  context.CancelFunc
-	watched chan struct{}
-	aborted bool // the watch was ended by us, not by the caller
-	mu      sync.Mutex
+	p         *Proxy
+	nc        net.Conn
+	pending   []byte // read from the caller but not consumed (a next request)
+	body      *upstreamBody
+	u         Usage
+	start     time.Time
+	hs        *http.Server
+	keep      bool        // hand the connection back to net/http at the end
+	cut       atomic.Bool // cancelled or ended: no more cuts
+	cancelled atomic.Bool // cut by cancel (caller gone, shutdown, MaxDuration)
+	timer     *time.Timer // MaxDuration's, if set
+	watched   chan struct{}
+	aborted   bool // the watch was ended by us, not by the caller
+	mu        sync.Mutex
 }
 
 // detach hands the rest of the response (its head sent) to a goroutine of
@@ -77,33 +79,42 @@ func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return false
 	}
 	// The body's cancel hook moves from the request's context, which ends
-	// with the handler, to the stream's own.
+	// with the handler, to the stream's own cut (no context: nothing per
+	// stream that a flag and, with MaxDuration, a timer do not do).
 	if !ub.stop() {
 		return false // the request's context is done already
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if dl, ok := ctx.Deadline(); ok { // MaxDuration still bounds the stream
-		sctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
 	nc, brw, err := rc.Hijack()
 	if err != nil {
 		ub.stop = context.AfterFunc(ctx, func() { _ = ub.pc.c.SetDeadline(h1.Past) })
-		cancel()
 		return false
 	}
-	d := &detachedStream{p: p, nc: nc, body: ub, u: *u, start: start, hs: hs, keep: !r.Close, ctx: sctx,
-		cancel: cancel, watched: make(chan struct{})}
+	d := &detachedStream{p: p, nc: nc, body: ub, u: *u, start: start, hs: hs, keep: !r.Close,
+		watched: make(chan struct{})}
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
 		d.pending = append([]byte(nil), b...)
 	}
-	ub.stop = context.AfterFunc(sctx, func() { _ = ub.pc.c.SetDeadline(h1.Past) })
+	// stop reports whether the stream ended without a cut, and keeps a
+	// later cut off the connection, which may go back to the pool.
+	ub.stop = func() bool { return d.cut.CompareAndSwap(false, true) }
+	if dl, ok := ctx.Deadline(); ok { // MaxDuration still bounds the stream
+		d.timer = time.AfterFunc(time.Until(dl), d.cancel)
+	}
 	if !p.lean.streams.add(d) {
 		d.cancel() // shutting down: cut at once
 	}
 	go d.watch()
 	go d.run()
 	return true
+}
+
+// cancel cuts the stream: its upstream read fails at once.
+func (d *detachedStream) cancel() {
+	if d.cut.CompareAndSwap(false, true) {
+		d.cancelled.Store(true)
+		_ = d.body.pc.c.SetDeadline(h1.Past)
+	}
 }
 
 // watch ends the stream when the caller closes its connection; a byte
@@ -133,12 +144,14 @@ func (d *detachedStream) run() {
 	n, err := d.relay()
 	d.u.BytesOut = n
 	ok := err == nil
-	if err != nil && d.ctx.Err() == nil && !errors.Is(err, errClientGone) {
+	if err != nil && !d.cancelled.Load() && !errors.Is(err, errClientGone) {
 		p.log.Warn("proxy response cut", "request_id", d.u.RequestID, "instance_id", d.u.InstanceID, "bytes", n,
 			"err", err)
 	}
 	_ = d.body.Close()
-	d.cancel()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
 	p.lean.streams.remove(d)
 	d.u.Latency = time.Since(d.start)
 	p.finish(&d.u)
