@@ -4,11 +4,15 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +52,11 @@ func TestFDExhaustionIsNotTheInstancesFault(t *testing.T) {
 // each is answered 503 overloaded with Retry-After and counted, more of
 // them than open a breaker. Once the files are closed the instance answers
 // at once: its breaker never opened.
+//
+// A connection of an earlier request may still be closing when the files
+// are opened, and free a descriptor for the next dial; so while the
+// descriptors are out, the proxy's dial first takes whatever has been
+// freed since, then dials for real (and gets EMFILE from the kernel).
 func TestFDExhaustionHelper(t *testing.T) {
 	if os.Getenv(fdHelperEnv) == "" {
 		t.Skip("run by TestFDExhaustionIsNotTheInstancesFault in a process of its own")
@@ -60,11 +69,49 @@ func TestFDExhaustionHelper(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
+	var (
+		mu        sync.Mutex
+		held      []*os.File
+		exhausted atomic.Bool
+		fillErr   error
+	)
+	// fill opens files until none can be opened.
+	fill := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				if !errors.Is(err, syscall.EMFILE) && fillErr == nil {
+					fillErr = err
+				}
+				return
+			}
+			held = append(held, f)
+		}
+	}
+	closeHeld := func() {
+		exhausted.Store(false)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, f := range held {
+			_ = f.Close()
+		}
+		held = nil
+	}
+	t.Cleanup(closeHeld)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if exhausted.Load() {
+			fill()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+
 	const failures = 2 // the breaker's threshold
 	// Keys and spend snapshots are cached, so requests need no new
 	// database connection while descriptors are out.
-	e := newEnv(t, envOpts{proxy: proxy.Options{BreakerFailures: failures, BreakerOpen: time.Minute},
-		authTTL: time.Minute, gateAge: time.Minute})
+	e := newEnv(t, envOpts{proxy: proxy.Options{BreakerFailures: failures, BreakerOpen: time.Minute, Dial: dial,
+		UpstreamTimeout: 10 * time.Second}, authTTL: time.Minute, gateAge: time.Minute})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// No keep-alive: every proxied request dials the instance.
 		w.Header().Set("Connection", "close")
@@ -81,25 +128,11 @@ func TestFDExhaustionHelper(t *testing.T) {
 		}
 	}
 
-	var held []*os.File
-	closeHeld := func() {
-		for _, f := range held {
-			_ = f.Close()
-		}
-		held = nil
-	}
-	t.Cleanup(closeHeld)
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			if !errors.Is(err, syscall.EMFILE) {
-				t.Fatalf("opening files: %v; want EMFILE in the end", err)
-			}
-			break
-		}
-		held = append(held, f)
-	}
+	fill()
+	exhausted.Store(true)
+	mu.Lock()
 	t.Logf("holding %d files: no descriptor left (limit %d)", len(held), lim.Cur)
+	mu.Unlock()
 
 	for i := range 3 * failures {
 		r := e.do(e.key, "GET", path, nil, nil)
@@ -108,6 +141,12 @@ func TestFDExhaustionHelper(t *testing.T) {
 			t.Fatalf("request %d with no descriptor left: %d Retry-After %q %s; want 503 %s (open files) with Retry-After",
 				i, r.Status, r.Header.Get("Retry-After"), r.Body, proxy.CodeOverloaded)
 		}
+	}
+	mu.Lock()
+	err := fillErr
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("opening files: %v; want only EMFILE", err)
 	}
 	if s := e.proxy.BreakerState("gpi_fd"); s != "closed" {
 		t.Fatalf("breaker %s after %d requests failed on our own limit; want closed", s, 3*failures)
