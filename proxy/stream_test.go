@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/proxy"
+	"github.com/aiserve/gpuproxy/server"
 )
 
 // TestParkedStreamHoldsNoBuffer: a token stream whose instance has nothing
@@ -216,5 +219,66 @@ func TestStreamedBodyFramings(t *testing.T) {
 				t.Fatalf("%d upstream connections for two requests, want %d", n, want)
 			}
 		})
+	}
+}
+
+// TestShutdownCutsDetachedStreams: a server shutting down does not wait
+// for detached streams (net/http no longer tracks their connections): it
+// cuts them, so the caller sees the stream end early and cut, and each
+// stream's usage record is written before the proxy is closed.
+func TestShutdownCutsDetachedStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer up.Close()
+	e.fleet.add(e.acct.ID, "gpi_shut", up.URL)
+	srv := server.New(server.Services{Auth: e.auth, Guard: e.guard, Ledger: e.ledger, Store: e.store,
+		RateLimiter: auth.NewRateLimiter(1_000_000), Mount: []func(server.Registrar){e.proxy.Mount}},
+		server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv}
+	go func() { _ = hs.Serve(ln) }()
+
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/api/v1/proxy/gpi_shut/v1/stream", nil)
+	req.Header.Set("X-API-Key", e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: 1\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	poll.Until(t, 5*time.Second, "the stream is detached", func() bool { return proxy.DetachedStreams(e.proxy) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(br)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the stream cut by the shutdown ended as if complete")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream went on after the server shut down")
+	}
+	page := e.usage(e.key, "?instance_id=gpi_shut", 1)
+	if len(page.Records) != 1 || page.Records[0].Status != 200 || page.Records[0].BytesOut != int64(len("data: 1\n\n")) {
+		t.Fatalf("usage of the cut stream = %+v", page.Records)
 	}
 }
