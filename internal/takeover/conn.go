@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -31,15 +32,20 @@ const (
 	connClosed
 )
 
-// conn is a taken-over connection.
+// conn is a taken-over connection. Its buffers come from pools: the read
+// buffer is held while a head, or a body, is being read (an idle
+// connection waits for its next request without one, when its socket can
+// be waited on), the write buffer while a response is being written
+// (given back at each flush, so a long stream holds none between its
+// pieces).
 type conn struct {
 	t      *Conns
 	hs     *http.Server
 	nc     net.Conn
 	pc     *replayConn
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	hr     *bufio.Reader // parses a request head from hb
+	raw    syscall.RawConn // nil: no socket to wait on without a buffer
+	br     *bufio.Reader   // nil when released (see reader)
+	bw     *bufio.Writer   // nil when released (see writer)
 	hb     bytes.Reader
 	base   context.Context
 	remote string
@@ -67,14 +73,15 @@ type conn struct {
 func newConn(t *Conns, hs *http.Server, nc net.Conn, pending []byte, base context.Context,
 	lastMethod string) *conn {
 	pc := &replayConn{Conn: nc, pending: pending}
-	c := &conn{t: t, hs: hs, nc: nc, pc: pc, br: bufio.NewReaderSize(pc, headMax),
-		bw: bufio.NewWriterSize(nc, 16<<10), base: base, remote: nc.RemoteAddr().String(),
+	c := &conn{t: t, hs: hs, nc: nc, pc: pc, base: base, remote: nc.RemoteAddr().String(),
 		headMax: headMax, lastPost: lastMethod == http.MethodPost,
 		rdl: h1.NewDeadline(nc.SetReadDeadline), wdl: h1.NewDeadline(nc.SetWriteDeadline)}
 	if m := hs.MaxHeaderBytes; m > 0 && m < c.headMax {
 		c.headMax = m // net/http refuses heads larger than about this
 	}
-	c.hr = bufio.NewReaderSize(&c.hb, 4096)
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	c.timer = time.AfterFunc(time.Hour, c.startWatch)
 	c.timer.Stop()
 	return c
@@ -84,6 +91,99 @@ func (c *conn) close() {
 	c.state.Store(connClosed)
 	_ = c.nc.Close()
 	c.t.untrack(c)
+	c.dropBuffers()
+}
+
+// buffersHeld counts the read and write buffers taken-over connections
+// hold (for tests).
+var buffersHeld atomic.Int64
+
+var (
+	readers     = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }}
+	writers     = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+	headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+)
+
+// reader returns the read buffer, taking one from the pool.
+func (c *conn) reader() *bufio.Reader {
+	if c.br == nil {
+		c.br = readers.Get().(*bufio.Reader)
+		c.br.Reset(c.pc)
+		buffersHeld.Add(1)
+	}
+	return c.br
+}
+
+// buffered is how many bytes read from the connection wait in the read
+// buffer.
+func (c *conn) buffered() int {
+	if c.br == nil {
+		return 0
+	}
+	return c.br.Buffered()
+}
+
+// releaseReader gives the read buffer back when it holds nothing.
+func (c *conn) releaseReader() {
+	if c.br != nil && c.br.Buffered() == 0 {
+		c.br.Reset(nil)
+		readers.Put(c.br)
+		c.br = nil
+		buffersHeld.Add(-1)
+	}
+}
+
+// writer returns the write buffer, taking one from the pool.
+func (c *conn) writer() *bufio.Writer {
+	if c.bw == nil {
+		c.bw = writers.Get().(*bufio.Writer)
+		c.bw.Reset(c.nc)
+		buffersHeld.Add(1)
+	}
+	return c.bw
+}
+
+// releaseWriter gives the write buffer back when it holds nothing.
+func (c *conn) releaseWriter() {
+	if c.bw != nil && c.bw.Buffered() == 0 {
+		c.bw.Reset(nil)
+		writers.Put(c.bw)
+		c.bw = nil
+		buffersHeld.Add(-1)
+	}
+}
+
+// dropBuffers gives both buffers back, whatever they hold (the
+// connection is done).
+func (c *conn) dropBuffers() {
+	if c.br != nil {
+		c.br.Reset(nil)
+		readers.Put(c.br)
+		c.br = nil
+		buffersHeld.Add(-1)
+	}
+	if c.bw != nil {
+		c.bw.Reset(nil)
+		writers.Put(c.bw)
+		c.bw = nil
+		buffersHeld.Add(-1)
+	}
+}
+
+// awaitRequest waits for the next request's first byte; with nothing
+// buffered it waits on the socket without a buffer, then reads into one.
+// The read deadline in force bounds the wait.
+func (c *conn) awaitRequest() error {
+	if c.buffered() == 0 {
+		c.releaseReader()
+		if c.raw != nil && !c.pc.hasPending() {
+			if err := waitReadable(c.raw); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.reader().Peek(1)
+	return err
 }
 
 // idleTimeout and headerTimeout are net/http's: none when zero.
@@ -118,7 +218,7 @@ func (c *conn) serve() {
 			return
 		}
 		c.readWithin(c.idleTimeout())
-		if _, err := c.br.Peek(1); err != nil || !c.state.CompareAndSwap(connIdle, connBusy) {
+		if err := c.awaitRequest(); err != nil || !c.state.CompareAndSwap(connIdle, connBusy) {
 			c.close()
 			return
 		}
@@ -137,6 +237,9 @@ func (c *conn) serve() {
 		}
 		_, _ = c.br.Discard(n)
 		c.deadlines(t0, req.ContentLength)
+		if req.ContentLength == 0 {
+			c.releaseReader() // nothing to read while the request runs
+		}
 		if !c.serveOne(rt, req) || !c.state.CompareAndSwap(connBusy, connIdle) {
 			c.close()
 			return
@@ -152,7 +255,7 @@ func (c *conn) next() (req *http.Request, rt Route, n int, ok bool) {
 	if c.lastPost {
 		// As net/http: up to 4 CR or LF after a POST are skipped (RFC 7230
 		// section 3.5, old clients).
-		p, _ := c.br.Peek(4)
+		p, _ := c.reader().Peek(4)
 		i := 0
 		for i < len(p) && (p[i] == '\r' || p[i] == '\n') {
 			i++
@@ -176,7 +279,7 @@ func (c *conn) next() (req *http.Request, rt Route, n int, ok bool) {
 // response be written within WriteTimeout. The read deadline matters only
 // for a body not yet buffered.
 func (c *conn) deadlines(t0 time.Time, contentLength int64) {
-	if contentLength > int64(c.br.Buffered()) {
+	if contentLength > int64(c.buffered()) {
 		if rt := c.hs.ReadTimeout; rt > 0 {
 			_ = c.rdl.Set(t0.Add(rt), min(rt/16, time.Second))
 		} else if c.rdl.Active() {
@@ -195,6 +298,7 @@ func (c *conn) deadlines(t0 time.Time, contentLength int64) {
 // searched only where its end can be: past what was searched before.
 func (c *conn) head() ([]byte, bool) {
 	extended := false
+	c.reader()
 	for from := 0; ; {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		if n := headLen(buf, from); n > 0 {
@@ -246,9 +350,13 @@ func (c *conn) parse(head []byte) (*http.Request, Route) {
 		return nil, nil
 	}
 	c.hb.Reset(head)
-	c.hr.Reset(&c.hb)
-	req, err := http.ReadRequest(c.hr)
-	if err != nil || c.hr.Buffered() > 0 || c.hb.Len() > 0 || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
+	hr := headReaders.Get().(*bufio.Reader)
+	hr.Reset(&c.hb)
+	req, err := http.ReadRequest(hr)
+	rest := hr.Buffered()
+	hr.Reset(nil)
+	headReaders.Put(hr)
+	if err != nil || rest > 0 || c.hb.Len() > 0 || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
 		len(req.TransferEncoding) > 0 || req.Method == http.MethodConnect ||
 		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil || !serverAccepts(req) {
 		return nil, nil
@@ -290,10 +398,13 @@ func serverAccepts(req *http.Request) bool {
 // to net/http, which serves it from then on.
 func (c *conn) handBack() {
 	c.t.untrack(c)
-	p, _ := c.br.Peek(c.br.Buffered())
-	c.pc.mu.Lock()
-	c.pc.pending = append(append([]byte(nil), p...), c.pc.pending...)
-	c.pc.mu.Unlock()
+	if c.br != nil {
+		p, _ := c.br.Peek(c.br.Buffered())
+		c.pc.mu.Lock()
+		c.pc.pending = append(append([]byte(nil), p...), c.pc.pending...)
+		c.pc.mu.Unlock()
+	}
+	c.dropBuffers()
 	_ = c.nc.SetDeadline(time.Time{})
 	serve(c.hs, c.pc, c.nc)
 }
@@ -347,7 +458,7 @@ func (c *conn) startWatch() {
 	if !c.inReq || c.watching {
 		return
 	}
-	if c.body.remain.Load() > 0 || c.br.Buffered() > 0 {
+	if c.body.remain.Load() > 0 || c.buffered() > 0 {
 		if c.body.remain.Load() > 0 {
 			c.timer.Reset(watchAfter) // the handler is still reading the body
 		}

@@ -135,7 +135,7 @@ func leanParse(afterPost bool, chunk int, data []byte) (parsed, bool) {
 		last = http.MethodPost
 	}
 	c := newConn(t, hs, newMemConn(data, chunk), nil, context.Background(), last)
-	if _, err := c.br.Peek(1); err != nil {
+	if err := c.awaitRequest(); err != nil {
 		return parsed{}, false
 	}
 	req, _, n, ok := c.next()

@@ -88,7 +88,7 @@ var (
 )
 
 func (w *response) writeHead(code int) {
-	bw := w.c.bw
+	bw := w.c.writer()
 	var nb [3]byte
 	_, _ = bw.WriteString("HTTP/1.1 ")
 	_, _ = bw.Write(strconv.AppendInt(nb[:0], int64(code), 10))
@@ -134,7 +134,7 @@ func (w *response) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	bw := w.c.bw
+	bw := w.c.writer()
 	if w.chunked {
 		var nb [16]byte
 		_, _ = bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
@@ -155,7 +155,8 @@ func (w *response) Flush() {
 		w.commit(nil)
 	}
 	if w.err == nil {
-		w.fail(w.c.bw.Flush())
+		w.fail(w.c.writer().Flush())
+		w.c.releaseWriter() // a stream holds none between its pieces
 	}
 }
 
@@ -169,11 +170,12 @@ func (w *response) finish() bool {
 		w.commit(nil)
 	}
 	if w.chunked && w.err == nil {
-		_, err := w.c.bw.WriteString("0\r\n\r\n")
+		_, err := w.c.writer().WriteString("0\r\n\r\n")
 		w.fail(err)
 	}
 	if w.err == nil {
-		w.fail(w.c.bw.Flush())
+		w.fail(w.c.writer().Flush())
+		w.c.releaseWriter()
 	}
 	short := w.cl >= 0 && !w.noBody && w.n < w.cl
 	return w.err == nil && !w.close && !short
