@@ -50,9 +50,13 @@ type ExposureStore interface {
 	KillSwitchExposures(ctx context.Context) ([]Exposure, error)
 }
 
-// KillPlan is the kill switch's projection for one account at At.
+// KillPlan is the kill switch's projection for one account at At, or for
+// one of its keys with windows of its own (KeyID set): then the windows
+// are the key's, the spend, owed time and burn what the key caused, and
+// the targets the key's instances.
 type KillPlan struct {
 	AccountID int64
+	KeyID     string
 	At        time.Time
 	// Window is the window that reaches its limit first (its Spent is
 	// the ledger's; Owed comes on top).
@@ -160,6 +164,71 @@ func (s *Service) KillPlans(ctx context.Context) ([]KillPlan, error) {
 			continue // changed since the read
 		}
 		plans = append(plans, s.plan(x, snap))
+		kp, err := s.keyPlans(ctx, x)
+		plans = append(plans, kp...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return plans, errors.Join(errs...)
+}
+
+// keyPlans projects the windows of the account's keys that have windows
+// of their own and created one of its live time-billed instances: a key's
+// windows are kept the way the account's are, over what the key caused —
+// its instances' meters and unmetered time, its open holds (all of them,
+// an hourly create's included: that errs early) — and a key whose window
+// is reached loses its own instances, not the account's others.
+func (s *Service) keyPlans(ctx context.Context, x Exposure) ([]KillPlan, error) {
+	byKey := map[string]*Exposure{}
+	keyOf := map[string]string{} // instance id → key
+	var keys []string
+	for _, in := range x.Instances {
+		if in.KeyID == "" {
+			continue
+		}
+		kx, ok := byKey[in.KeyID]
+		if !ok {
+			kx = &Exposure{AccountID: x.AccountID}
+			byKey[in.KeyID] = kx
+			keys = append(keys, in.KeyID)
+		}
+		kx.Instances = append(kx.Instances, in)
+		keyOf[in.ID] = in.KeyID
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var errs []error
+	for _, m := range x.Meters {
+		k, ok := keyOf[m.InstanceID]
+		if !ok { // a stopped meter not yet charged to its stop: whose instance?
+			in, err := s.store.Instance(ctx, x.AccountID, m.InstanceID)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("kill switch: account %d: %w", x.AccountID, err))
+				continue
+			}
+			if k, ok = in.KeyID, byKey[in.KeyID] != nil; !ok {
+				continue
+			}
+		}
+		byKey[k].Meters = append(byKey[k].Meters, m)
+	}
+	var plans []KillPlan
+	for _, k := range keys {
+		snap, err := s.guard.KeySpending(ctx, x.AccountID, k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kill switch: account %d key %s: %w", x.AccountID, k, err))
+			continue
+		}
+		if snap.Key == nil {
+			continue // no windows of its own
+		}
+		kx := byKey[k]
+		kx.Holds = snap.Key.Held
+		p := s.plan(*kx, guardrails.Snapshot{AccountID: x.AccountID, At: snap.At, Windows: snap.Key.Windows})
+		p.KeyID = k
+		plans = append(plans, p)
 	}
 	return plans, errors.Join(errs...)
 }
@@ -230,14 +299,19 @@ func (s *Service) plan(x Exposure, snap guardrails.Snapshot) KillPlan {
 func (s *Service) kill(ctx context.Context, due []KillPlan, rep *KillSwitchReport) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	taken := map[string]bool{} // an instance due under the account and its key is destroyed once
 	for _, p := range due {
 		u := p.Window
 		s.opts.Logger.Error("kill switch (on_exceed=destroy): a window reaches its limit; destroying time-billed instances",
-			"account_id", p.AccountID, "window_minutes", u.Minutes, "limit", u.Limit.String(),
+			"account_id", p.AccountID, "key_id", p.KeyID, "window_minutes", u.Minutes, "limit", u.Limit.String(),
 			"spent", u.Spent.String(), "owed", p.Owed.String(), "burn_per_hour", p.Burn.String(),
 			"projected", p.Projected(s.opts.Now().Add(p.Margin)).String(), "margin", p.Margin,
 			"reaches_at", p.ReachesAt.UTC().Format(time.RFC3339Nano), "instances", len(p.Targets))
 		for _, in := range p.Targets {
+			if taken[in.ID] {
+				continue
+			}
+			taken[in.ID] = true
 			wg.Go(func() {
 				_, err := s.Destroy(ctx, in.AccountID, in.ID)
 				mu.Lock()

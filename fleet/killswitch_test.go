@@ -281,3 +281,73 @@ func TestKillMarginFollowsDestroyLatency(t *testing.T) {
 		})
 	}
 }
+
+// TestKillSwitchKeepsKeyWindows: in an on_exceed=destroy account with room
+// to spare, a key whose own 60-minute window is a few seconds of its
+// instance's price loses that instance a margin before the key's limit;
+// another key's instance keeps running.
+func TestKillSwitchKeepsKeyWindows(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			kills := &killLog{}
+			fo := fleet.Options{ReconcileInterval: time.Second, KillMargin: 300 * time.Millisecond,
+				KillSwitchInterval: 200 * time.Millisecond, OnKillSwitch: kills.hook}
+			w := newWorld(t, k, worldOpts{fleetOpts: fo})
+			ctx := context.Background()
+			for _, id := range []string{"tight", "free"} {
+				if err := w.stores[0].CreateKey(ctx, gpuproxy.APIKey{ID: id, AccountID: w.acct.ID, Name: id, Hash: "h-" + id,
+					Scopes: []gpuproxy.Scope{gpuproxy.ScopeInstancesWrite}, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.guards[0].SetLimits(ctx, w.acct.ID, []guardrails.Window{{Minutes: 60, Limit: 500 * usd}},
+				gpuproxy.OnExceedDestroy); err != nil {
+				t.Fatal(err)
+			}
+			create := func(key string) fleet.Instance {
+				inst, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI,
+					OfferID: w.dearOffer().ID, Image: "img", KeyID: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w.waitRunning(w.fleets[0], inst.ID)
+			}
+			tight, free := create("tight"), create("free")
+			price := tight.PricePerHour
+			// The key's limit is reached 3 s from now at its instance's price.
+			limit := price.MulMillis((time.Since(tight.StartedAt) + 3*time.Second).Milliseconds())
+			if err := w.guards[0].SetKeyLimits(ctx, w.acct.ID, "tight", []guardrails.Window{{Minutes: 60, Limit: limit}}); err != nil {
+				t.Fatal(err)
+			}
+			plans, err := w.fleets[0].KillPlans(ctx)
+			if err != nil || len(plans) != 2 || plans[1].KeyID != "tight" || len(plans[1].Targets) != 1 ||
+				plans[1].Targets[0].ID != tight.ID || plans[1].Burn != price || plans[1].KillAt().IsZero() || plans[0].KillAt().Before(plans[1].KillAt().Add(time.Hour)) {
+				t.Fatalf("plans: the account's far off, the key's in seconds: %+v %v", plans, err)
+			}
+			meter := billing.NewMeterer(w.stores[0], billing.MeterOptions{Interval: 200 * time.Millisecond, Logger: quiet})
+			stopMeter := runUntil(meter.Run)
+			defer stopMeter()
+			stop := runUntil(w.fleets[0].Run)
+			defer stop()
+
+			got := w.waitStatus(tight.ID, fleet.Terminated, 10*time.Second)
+			stopMeter()
+			w.settle()
+			snap, err := w.guards[0].KeySpending(ctx, w.acct.ID, "tight")
+			if err != nil || snap.Key == nil {
+				t.Fatal(snap, err)
+			}
+			spent := snap.Key.Windows[0].Spent
+			t.Logf("key limit %s, key spent %s, ran %v", limit, spent, got.TerminatedAt.Sub(got.StartedAt).Round(time.Millisecond))
+			if spent > limit {
+				t.Fatalf("the key spent %s past its limit %s", spent, limit)
+			}
+			if v, err := w.stores[0].Instance(ctx, w.acct.ID, free.ID); err != nil || v.Status != fleet.Running {
+				t.Fatalf("the other key's instance: %s %v, want running", v.Status, err)
+			}
+			if ids := kills.list(); len(ids) != 1 || ids[0] != tight.ID {
+				t.Fatalf("kill switch hook: %v, want once for %s", ids, tight.ID)
+			}
+		})
+	}
+}
