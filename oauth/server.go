@@ -142,8 +142,7 @@ func New(ctx context.Context, store Store, o Options) (*Server, error) {
 		op.WithCustomIntrospectionEndpoint(op.NewEndpoint("/oauth/introspect")),
 		op.WithCustomUserinfoEndpoint(op.NewEndpoint("/oauth/userinfo")),
 		op.WithCustomEndSessionEndpoint(op.NewEndpoint("/oauth/end_session")),
-		op.WithCustomDeviceAuthorizationEndpoint(op.NewEndpoint("/oauth/device_authorization")),
-		op.WithLogger(o.Logger))
+		op.WithCustomDeviceAuthorizationEndpoint(op.NewEndpoint("/oauth/device_authorization")))
 	if err != nil {
 		return nil, fmt.Errorf("oauth: %w", err)
 	}
