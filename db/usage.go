@@ -30,24 +30,26 @@ func appendUsageRow(args []any, u gpuproxy.Usage) []any {
 // usageChunk is how many rows one SQLite INSERT carries.
 const usageChunk = 64
 
-// InsertUsage appends proxy usage records in one transaction. The bulk
-// path is the one place here that differs by dialect: Postgres streams the
-// rows with COPY; SQLite takes multi-row INSERTs with positional "?"
-// parameters, because its driver looks numbered ones up by name, which
-// grows quadratically with the row count of a statement.
-func (s *Store) InsertUsage(ctx context.Context, records []gpuproxy.Usage) error {
+// usageBatchKeep is how long a written batch's id is remembered (its
+// writer gives a batch up after retrying for a minute).
+const usageBatchKeep = time.Hour
+
+// InsertUsage appends proxy usage records in one transaction. A batch id,
+// when not empty, makes it idempotent: a batch already written (its
+// earlier attempt committed, but the answer was lost) is not written
+// again. The bulk path is the one place here that differs by dialect:
+// Postgres streams the rows with COPY; SQLite takes multi-row INSERTs with
+// positional "?" parameters, because its driver looks numbered ones up by
+// name, which grows quadratically with the row count of a statement.
+func (s *Store) InsertUsage(ctx context.Context, batch string, records []gpuproxy.Usage) error {
 	if len(records) == 0 {
 		return nil
 	}
 	var err error
 	if s.pg != nil {
-		_, err = s.pg.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols,
-			pgx.CopyFromSlice(len(records), func(i int) ([]any, error) {
-				return appendUsageRow(make([]any, 0, len(usageCols)), records[i]), nil
-			}))
-		err = translate(err)
+		err = s.insertUsagePG(ctx, batch, records)
 	} else {
-		err = s.insertUsageSQLite(ctx, records)
+		err = s.insertUsageSQLite(ctx, batch, records)
 	}
 	if err != nil {
 		return fmt.Errorf("inserting proxy usage: %w", err)
@@ -55,12 +57,62 @@ func (s *Store) InsertUsage(ctx context.Context, records []gpuproxy.Usage) error
 	return nil
 }
 
-func (s *Store) insertUsageSQLite(ctx context.Context, records []gpuproxy.Usage) error {
+// usageBatchSQL records a batch id, and forgets old ones: it affects no
+// row when the batch was written before.
+const (
+	usageBatchSQL       = "INSERT INTO usage_batches (id, created_us) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING"
+	usageBatchForgetSQL = "DELETE FROM usage_batches WHERE created_us < $1"
+)
+
+func (s *Store) insertUsagePG(ctx context.Context, batch string, records []gpuproxy.Usage) error {
+	rows := pgx.CopyFromSlice(len(records), func(i int) ([]any, error) {
+		return appendUsageRow(make([]any, 0, len(usageCols)), records[i]), nil
+	})
+	if batch == "" {
+		_, err := s.pg.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols, rows)
+		return translate(err)
+	}
+	tx, err := s.pg.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	now := time.Now()
+	tag, err := tx.Exec(ctx, usageBatchSQL, batch, us(now))
+	if err != nil {
+		return translate(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // written before
+	}
+	if _, err := tx.Exec(ctx, usageBatchForgetSQL, us(now.Add(-usageBatchKeep))); err != nil {
+		return translate(err)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols, rows); err != nil {
+		return translate(err)
+	}
+	return translate(tx.Commit(ctx))
+}
+
+func (s *Store) insertUsageSQLite(ctx context.Context, batch string, records []gpuproxy.Usage) error {
 	tx, err := s.sq.BeginTx(ctx, nil)
 	if err != nil {
 		return translate(err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if batch != "" {
+		now := time.Now()
+		res, err := tx.ExecContext(ctx, usageBatchSQL, batch, us(now))
+		if err != nil {
+			return translate(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return translate(err) // written before (nil), or the driver failed
+		}
+		if _, err := tx.ExecContext(ctx, usageBatchForgetSQL, us(now.Add(-usageBatchKeep))); err != nil {
+			return translate(err)
+		}
+	}
 	args := make([]any, 0, usageChunk*len(usageCols))
 	for len(records) > 0 {
 		n := usageChunk

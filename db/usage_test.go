@@ -22,7 +22,7 @@ func TestProxyUsage(t *testing.T) {
 		ctx := context.Background()
 		a := mustAccount(t, s, "user")
 		b := mustAccount(t, s, "other")
-		if err := s.InsertUsage(ctx, nil); err != nil {
+		if err := s.InsertUsage(ctx, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		// 1500 records in one call: more than one INSERT statement.
@@ -38,7 +38,7 @@ func TestProxyUsage(t *testing.T) {
 			recs = append(recs, usageRec(a.ID, inst, status, t0.Add(time.Duration(i)*time.Second), i))
 		}
 		recs = append(recs, usageRec(b.ID, "gpi_a", 200, t0, 9999))
-		if err := s.InsertUsage(ctx, recs); err != nil {
+		if err := s.InsertUsage(ctx, "", recs); err != nil {
 			t.Fatal(err)
 		}
 
@@ -111,7 +111,7 @@ func TestProxyUsage(t *testing.T) {
 		// Negative values are clamped, never refused (telemetry).
 		bad := usageRec(a.ID, "gpi_c", 0, t0, 1)
 		bad.BytesIn, bad.Latency, bad.Cost = -1, -time.Second, gpuproxy.Micros(-5)
-		if err := s.InsertUsage(ctx, []proxy.Usage{bad}); err != nil {
+		if err := s.InsertUsage(ctx, "", []proxy.Usage{bad}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -122,7 +122,7 @@ func TestProxyUsage(t *testing.T) {
 func TestProxyUsageStoreDown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *db.Store) {
 		s.Close()
-		err := s.InsertUsage(context.Background(), []proxy.Usage{usageRec(1, "x", 200, t0, 1)})
+		err := s.InsertUsage(context.Background(), "", []proxy.Usage{usageRec(1, "x", 200, t0, 1)})
 		if gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE {
 			t.Fatalf("insert with store closed: %v", err)
 		}

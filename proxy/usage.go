@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -21,7 +23,10 @@ type UsageTotals = gpuproxy.UsageTotals
 
 // UsageStore persists usage records (db.Store implements it).
 type UsageStore interface {
-	InsertUsage(ctx context.Context, records []Usage) error
+	// InsertUsage writes records in one transaction; batch, when not
+	// empty, names the batch so that writing it again (a retry after an
+	// answer was lost) writes nothing.
+	InsertUsage(ctx context.Context, batch string, records []Usage) error
 	ListUsage(ctx context.Context, f UsageFilter) ([]Usage, error)
 	UsageTotals(ctx context.Context, f UsageFilter) (UsageTotals, error)
 }
@@ -127,7 +132,7 @@ func (r *recorder) writeLate(u Usage) {
 	ctx, cancel := context.WithTimeout(r.abort, usageWriteTimeout)
 	defer cancel()
 	recs := []Usage{u}
-	if err := r.store.InsertUsage(ctx, recs); err != nil {
+	if err := r.store.InsertUsage(ctx, "", recs); err != nil {
 		r.lost(recs, "finished after the proxy was closed", err)
 	}
 }
@@ -230,9 +235,10 @@ func (r *recorder) writeBatch(b []Usage) {
 	r.mu.Unlock()
 	wait := policy.first
 	var failingSince time.Time
+	batch := newBatchID() // the same for every attempt: a retry never writes it twice
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(r.abort, usageWriteTimeout)
-		err := r.store.InsertUsage(ctx, b)
+		err := r.store.InsertUsage(ctx, batch, b)
 		cancel()
 		if err == nil {
 			if attempt > 1 {
@@ -262,4 +268,11 @@ func (r *recorder) writeBatch(b []Usage) {
 		}
 		wait = min(2*wait, policy.max)
 	}
+}
+
+// newBatchID names a usage batch for its writes' idempotency.
+func newBatchID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -27,14 +28,14 @@ type slowStore struct {
 	refused atomic.Int64
 }
 
-func (s *slowStore) InsertUsage(ctx context.Context, rs []proxy.Usage) error {
+func (s *slowStore) InsertUsage(ctx context.Context, batch string, rs []proxy.Usage) error {
 	s.inserts.Add(1)
 	select {
 	case <-time.After(s.delay):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	err := s.UsageStore.InsertUsage(ctx, rs)
+	err := s.UsageStore.InsertUsage(ctx, batch, rs)
 	if err != nil {
 		s.refused.Add(1)
 	}
@@ -261,5 +262,47 @@ func TestUsageGivenUpIsLoggedAndCounted(t *testing.T) {
 	}
 	if got := strings.Count(out, "proxy usage record lost"); got != 6 {
 		t.Errorf("%d lost-record lines; want 6 (one per record)\n%s", got, out)
+	}
+}
+
+// lostAnswerStore writes every third batch and then answers with an error,
+// as when a commit succeeds and the connection drops before its answer.
+type lostAnswerStore struct {
+	proxy.UsageStore
+	calls, lost atomic.Int64
+}
+
+func (s *lostAnswerStore) InsertUsage(ctx context.Context, batch string, rs []proxy.Usage) error {
+	if err := s.UsageStore.InsertUsage(ctx, batch, rs); err != nil {
+		return err
+	}
+	if s.calls.Add(1)%3 == 1 {
+		s.lost.Add(1)
+		return errors.New("connection reset by peer (after the commit)")
+	}
+	return nil
+}
+
+// TestUsageLostAnswerWritesOnce: a batch whose commit succeeded but whose
+// answer was lost is retried, and the retry writes nothing: every request
+// has exactly one record, on each real store.
+func TestUsageLostAnswerWritesOnce(t *testing.T) {
+	t.Parallel()
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			real, _ := usageStoreWithSQL(t, k)
+			st := &lostAnswerStore{UsageStore: real}
+			p, url, m := recorderProxy(t, st, proxy.Options{UsageBuffer: 64, UsageBatch: 16, UsageFlushInterval: 5 * time.Millisecond})
+			proxy.SetUsageRetry(p, time.Millisecond, 10*time.Millisecond, time.Minute)
+			ids := callMany(t, p, url, 300, 16)
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if st.lost.Load() == 0 || m.dropped.Load() != 0 {
+				t.Fatalf("%d answers lost, %d records counted lost", st.lost.Load(), m.dropped.Load())
+			}
+			checkEveryRecord(t, st, ids)
+		})
 	}
 }

@@ -26,7 +26,7 @@ type usageStore struct {
 	inserts atomic.Int64
 }
 
-func (s *usageStore) InsertUsage(ctx context.Context, rs []proxy.Usage) error {
+func (s *usageStore) InsertUsage(ctx context.Context, _ string, rs []proxy.Usage) error {
 	s.inserts.Add(1)
 	if s.block != nil {
 		select {
