@@ -13,3 +13,5 @@ func newRawReader(net.Conn) *rawReader { return nil }
 func (r *rawReader) readPooled() (*[]byte, int, error) { panic("unreachable") }
 
 func (r *rawReader) waitReadable() error { panic("unreachable") }
+
+func (r *rawReader) relay(func([]byte) bool) error { panic("unreachable") }

@@ -70,3 +70,43 @@ func (r *rawReader) waitReadable() error {
 		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
 	})
 }
+
+// relay reads the connection until feed returns false: each time it is
+// readable, one read into a pooled buffer, given to feed (empty at the end
+// of the stream). It runs inside one RawConn.Read, whose readiness is not
+// reset between reads: after a short read it waits for the next bytes
+// without first reading nothing, and holds no buffer while it waits.
+func (r *rawReader) relay(feed func([]byte) bool) error {
+	var ferr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			bp := getBuf()
+			n, err := syscall.Read(int(fd), *bp)
+			for err == syscall.EINTR {
+				n, err = syscall.Read(int(fd), *bp)
+			}
+			if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+				putBuf(bp)
+				return false // drained: wait
+			}
+			if err != nil {
+				putBuf(bp)
+				ferr = err
+				return true
+			}
+			more := feed((*bp)[:n])
+			full := n == len(*bp)
+			putBuf(bp)
+			switch {
+			case !more:
+				return true
+			case !full:
+				return false // drained: wait for the next bytes
+			}
+		}
+	})
+	if err == nil {
+		err = ferr
+	}
+	return err
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,14 +42,21 @@ const statusDetached = -1
 const chunkHead = 10
 
 type detachedStream struct {
-	p         *Proxy
-	nc        net.Conn
-	pending   []byte // read from the caller but not consumed (a next request)
-	body      *upstreamBody
-	u         Usage
-	start     time.Time
-	hs        *http.Server
-	keep      bool        // hand the connection back to net/http at the end
+	p       *Proxy
+	nc      net.Conn
+	pending []byte // read from the caller but not consumed (a next request)
+	body    *upstreamBody
+	u       Usage
+	start   time.Time
+	hs      *http.Server
+	keep    bool // hand the connection back to net/http at the end
+	dec     chunkDecoder
+	remain  int64 // bytes left of a body with a length; -1 if none
+	written int64
+	done    bool  // the body ended
+	clean   bool  // nothing past the body's end came: the connection can be reused
+	err     error // what feed met
+
 	cut       atomic.Bool // cancelled or ended: no more cuts
 	cancelled atomic.Bool // cut by cancel (caller gone, shutdown, MaxDuration)
 	timer     *time.Timer // MaxDuration's, if set
@@ -141,14 +149,14 @@ func (d *detachedStream) watch() {
 // connection back to net/http (or closes it).
 func (d *detachedStream) run() {
 	p := d.p
-	n, err := d.relay()
+	n, reuse, err := d.relay()
 	d.u.BytesOut = n
 	ok := err == nil
 	if err != nil && !d.cancelled.Load() && !errors.Is(err, errClientGone) {
 		p.log.Warn("proxy response cut", "request_id", d.u.RequestID, "instance_id", d.u.InstanceID, "bytes", n,
 			"err", err)
 	}
-	_ = d.body.Close()
+	d.body.release(reuse)
 	if d.timer != nil {
 		d.timer.Stop()
 	}
@@ -173,53 +181,151 @@ func (d *detachedStream) run() {
 }
 
 // relay copies the body to the caller in chunked framing, each piece as
-// it arrives, and ends it with the last chunk. A pooled buffer is taken
-// only once the next piece is there (upstreamBody.ready). An error leaves
-// the response without its last chunk, so the caller sees it cut.
-func (d *detachedStream) relay() (int64, error) {
-	limit := d.p.opts.MaxResponseBody
-	var written int64
+// it arrives, ends it with the last chunk, and reports whether the
+// upstream connection is at the start of its next answer (reusable). An
+// error leaves the response without its last chunk, so the caller sees it
+// cut.
+//
+// The bytes the head reader holds past the head go first; then the relay
+// runs inside one read of the upstream connection (rawReader.relay): each
+// time it is readable, one read into a pooled buffer, decoded (chunked,
+// with a length, or to the close) and written to the caller with a second
+// pooled buffer; a short read waits for the next bytes with nothing held
+// and without the read that would only find none (one read and one write
+// per piece, as nginx does).
+func (d *detachedStream) relay() (int64, bool, error) {
+	ub, pc := d.body, d.body.pc
+	d.remain = ub.length // -1: chunked (ub.chunked) or to the close
+	var err error
+	if pc.br != nil && pc.br.Buffered() > 0 {
+		b, _ := pc.br.Peek(pc.br.Buffered())
+		_, err = d.process(b)
+	}
+	pc.releaseReader()
+	switch {
+	case err != nil || d.done:
+	case pc.raw != nil:
+		err = pc.raw.relay(d.feed)
+	default:
+		err = d.relaySlow()
+	}
+	if err == nil && !d.done {
+		err = d.err
+	}
+	if err == nil && d.done {
+		if _, werr := d.nc.Write(lastChunk); werr != nil {
+			err = errClientGone
+		}
+	}
+	return d.written, err == nil && d.done && d.clean, err
+}
+
+// relaySlow is relay's loop for a connection without a file descriptor
+// (tests' wrapped connections): a read with a pooled buffer held while it
+// waits.
+func (d *detachedStream) relaySlow() error {
 	for {
-		d.body.ready()
 		bp := getBuf()
-		buf := *bp
-		n, rerr := d.body.Read(buf[chunkHead : len(buf)-2])
-		var werr error
+		n, err := d.body.pc.c.Read(*bp)
+		more := false
 		if n > 0 {
-			if written+int64(n) > limit {
-				werr = errResponseTooLarge
-			} else {
-				i := chunkHead - 2
-				buf[i], buf[i+1] = '\r', '\n'
-				for v := n; ; v >>= 4 {
-					i--
-					buf[i] = "0123456789abcdef"[v&15]
-					if v < 16 {
-						break
-					}
-				}
-				end := chunkHead + n
-				buf[end], buf[end+1] = '\r', '\n'
-				if _, err := d.nc.Write(buf[i : end+2]); err != nil {
-					werr = errClientGone
-				} else {
-					written += int64(n)
-				}
-			}
+			more = d.feed((*bp)[:n])
 		}
 		putBuf(bp)
 		switch {
-		case werr != nil:
-			return written, werr
-		case rerr == io.EOF:
-			if _, err := d.nc.Write(lastChunk); err != nil {
-				return written, errClientGone
-			}
-			return written, nil
-		case rerr != nil:
-			return written, rerr
+		case !more:
+			return nil
+		case err == io.EOF:
+			return d.eof()
+		case err != nil:
+			return err
 		}
 	}
+}
+
+// feed processes what one read returned and reports whether the relay
+// goes on (false once the body ended or failed: see d.done, d.err).
+func (d *detachedStream) feed(in []byte) bool {
+	if len(in) == 0 {
+		d.err = d.eof()
+		return false
+	}
+	done, err := d.process(in)
+	if err != nil {
+		d.err = err
+	}
+	return !done && err == nil
+}
+
+// eof is the upstream closing its connection: the end of a body read to
+// the close, else a cut one.
+func (d *detachedStream) eof() error {
+	if d.remain < 0 && !d.body.chunked {
+		d.done, d.clean = true, false
+		return nil
+	}
+	return io.ErrUnexpectedEOF
+}
+
+// process decodes bytes of the body as they came and writes their data
+// to the caller, each piece a chunk, with one write; done once the body
+// ended (clean when exactly the body's end came with it).
+func (d *detachedStream) process(in []byte) (done bool, err error) {
+	bp := getBuf()
+	defer putBuf(bp)
+	out := (*bp)[:0]
+	for len(in) > 0 && !d.done {
+		var data []byte
+		switch {
+		case d.body.chunked:
+			var used int
+			data, used, d.done, err = d.dec.next(in)
+			if err != nil {
+				return false, err
+			}
+			in = in[used:]
+			if d.done {
+				// The last chunk; the final CRLF (no trailer) should
+				// have come with it for the connection to be reused.
+				d.clean = string(in) == "\r\n"
+			}
+		case d.remain >= 0:
+			k := min(int64(len(in)), d.remain)
+			data, in = in[:k], in[k:]
+			d.remain -= k
+			if d.remain == 0 {
+				d.done, d.clean = true, len(in) == 0
+			}
+		default:
+			data, in = in, nil
+		}
+		for len(data) > 0 {
+			if d.written+int64(len(data)) > d.p.opts.MaxResponseBody {
+				return false, errResponseTooLarge
+			}
+			room := cap(out) - len(out) - chunkHead - 2
+			if room <= 0 {
+				if _, err := d.nc.Write(out); err != nil {
+					return false, errClientGone
+				}
+				out = out[:0]
+				continue
+			}
+			k := min(len(data), room)
+			out = strconv.AppendInt(out, int64(k), 16)
+			out = append(out, "\r\n"...)
+			out = append(out, data[:k]...)
+			out = append(out, "\r\n"...)
+			d.written += int64(k)
+			data = data[k:]
+		}
+	}
+	if len(out) > 0 {
+		if _, err := d.nc.Write(out); err != nil {
+			return false, errClientGone
+		}
+	}
+	return d.done, nil
 }
 
 var lastChunk = []byte("0\r\n\r\n")
