@@ -44,6 +44,9 @@ const (
 // whether the window's spent + held + committed is at or above the
 // threshold. Event is what to send when the level turns Above.
 type AlertLevel struct {
+	// KeyID is the API key whose own window this is; empty for the
+	// account's windows.
+	KeyID         string
 	WindowMinutes int
 	Threshold     AlertThreshold
 	Above         bool

@@ -93,6 +93,14 @@ func (c countingSpending) Spending(ctx context.Context, id int64) (guardrails.Sn
 	return c.g.Spending(ctx, id)
 }
 
+func (c countingSpending) KeyLimits(ctx context.Context, id int64) (map[string][]guardrails.Window, error) {
+	return c.g.KeyLimits(ctx, id)
+}
+
+func (c countingSpending) KeySpending(ctx context.Context, id int64, key string) (guardrails.Snapshot, error) {
+	return c.g.KeySpending(ctx, id, key)
+}
+
 // stack is one account with a 60-minute $100 limit and n alert services
 // (replicas), each over its own store on one database.
 type stack struct {
@@ -537,11 +545,11 @@ func TestKillSwitchAndRefusalEvents(t *testing.T) {
 					for range 50 {
 						s.Refused(st.acct.ID, snap, 2*usd, i%2 == 0)
 					}
-					s.KillSwitch(st.acct.ID, "inst-1")
+					s.KillSwitch(st.acct.ID, "inst-1", "")
 				})
 			}
 			wg.Wait()
-			st.svcs[0].KillSwitch(st.acct.ID, "inst-2")
+			st.svcs[0].KillSwitch(st.acct.ID, "inst-2", "")
 			st.svcs[0].Refused(st.acct.ID, snap, 0, true) // fits: no event
 			waitFor(t, 20*time.Second, "3 events delivered", func() bool {
 				ds, err := st.svcs[0].Deliveries(ctx, st.acct.ID, gpuproxy.AlertDelivered, 0, 100)
@@ -597,9 +605,91 @@ func TestPayload(t *testing.T) {
 		ev.AccountID != 7 || ev.Threshold != 800_000 || ev.Kind != p.Type {
 		t.Fatalf("payload %+v\n%s", p, ev.Body)
 	}
-	ev, err = alerts.RefusalEvent(7, "acme", "proxy", u, 125, 5*time.Minute, at)
-	if err != nil || !strings.Contains(string(ev.Body), `"cost":0.000125`) ||
-		!strings.Contains(string(ev.Body), "refused a proxy call of account acme") {
+	ev, err = alerts.RefusalEvent(7, "acme", "", "proxy", u, 125, 5*time.Minute, at)
+	if err != nil || !strings.Contains(string(ev.Body), `"cost":0.000125`) || strings.Contains(string(ev.Body), "key_id") ||
+		!strings.Contains(string(ev.Body), "refused a proxy call of account acme: its 60-minute window allows $50.00") {
 		t.Fatalf("refusal: %s %v", ev.Body, err)
+	}
+	ev, err = alerts.RefusalEvent(7, "acme", "k1", "create", u, 125, 5*time.Minute, at)
+	if err != nil || !strings.Contains(string(ev.Body), `"key_id":"k1"`) ||
+		!strings.Contains(string(ev.Body), "refused an instance create of account acme: API key k1's own 60-minute window allows") {
+		t.Fatalf("key refusal: %s %v", ev.Body, err)
+	}
+	ev, err = alerts.KillSwitchEvent(7, "acme", "k1", "gpi_1", u, at)
+	if err != nil || !strings.Contains(string(ev.Body), `"key_id":"k1"`) ||
+		!strings.Contains(string(ev.Body), "destroyed instance gpi_1 of account acme: API key k1's own 60-minute window is at $40.75") {
+		t.Fatalf("key kill switch: %s %v", ev.Body, err)
+	}
+}
+
+// TestKeyWindowCrossings: a key with a window of its own gets crossing
+// events of that window (with its key_id), separate from the account's
+// (whose $100 window stays below every threshold), once each across
+// replicas; another key's spend is not the key's.
+func TestKeyWindowCrossings(t *testing.T) {
+	for _, c := range []struct {
+		kind     dbtest.Kind
+		replicas int
+	}{{dbtest.Postgres, 3}, {dbtest.SQLite, 1}} {
+		t.Run(string(c.kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rcv := newReceiver(t)
+			st := newStack(t, c.kind, c.replicas, fastOptions(t))
+			for _, id := range []string{"tight", "other"} {
+				if err := st.stores[0].CreateKey(ctx, gpuproxy.APIKey{ID: id, AccountID: st.acct.ID, Name: id, Hash: "h-" + id,
+					Scopes: []gpuproxy.Scope{gpuproxy.ScopeSpendingRead}, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.guards[0].SetKeyLimits(ctx, st.acct.ID, "tight", []guardrails.Window{{Minutes: 60, Limit: 10 * usd}}); err != nil {
+				t.Fatal(err)
+			}
+			_, secret, err := st.svcs[0].Set(ctx, st.acct.ID, rcv.URL+"/hook", []float64{0.5, 1}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rcv.secret.Store(secret)
+			st.run(t)
+			charge := func(key string, amount gpuproxy.Micros) {
+				t.Helper()
+				if _, _, err := st.stores[0].AppendEntry(ctx, billing.Entry{AccountID: st.acct.ID, Type: billing.Charge,
+					Amount: amount, At: time.Now(), Basis: billing.Manual, KeyID: key}); err != nil {
+					t.Fatal(err)
+				}
+				st.observed(t, 0)
+			}
+			charge("other", 20*usd) // the account's 20%; nothing of tight's
+			charge("tight", 6*usd)  // tight's 60%: its 0.5 crossing
+			waitFor(t, 20*time.Second, "the key's 50% crossing", func() bool { return len(rcv.got()) >= 1 })
+			charge("tight", 4*usd) // tight's 100%
+			waitFor(t, 20*time.Second, "the key's 100% crossing", func() bool { return len(rcv.got()) >= 2 })
+			// A create the account has room for, refused by the key's own window.
+			snap, err := st.guards[0].KeySpending(ctx, st.acct.ID, "tight")
+			if err != nil || snap.Key == nil {
+				t.Fatal(snap, err)
+			}
+			st.svcs[0].Refused(st.acct.ID, snap, usd, false)
+			waitFor(t, 20*time.Second, "the key's refusal", func() bool { return len(rcv.got()) >= 3 })
+			st.observed(t, 20)
+			posts := rcv.got()
+			if r := posts[len(posts)-1].payload; r.Type != gpuproxy.AlertRefused || r.KeyID != "tight" || r.Window.Limit != 10*usd {
+				t.Errorf("refusal by the key's window: %+v", r)
+			}
+			posts = posts[:len(posts)-1]
+			if len(posts) != 2 {
+				for _, p := range posts {
+					t.Logf("POST %s key %q threshold %v: %s", p.payload.Type, p.payload.KeyID, p.payload.Threshold, p.payload.Text)
+				}
+				t.Fatalf("%d POSTs, want the key's two crossings once each", len(posts))
+			}
+			for i, th := range []float64{0.5, 1} {
+				p := posts[i].payload
+				if p.Type != gpuproxy.AlertThresholdCrossed || p.KeyID != "tight" || p.Threshold != th ||
+					p.Window.Limit != 10*usd || posts[i].sigErr != nil || !strings.Contains(p.Text, "API key tight") {
+					t.Errorf("POST %d: %+v (sig %v), want tight's %v crossing", i, p, posts[i].sigErr, th)
+				}
+			}
+		})
 	}
 }

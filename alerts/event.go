@@ -22,6 +22,9 @@ type Payload struct {
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
 	Account   string    `json:"account"`
+	// KeyID is the API key whose own window the event is about (a key's
+	// threshold crossing); absent for the account's windows.
+	KeyID string `json:"key_id,omitempty"`
 	// WindowMinutes names the window the event is about.
 	WindowMinutes int `json:"window_minutes"`
 	// Threshold is the fraction of the limit crossed (threshold_crossed).
@@ -105,15 +108,36 @@ func CrossingEvent(accountID int64, account string, u guardrails.Usage, t gpupro
 	return event(accountID, p, t)
 }
 
+// KeyCrossingEvent is the event of key's own window u (nested in
+// account's) crossing threshold t.
+func KeyCrossingEvent(accountID int64, account, key string, u guardrails.Usage, t gpuproxy.AlertThreshold, at time.Time) (gpuproxy.AlertEvent, error) {
+	w := windowJSON(u)
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertThresholdCrossed, CreatedAt: at.UTC(), Account: account,
+		KeyID: key, WindowMinutes: u.Minutes, Threshold: t.Fraction(), Window: w}
+	p.Text = fmt.Sprintf("gpuproxy: API key %s of account %s has reached %s of its own %d-minute limit of %s, "+
+		"crossing the %s alert threshold (%s: spent %s, held %s, committed %s; remaining %s).", key, account,
+		percent(w.UsedFraction), u.Minutes, usd(u.Limit), t, usd(w.Used), usd(u.Spent), usd(u.Held), usd(u.Committed),
+		usd(w.Remaining))
+	return event(accountID, p, t)
+}
+
+// whose names the window an event is about: the account's, or a key's own.
+func whose(account, key string) string {
+	if key == "" {
+		return "account " + account + ": its"
+	}
+	return "account " + account + ": API key " + key + "'s own"
+}
+
 // KillSwitchEvent is the event of the kill switch destroying instance of
 // account, about window u (the window that reached, or was about to
-// reach, its limit).
-func KillSwitchEvent(accountID int64, account, instance string, u guardrails.Usage, at time.Time) (gpuproxy.AlertEvent, error) {
+// reach, its limit): the account's, or key's own when key is set.
+func KillSwitchEvent(accountID int64, account, key, instance string, u guardrails.Usage, at time.Time) (gpuproxy.AlertEvent, error) {
 	w := windowJSON(u)
-	p := Payload{ID: newEventID(), Type: gpuproxy.AlertKillSwitch, CreatedAt: at.UTC(), Account: account,
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertKillSwitch, CreatedAt: at.UTC(), Account: account, KeyID: key,
 		WindowMinutes: u.Minutes, Window: w, InstanceID: instance}
-	p.Text = fmt.Sprintf("gpuproxy: the kill switch (on_exceed: destroy) destroyed instance %s of account %s: "+
-		"its %d-minute window is at %s of its %s limit (spent %s, held %s, committed %s).", instance, account,
+	p.Text = fmt.Sprintf("gpuproxy: the kill switch (on_exceed: destroy) destroyed instance %s of %s "+
+		"%d-minute window is at %s of its %s limit (spent %s, held %s, committed %s).", instance, whose(account, key),
 		u.Minutes, usd(w.Used), usd(u.Limit), usd(u.Spent), usd(u.Held), usd(u.Committed))
 	return event(accountID, p, 0)
 }
@@ -121,17 +145,17 @@ func KillSwitchEvent(accountID int64, account, instance string, u guardrails.Usa
 // RefusalEvent is the event of a request of cost (a "create" or a
 // "proxy" call) of account refused by window u; further refusals of the
 // window are not reported for gap.
-func RefusalEvent(accountID int64, account, request string, u guardrails.Usage, cost gpuproxy.Micros, gap time.Duration, at time.Time) (gpuproxy.AlertEvent, error) {
+func RefusalEvent(accountID int64, account, key, request string, u guardrails.Usage, cost gpuproxy.Micros, gap time.Duration, at time.Time) (gpuproxy.AlertEvent, error) {
 	w := windowJSON(u)
-	p := Payload{ID: newEventID(), Type: gpuproxy.AlertRefused, CreatedAt: at.UTC(), Account: account,
+	p := Payload{ID: newEventID(), Type: gpuproxy.AlertRefused, CreatedAt: at.UTC(), Account: account, KeyID: key,
 		WindowMinutes: u.Minutes, Window: w, Cost: &cost, Request: request}
 	what := "an instance create"
 	if request == "proxy" {
 		what = "a proxy call"
 	}
-	p.Text = fmt.Sprintf("gpuproxy: the spending limit refused %s of account %s: its %d-minute window allows %s "+
+	p.Text = fmt.Sprintf("gpuproxy: the spending limit refused %s of %s %d-minute window allows %s "+
 		"and has spent %s, held %s, committed %s, so %s did not fit. Further refusals of this window are not "+
-		"reported for %s.", what, account, u.Minutes, usd(u.Limit), usd(u.Spent), usd(u.Held), usd(u.Committed),
-		usd(cost), gap)
+		"reported for %s.", what, whose(account, key), u.Minutes, usd(u.Limit), usd(u.Spent), usd(u.Held),
+		usd(u.Committed), usd(cost), gap)
 	return event(accountID, p, 0)
 }

@@ -18,6 +18,7 @@ import (
 
 type hookEvent struct {
 	accountID int64
+	key       string // the key whose own window it is about; empty: the account's
 	instance  string // kill switch
 	refusal   bool
 	request   string // refusal: "create" or "proxy"
@@ -29,13 +30,15 @@ type hookEvent struct {
 
 type refusalKey struct {
 	account int64
+	key     string
 	minutes int
 }
 
 // KillSwitch is fleet.Options.OnKillSwitch's hook: the kill switch
-// destroyed instance of account. One event per instance.
-func (s *Service) KillSwitch(accountID int64, instanceID string) {
-	s.enqueue(hookEvent{accountID: accountID, instance: instanceID, at: s.opts.Now()})
+// destroyed instance of account, keeping keyID's own windows (empty: the
+// account's). One event per instance.
+func (s *Service) KillSwitch(accountID int64, instanceID, keyID string) {
+	s.enqueue(hookEvent{accountID: accountID, key: keyID, instance: instanceID, at: s.opts.Now()})
 }
 
 // Refused is guardrails.Options.OnRefusal's hook: a request of cost was
@@ -46,18 +49,28 @@ func (s *Service) KillSwitch(accountID int64, instanceID string) {
 // refused proxy calls costs no queries.
 func (s *Service) Refused(accountID int64, snap guardrails.Snapshot, cost gpuproxy.Micros, proxy bool) {
 	var u guardrails.Usage
+	var key string
 	found := false
+	refuses := func(w guardrails.Usage) bool { return proxy && !w.FitsProxy(cost) || !proxy && !w.Fits(cost) }
 	for _, w := range snap.Windows {
-		if proxy && !w.FitsProxy(cost) || !proxy && !w.Fits(cost) {
+		if refuses(w) {
 			u, found = w, true
 			break
+		}
+	}
+	if !found && snap.Key != nil { // the account had room: the key's own window refused it
+		for _, w := range snap.Key.Windows {
+			if refuses(w) {
+				u, key, found = w, snap.Key.KeyID, true
+				break
+			}
 		}
 	}
 	if !found {
 		return
 	}
 	now := s.opts.Now()
-	k := refusalKey{accountID, u.Minutes}
+	k := refusalKey{accountID, key, u.Minutes}
 	s.refMu.Lock()
 	if last, ok := s.refusals[k]; ok && now.Sub(last) < s.opts.RefusalGap && now.Sub(last) >= 0 {
 		s.refMu.Unlock()
@@ -76,7 +89,7 @@ func (s *Service) Refused(accountID int64, snap guardrails.Snapshot, cost gpupro
 	if proxy {
 		req = "proxy"
 	}
-	s.enqueue(hookEvent{accountID: accountID, refusal: true, request: req, snap: snap, usage: u, cost: cost, at: now})
+	s.enqueue(hookEvent{accountID: accountID, key: key, refusal: true, request: req, snap: snap, usage: u, cost: cost, at: now})
 }
 
 func (s *Service) enqueue(h hookEvent) {
@@ -110,15 +123,22 @@ func (s *Service) record(ctx context.Context, h hookEvent) error {
 	var ev gpuproxy.AlertEvent
 	var key, mark string
 	if h.refusal {
-		ev, err = RefusalEvent(h.accountID, name, h.request, h.usage, h.cost, s.opts.RefusalGap, h.at)
+		ev, err = RefusalEvent(h.accountID, name, h.key, h.request, h.usage, h.cost, s.opts.RefusalGap, h.at)
 		mark = "refusal/" + strconv.Itoa(h.usage.Minutes)
+		if h.key != "" {
+			mark = "refusal/key/" + h.key + "/" + strconv.Itoa(h.usage.Minutes)
+		}
 		key = mark + "/" + strconv.FormatInt(h.at.UnixMicro(), 10)
 	} else {
-		snap, serr := s.spending.Spending(ctx, h.accountID)
+		snap, serr := s.spending.KeySpending(ctx, h.accountID, h.key)
 		if serr != nil {
 			return serr
 		}
-		ev, err = KillSwitchEvent(h.accountID, name, h.instance, fullest(snap), h.at)
+		ws := snap.Windows
+		if h.key != "" && snap.Key != nil {
+			ws = snap.Key.Windows
+		}
+		ev, err = KillSwitchEvent(h.accountID, name, h.key, h.instance, fullest(ws), h.at)
 		key = "kill_switch/" + h.instance
 	}
 	if err != nil {
@@ -138,10 +158,10 @@ func (s *Service) record(ctx context.Context, h hookEvent) error {
 
 // fullest returns the window whose spent + held + committed is the
 // largest fraction of its limit (the first of a zero limit with spend).
-func fullest(snap guardrails.Snapshot) guardrails.Usage {
+func fullest(windows []guardrails.Usage) guardrails.Usage {
 	var best guardrails.Usage
 	bestF := -1.0
-	for _, u := range snap.Windows {
+	for _, u := range windows {
 		used := u.Spent + u.Held + u.Committed
 		f := 0.0
 		switch {

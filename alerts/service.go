@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ type Store interface {
 // Spending reads an account's windows (guardrails.Service).
 type Spending interface {
 	Spending(ctx context.Context, accountID int64) (guardrails.Snapshot, error)
+	// KeyLimits lists the account's keys that have windows of their own,
+	// and KeySpending reads one key's (Snapshot.Key).
+	KeyLimits(ctx context.Context, accountID int64) (map[string][]guardrails.Window, error)
+	KeySpending(ctx context.Context, accountID int64, keyID string) (guardrails.Snapshot, error)
 }
 
 // Options configure a Service. Zero values take the defaults.
@@ -264,13 +269,54 @@ func (s *Service) evaluateAccount(ctx context.Context, id int64) ([]gpuproxy.Ale
 					levels = append(levels, l)
 				}
 			}
-			return levels, nil
+			keyLevels, err := s.keyLevels(ctx, id, name, cfg)
+			return append(levels, keyLevels...), err
 		})
 	for _, ev := range evs {
 		s.log.Info("budget alert threshold crossed", "account_id", id, "event", ev.ID,
 			"window_minutes", ev.WindowMinutes, "threshold", ev.Threshold.String())
 	}
 	return evs, err
+}
+
+// keyLevels are the levels of the account's keys' own windows, whose
+// crossings are events of their own (with the key's id), at the account's
+// thresholds.
+func (s *Service) keyLevels(ctx context.Context, id int64, name string, cfg gpuproxy.AlertConfig) ([]gpuproxy.AlertLevel, error) {
+	lims, err := s.spending.KeyLimits(ctx, id)
+	if err != nil || len(lims) == 0 {
+		return nil, err
+	}
+	keys := make([]string, 0, len(lims))
+	for k := range lims {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var levels []gpuproxy.AlertLevel
+	for _, k := range keys {
+		snap, err := s.spending.KeySpending(ctx, id, k)
+		if err != nil {
+			return nil, err
+		}
+		if snap.Key == nil {
+			continue // its windows were removed since
+		}
+		for _, u := range snap.Key.Windows {
+			used := u.Spent + u.Held + u.Committed
+			for _, t := range cfg.Thresholds {
+				l := gpuproxy.AlertLevel{KeyID: k, WindowMinutes: u.Minutes, Threshold: t, Above: Reached(used, u.Limit, t)}
+				if l.Above {
+					ev, err := KeyCrossingEvent(id, name, k, u, t, snap.At)
+					if err != nil {
+						return nil, err
+					}
+					l.Event = &ev
+				}
+				levels = append(levels, l)
+			}
+		}
+	}
+	return levels, nil
 }
 
 func (s *Service) accountName(ctx context.Context, id int64) (string, error) {

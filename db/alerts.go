@@ -102,8 +102,8 @@ func joinThresholds(ts []gpuproxy.AlertThreshold) string {
 // is stored with epoch 0; an observation that does not change the state
 // writes nothing.
 const observeLevel = `INSERT INTO alert_levels
-	(account_id, window_minutes, threshold_ppm, above, epoch, changed_us) VALUES ($1, $2, $3, $4, $5, $6)
-	ON CONFLICT (account_id, window_minutes, threshold_ppm) DO UPDATE SET above = excluded.above,
+	(account_id, window_minutes, threshold_ppm, above, epoch, changed_us, key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (account_id, key_id, window_minutes, threshold_ppm) DO UPDATE SET above = excluded.above,
 	epoch = alert_levels.epoch + excluded.epoch, changed_us = excluded.changed_us
 	WHERE alert_levels.above <> excluded.above
 	RETURNING epoch`
@@ -144,7 +144,7 @@ func (s *Store) ObserveAlertLevels(ctx context.Context, accountID int64, now tim
 			}
 			var epoch int64
 			err := translate(c.queryRow(ctx, observeLevel, accountID, l.WindowMinutes, int64(l.Threshold),
-				l.Above, inc, us(now)).Scan(&epoch))
+				l.Above, inc, us(now), l.KeyID).Scan(&epoch))
 			if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
 				continue // unchanged
 			} else if err != nil {
@@ -154,6 +154,9 @@ func (s *Store) ObserveAlertLevels(ctx context.Context, accountID int64, now tim
 				continue
 			}
 			key := fmt.Sprintf("threshold/%d/%d/%d", l.WindowMinutes, l.Threshold, epoch)
+			if l.KeyID != "" {
+				key = "key/" + l.KeyID + "/" + key
+			}
 			ok, err := insertDelivery(ctx, c, *l.Event, key, now)
 			if err != nil {
 				return err

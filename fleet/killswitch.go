@@ -324,7 +324,7 @@ func (s *Service) kill(ctx context.Context, due []KillPlan, rep *KillSwitchRepor
 				s.opts.Logger.Warn("kill switch destroyed instance", "account_id", in.AccountID, "instance", in.ID,
 					"provider", in.Provider, "window_minutes", u.Minutes, "limit", u.Limit.String())
 				if s.opts.OnKillSwitch != nil {
-					s.opts.OnKillSwitch(in.AccountID, in.ID)
+					s.opts.OnKillSwitch(in.AccountID, in.ID, p.KeyID)
 				}
 			})
 		}

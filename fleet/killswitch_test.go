@@ -20,7 +20,7 @@ type killLog struct {
 	ids []string
 }
 
-func (k *killLog) hook(_ int64, id string) { k.mu.Lock(); k.ids = append(k.ids, id); k.mu.Unlock() }
+func (k *killLog) hook(_ int64, id, _ string) { k.mu.Lock(); k.ids = append(k.ids, id); k.mu.Unlock() }
 func (k *killLog) list() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -72,8 +72,9 @@ type Options struct {
 	// also wakes at the next computed deadline.
 	KillSwitchInterval time.Duration
 	// OnKillSwitch, when set, observes each instance the kill switch
-	// destroys (metrics).
-	OnKillSwitch func(accountID int64, instanceID string)
+	// destroys (metrics, alerts), with the key whose own window it kept
+	// (empty: the account's windows).
+	OnKillSwitch func(accountID int64, instanceID, keyID string)
 	// OnTagMismatch, when set, observes each provider instance found under
 	// one of our rows' provider ids but tagged otherwise (metrics).
 	OnTagMismatch func(provider string)

@@ -253,9 +253,9 @@ func (a *App) fleetOptions(o fleet.Options) fleet.Options {
 	}
 	if o.OnKillSwitch == nil {
 		// Counted, and an alert event.
-		o.OnKillSwitch = func(accountID int64, instanceID string) {
+		o.OnKillSwitch = func(accountID int64, instanceID, keyID string) {
 			a.Metrics.KillSwitchDestroy(accountID, instanceID)
-			a.Alerts.KillSwitch(accountID, instanceID)
+			a.Alerts.KillSwitch(accountID, instanceID, keyID)
 		}
 	}
 	if o.OnTagMismatch == nil {
