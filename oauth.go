@@ -36,6 +36,18 @@ type OAuthRequest struct {
 	ApprovedAt    time.Time // zero until approved
 }
 
+// OAuthGrant is one client's connection approved by a key: the live
+// refresh token of a grant.
+type OAuthGrant struct {
+	ID            string
+	ClientID      string
+	ClientName    string
+	Scopes        []Scope
+	ApprovedAt    time.Time
+	LastRefreshed time.Time // when its current refresh token was issued
+	ExpiresAt     time.Time // when that token expires unused
+}
+
 // OAuth token kinds.
 const (
 	OAuthAccess  = "access"

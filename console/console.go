@@ -132,6 +132,8 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(c.setLimits))
 	m.HandleFunc("GET /console/oauth/authorize", c.signedIn(c.oauthConsent))
 	m.HandleFunc("POST /console/oauth/authorize", c.signedIn(c.oauthAnswer))
+	m.HandleFunc("GET /console/apps", c.signedIn(c.apps))
+	m.HandleFunc("POST /console/apps/{grant}/revoke", c.signedIn(c.revokeApp))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "there is no such page"))
 	})

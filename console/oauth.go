@@ -10,13 +10,16 @@ import (
 	"github.com/aiserve/gpuproxy/oauth"
 )
 
-// OAuthConsent is the authorization server's side of the consent page
+// OAuthConsent is the authorization server's side of the console
 // (*oauth.Server implements it): a remote MCP client asks for access, a
-// person signed in to the console with an API key approves or declines.
+// person signed in with an API key approves or declines; later the
+// clients a key connected are listed and can be disconnected.
 type OAuthConsent interface {
 	Pending(ctx context.Context, id string) (oauth.Consent, error)
 	Approve(ctx context.Context, id string, p gpuproxy.Principal) (string, error)
 	Deny(ctx context.Context, id string) (string, error)
+	Grants(ctx context.Context, keyID string) ([]gpuproxy.OAuthGrant, error)
+	RevokeGrant(ctx context.Context, keyID, grantID string) error
 }
 
 // consentData is what the consent page shows.
@@ -116,4 +119,34 @@ func allowFormTarget(w http.ResponseWriter, redirectURI string) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", strings.Replace(h.Get("Content-Security-Policy"),
 		"form-action 'self'", "form-action 'self' "+target, 1))
+}
+
+// apps is GET /console/apps: the clients the signed-in key connected.
+func (c *Console) apps(q *req) error {
+	if c.svc.OAuth == nil {
+		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "OAuth is not enabled on this server")
+	}
+	gs, err := c.svc.OAuth.Grants(q.r.Context(), q.p.KeyID)
+	if err != nil {
+		return err
+	}
+	pg := c.newPage(q, "Connected apps", "apps")
+	pg.Data = gs
+	if q.r.URL.Query().Get("revoked") != "" {
+		pg.Flash = "Disconnected: its tokens no longer work."
+	}
+	c.render(q.w, q.r, http.StatusOK, "apps", pg)
+	return nil
+}
+
+// revokeApp is POST /console/apps/{grant}/revoke.
+func (c *Console) revokeApp(q *req) error {
+	if c.svc.OAuth == nil {
+		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "OAuth is not enabled on this server")
+	}
+	if err := c.svc.OAuth.RevokeGrant(q.r.Context(), q.p.KeyID, q.r.PathValue("grant")); err != nil {
+		return err
+	}
+	http.Redirect(q.w, q.r, "/console/apps?revoked=1", http.StatusSeeOther)
+	return nil
 }

@@ -86,6 +86,7 @@ type page struct {
 	Instances bool
 	Provision bool // instances:write: destroy buttons
 	Admin     bool
+	OAuth     bool // the OAuth server is on: the connected apps page
 
 	Flash string
 	Error string
@@ -101,7 +102,7 @@ func (c *Console) newPage(q *req, title, nav string) *page {
 		Spending: p.Has(gpuproxy.ScopeSpendingRead), Billing: p.Has(gpuproxy.ScopeBillingRead),
 		Instances: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesRead),
 		Provision: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesWrite),
-		Admin:     p.Has(gpuproxy.ScopeAdmin), Now: c.opts.Now().UTC()}
+		Admin:     p.Has(gpuproxy.ScopeAdmin), OAuth: c.svc.OAuth != nil, Now: c.opts.Now().UTC()}
 }
 
 // render writes a page; a template error becomes a plain 500.

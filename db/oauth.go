@@ -190,3 +190,33 @@ func (s *Store) OAuthSecret(ctx context.Context, name, fresh string, now time.Ti
 	var v string
 	return v, translate(s.pool().queryRow(ctx, "SELECT secret FROM oauth_secrets WHERE name = $1", name).Scan(&v))
 }
+
+// OAuthGrants lists the live grants a key approved — those with a refresh
+// token neither used, revoked nor expired — newest first, with their
+// client's name and when the grant was approved (its first token).
+func (s *Store) OAuthGrants(ctx context.Context, keyID string, now time.Time) ([]gpuproxy.OAuthGrant, error) {
+	r, err := s.pool().query(ctx, `SELECT t.grant_id, t.client_id, COALESCE(c.name, ''), t.scopes, t.created_us, t.expires_us,
+		(SELECT min(f.created_us) FROM oauth_tokens f WHERE f.grant_id = t.grant_id)
+		FROM oauth_tokens t LEFT JOIN oauth_clients c ON c.id = t.client_id
+		WHERE t.key_id = $1 AND t.kind = 'refresh' AND t.used_us IS NULL AND t.revoked_us IS NULL AND t.expires_us > $2
+		ORDER BY t.created_us DESC`, keyID, us(now))
+	return scanAll(r, err, func(r rows) (gpuproxy.OAuthGrant, error) {
+		var g gpuproxy.OAuthGrant
+		var scopes string
+		var refreshed, expires, approved int64
+		err := r.Scan(&g.ID, &g.ClientID, &g.ClientName, &scopes, &refreshed, &expires, &approved)
+		g.Scopes, g.LastRefreshed, g.ExpiresAt, g.ApprovedAt = splitScopes(scopes), fromUS(refreshed), fromUS(expires), fromUS(approved)
+		return g, err
+	})
+}
+
+// RevokeKeyOAuthGrant revokes a grant the key approved; another key's
+// grant is not found.
+func (s *Store) RevokeKeyOAuthGrant(ctx context.Context, keyID, grantID string, now time.Time) error {
+	n, err := s.pool().exec(ctx, `UPDATE oauth_tokens SET revoked_us = $1
+		WHERE grant_id = $2 AND key_id = $3 AND revoked_us IS NULL`, us(now), grantID, keyID)
+	if err == nil && n == 0 {
+		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "no such connected app for this key (already revoked?)")
+	}
+	return translate(err)
+}

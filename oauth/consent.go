@@ -81,3 +81,18 @@ func (s *Server) Deny(ctx context.Context, id string) (string, error) {
 	u.RawQuery = q.Encode()
 	return u.String(), nil
 }
+
+// Grants lists the clients connected with keyID's approval.
+func (s *Server) Grants(ctx context.Context, keyID string) ([]gpuproxy.OAuthGrant, error) {
+	return s.store.OAuthGrants(ctx, keyID, s.opts.Now())
+}
+
+// RevokeGrant disconnects a client keyID approved: every token of the
+// grant stops working at once.
+func (s *Server) RevokeGrant(ctx context.Context, keyID, grantID string) error {
+	if err := s.store.RevokeKeyOAuthGrant(ctx, keyID, grantID, s.opts.Now()); err != nil {
+		return err
+	}
+	s.log.Info("oauth grant revoked on the console", "key_id", keyID, "grant_id", grantID)
+	return nil
+}

@@ -552,3 +552,65 @@ func TestOAuthRegistrationLimit(t *testing.T) {
 		t.Errorf("4th registration in a minute: %d Retry-After=%q, want 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
 	}
 }
+
+// TestOAuthConnectedApps: the console lists the apps a key connected and
+// disconnects one: its tokens stop working at once, its refresh token
+// too; another key sees none of them.
+func TestOAuthConnectedApps(t *testing.T) {
+	r := startReplica(t, dbtest.Open(t, dbtest.SQLite))
+	base := r.url
+	key, _ := teststack.NewKey(t, r.app.Auth, "demo", "assistant")
+	other, _ := teststack.NewKey(t, r.app.Auth, "demo", "engineer")
+	_, reg := register(t, base, map[string]any{"client_name": "Desk Assistant", "redirect_uris": []string{redirect},
+		"token_endpoint_auth_method": "none"})
+	clientID := reg["client_id"].(string)
+	b := newBrowser(t)
+	v := "v-0123456789-0123456789-0123456789-0123456789"
+	_, id, csrf := consentPage(t, b, base, authorizeQuery(clientID, v, "offers:read spending:read", "s"), key)
+	cb := answer(t, b, base, id, csrf, "approve")
+	st, tok := tokenReq(t, base, url.Values{"grant_type": {"authorization_code"}, "code": {cb.Query().Get("code")},
+		"redirect_uri": {redirect}, "client_id": {clientID}, "code_verifier": {v}})
+	if st != 200 {
+		t.Fatalf("exchange: %d %v", st, tok)
+	}
+	access := tok["access_token"].(string)
+
+	res, page := b.get(base + "/console/apps")
+	if res.StatusCode != 200 || !strings.Contains(page, "Desk Assistant") || !strings.Contains(page, "<code>spending:read</code>") {
+		t.Fatalf("connected apps: %d\n%s", res.StatusCode, page)
+	}
+	grant := regexp.MustCompile(`data-grant="([^"]+)"`).FindStringSubmatch(page)
+	if grant == nil {
+		t.Fatal("no grant row")
+	}
+	// Another key's console lists none of them, and cannot disconnect it.
+	ob := newBrowser(t)
+	res, _ = ob.post(base+"/console/login", url.Values{"api_key": {other}, "next": {"/console/apps"}})
+	_, opage := ob.get(location(t, base, res))
+	if strings.Contains(opage, "Desk Assistant") || !strings.Contains(opage, `id="no-apps"`) {
+		t.Errorf("another key's connected apps show this key's:\n%s", opage)
+	}
+	res, _ = ob.post(base+"/console/apps/"+grant[1]+"/revoke", url.Values{"csrf": {csrfRe.FindStringSubmatch(opage)[1]}},
+		"Sec-Fetch-Site", "same-origin")
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("another key disconnecting the app: %d, want 404", res.StatusCode)
+	}
+	if st, _ := bearer(t, "GET", base+"/api/v1/spending", access, ""); st != 200 {
+		t.Fatalf("token before disconnecting: %d", st)
+	}
+	res, _ = b.post(base+"/console/apps/"+grant[1]+"/revoke", url.Values{"csrf": {csrfRe.FindStringSubmatch(page)[1]}},
+		"Sec-Fetch-Site", "same-origin")
+	if to := location(t, base, res); !strings.HasSuffix(to, "/console/apps?revoked=1") {
+		t.Fatalf("disconnect went to %s", to)
+	}
+	if st, _ := bearer(t, "GET", base+"/api/v1/spending", access, ""); st != 401 {
+		t.Errorf("access token after disconnecting: %d, want 401", st)
+	}
+	rf := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok["refresh_token"].(string)}, "client_id": {clientID}}
+	if st, _ := tokenReq(t, base, rf); st != 400 {
+		t.Errorf("refresh after disconnecting: %d, want 400", st)
+	}
+	if _, page := b.get(base + "/console/apps"); !strings.Contains(page, `id="no-apps"`) {
+		t.Errorf("the app is still listed after disconnecting:\n%s", page)
+	}
+}

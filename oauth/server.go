@@ -36,6 +36,8 @@ type Store interface {
 	OAuthToken(ctx context.Context, hash string) (gpuproxy.OAuthToken, error)
 	UseOAuthRefreshToken(ctx context.Context, hash string, now time.Time) (bool, error)
 	RevokeOAuthGrant(ctx context.Context, grantID string, now time.Time) error
+	OAuthGrants(ctx context.Context, keyID string, now time.Time) ([]gpuproxy.OAuthGrant, error)
+	RevokeKeyOAuthGrant(ctx context.Context, keyID, grantID string, now time.Time) error
 	OAuthSecret(ctx context.Context, name, fresh string, now time.Time) (string, error)
 	KeyByID(ctx context.Context, id string) (gpuproxy.APIKey, error)
 }
