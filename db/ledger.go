@@ -15,6 +15,13 @@ func (s *Store) AppendEntry(ctx context.Context, e billing.Entry) (billing.Entry
 	var out billing.Entry
 	var created bool
 	err := s.inTx(ctx, func(c conn) error {
+		// The account row first, FOR UPDATE, as every account-locking
+		// writer takes it: otherwise the insert's foreign-key check holds a
+		// share lock on it that the trigger's UPDATE must then upgrade,
+		// and a writer queued for the row in between deadlocks with it.
+		if err := s.lockAccount(ctx, c, e.AccountID); err != nil {
+			return err
+		}
 		var err error
 		out, created, err = appendEntry(ctx, c, e)
 		return err
