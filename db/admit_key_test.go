@@ -380,3 +380,44 @@ func TestProxyChargesAreTheCallers(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyWindowSumEdges: a key's window read through its minute buckets
+// is exactly the sum of its ledger rows dated after the window's start —
+// at the edges too: a row exactly at the start (out), one a microsecond
+// later (in, in the partial first minute), the first and last whole
+// minutes, the current minute, and a row dated after now (in) — with now
+// on a minute boundary and inside a minute, on both stores.
+func TestKeyWindowSumEdges(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *db.Store) {
+		ctx := context.Background()
+		for i, now := range []time.Time{t0, t0.Add(37*time.Second + 123*time.Microsecond)} {
+			a := mustAccount(t, s, fmt.Sprintf("edges%d", i))
+			key := fmt.Sprintf("edge%d", i)
+			w := guardrails.Window{Minutes: 60, Limit: 1000 * usd}
+			mustKey(t, s, a.ID, key, w)
+			lo := now.Add(-time.Hour)
+			first := lo.Truncate(time.Minute).Add(time.Minute) // the first whole minute
+			cur := now.Truncate(time.Minute)
+			var want gpuproxy.Micros
+			for j, at := range []time.Time{lo, lo.Add(time.Microsecond), first.Add(-time.Microsecond), first,
+				first.Add(30 * time.Second), cur.Add(-time.Microsecond), cur, now, now.Add(time.Second)} {
+				amount := gpuproxy.Micros(1 << j) // each row its own bit
+				if at.After(lo) {
+					want += amount
+				}
+				if _, _, err := s.AppendEntry(ctx, billing.Entry{AccountID: a.ID, Type: billing.Charge, Amount: amount,
+					At: at, Basis: billing.Manual, KeyID: key}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := s.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Now: now, Horizon: time.Hour,
+				Defaults: []guardrails.Window{w}, KeyID: key})
+			if err != nil || d.Key == nil {
+				t.Fatalf("admit: %+v %v", d, err)
+			}
+			if got := d.Key.Windows[0].Spent; got != want {
+				t.Errorf("now %s: the key's spent = %b µ$, want %b (bit j: row j)", now.Format(time.StampMicro), got, want)
+			}
+		}
+	})
+}

@@ -82,3 +82,66 @@ func benchParallelism() int {
 	}
 	return max(1, callers/db.TestingProcs())
 }
+
+// BenchmarkKeyWindowSum measures a busy key's 24-hour window: 43,200
+// charges attributed to it over the last day (a proxy lease settling every
+// 2 s). "exact-ledger-sum" is the sum over every one of its ledger rows in
+// the window (how key windows were read before key_spend_minutes);
+// "minute-buckets" is how gp_admit reads it now (whole minutes from
+// key_spend_minutes, the edges from the ledger); "admission" is a whole
+// admission by the key. Compare ns/op.
+//
+//	TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/test go test ./db -run '^$' -bench KeyWindowSum
+func BenchmarkKeyWindowSum(b *testing.B) {
+	ctx := context.Background()
+	st, conn := dbtest.OpenPostgresConn(b)
+	a, err := st.CreateAccount(ctx, "bench", time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.CreateKey(ctx, gpuproxy.APIKey{ID: "busy", AccountID: a.ID, Hash: "h-busy", CreatedAt: time.Now(),
+		Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}}); err != nil {
+		b.Fatal(err)
+	}
+	day := []guardrails.Window{{Minutes: 1440, Limit: gpuproxy.MaxMicros}}
+	if err := st.SetKeyLimits(ctx, a.ID, "busy", day); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UnixMicro()
+	if _, err := conn.Exec(ctx, `INSERT INTO ledger (account_id, type, amount_micros, spend_micros, at_us, created_us, basis, key_id)
+		SELECT $1, 'charge', 10000, 10000, $2::BIGINT - g::BIGINT * 2000000, $2::BIGINT, 'metered', 'busy' FROM generate_series(0, 43199) AS g`,
+		a.ID, now); err != nil {
+		b.Fatal(err)
+	}
+	lo := now - 1440*60_000_000
+	s, e := lo/60_000_000+1, now/60_000_000
+	for _, c := range []struct{ name, q string }{
+		{"exact-ledger-sum", `SELECT COALESCE(sum(spend_micros), 0) FROM ledger WHERE key_id = 'busy' AND at_us > ` + strconv.FormatInt(lo, 10)},
+		{"minute-buckets", `SELECT COALESCE((SELECT sum(spend_micros) FROM key_spend_minutes WHERE key_id = 'busy' AND minute >= ` +
+			strconv.FormatInt(s, 10) + ` AND minute < ` + strconv.FormatInt(e, 10) + `), 0)
+			+ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE key_id = 'busy' AND at_us > ` + strconv.FormatInt(lo, 10) +
+			` AND at_us < ` + strconv.FormatInt(s*60_000_000, 10) + `), 0)
+			+ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE key_id = 'busy' AND at_us >= ` + strconv.FormatInt(e*60_000_000, 10) + `), 0)`},
+	} {
+		var want int64
+		if err := conn.QueryRow(ctx, c.q).Scan(&want); err != nil || want != 43200*10000 {
+			b.Fatalf("%s = %d, %v; want %d", c.name, want, err, 43200*10000)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := conn.QueryRow(ctx, c.q).Scan(&want); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("admission", func(b *testing.B) {
+		for b.Loop() {
+			res, err := st.Admit(ctx, guardrails.AdmitRequest{AccountID: a.ID, Cost: 1, Now: time.Now(), Horizon: time.Hour,
+				Defaults: day, KeyID: "busy"})
+			if err != nil || !res.Admitted || res.Key == nil {
+				b.Fatalf("admit: %+v %v", res, err)
+			}
+		}
+	})
+}

@@ -120,10 +120,11 @@ func TestMoneyTablesRefuseTruncate(t *testing.T) {
 func TestRefusalNamesEachTable(t *testing.T) {
 	s := dbtest.Open(t, dbtest.Postgres)
 	for table, why := range map[string]string{
-		"ledger":        "the ledger is append-only",
-		"spend_minutes": "in step with it",
-		"meters":        "meters record how far",
-		"holds":         "held_micros",
+		"ledger":            "the ledger is append-only",
+		"spend_minutes":     "in step with it",
+		"key_spend_minutes": "per key and minute",
+		"meters":            "meters record how far",
+		"holds":             "held_micros",
 	} {
 		err := s.ExecForTest(context.Background(), "TRUNCATE "+table)
 		var pe *pgconn.PgError

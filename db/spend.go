@@ -152,8 +152,9 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 
 // keyUsageSQL reads req.KeyID's own windows (nil when it has none), the
 // same rule as gp_admit's key part: spent is every ledger row attributed to
-// the key dated after the window's start, later rows included; burn the
-// price of its instances' running meters; held its open holds.
+// the key dated after the window's start, later rows included (whole
+// minutes read from key_spend_minutes, keyWindowSumSQL); burn the price of
+// its instances' running meters; held its open holds.
 func keyUsageSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (*guardrails.KeyUsage, error) {
 	r, err := c.query(ctx,
 		"SELECT window_minutes, limit_micros FROM api_key_limits WHERE key_id = $1 ORDER BY window_minutes", req.KeyID)
@@ -180,8 +181,10 @@ func keyUsageSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (*gua
 		wUS := int64(w.Minutes) * usPerMinute
 		u := guardrails.Usage{Window: w, Held: k.Held,
 			Committed: k.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
-		if err := c.queryRow(ctx, "SELECT COALESCE(sum(spend_micros), 0) FROM ledger WHERE key_id = $1 AND at_us > $2",
-			req.KeyID, now-wUS).Scan(&u.Spent); err != nil {
+		lo := now - wUS
+		s, e := lo/usPerMinute+1, now/usPerMinute
+		if err := c.queryRow(ctx, keyWindowSumSQL, req.KeyID, s, e, lo, s*usPerMinute, e*usPerMinute).
+			Scan(&u.Spent); err != nil {
 			return nil, err
 		}
 		k.Windows = append(k.Windows, u)
@@ -198,6 +201,13 @@ const windowSumSQL = `SELECT
   COALESCE((SELECT sum(spend_micros) FROM spend_minutes WHERE account_id = $1 AND minute >= $2 AND minute < $3), 0)
 + COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us > $4 AND at_us < $5), 0)
 + COALESCE((SELECT sum(spend_micros) FROM ledger WHERE account_id = $1 AND at_us >= $6), 0)`
+
+// keyWindowSumSQL is windowSumSQL for a key's own windows, from
+// key_spend_minutes.
+const keyWindowSumSQL = `SELECT
+  COALESCE((SELECT sum(spend_micros) FROM key_spend_minutes WHERE key_id = $1 AND minute >= $2 AND minute < $3), 0)
++ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE key_id = $1 AND at_us > $4 AND at_us < $5), 0)
++ COALESCE((SELECT sum(spend_micros) FROM ledger WHERE key_id = $1 AND at_us >= $6), 0)`
 
 // ReleaseHold closes an open hold without charging. It reports whether the
 // hold was open; releasing a closed hold is a no-op.

@@ -34,7 +34,7 @@
 -- key's limits are read under the lock, the cache is bypassed, and the cost
 -- must also fit every key window, exactly: the key's spent is every ledger
 -- row attributed to it dated after the window's start (later rows count, as
--- above), its burn the price of its instances' running meters, its held its
+-- above; whole minutes read from key_spend_minutes), its burn the price of its instances' running meters, its held its
 -- open holds other than the new one. Key rows are returned with o_scope
 -- 'key'. A key without limits adds one indexed look-up to the fast path.
 -- Each statement of a VOLATILE function in READ COMMITTED takes a fresh
@@ -72,6 +72,9 @@ DECLARE
     k_limits    BIGINT[];
     k_spent     BIGINT[];
     k_comm      BIGINT[];
+    k_lo        BIGINT;
+    k_s         BIGINT;
+    k_e         BIGINT;
     k_held      BIGINT;
     k_burn      BIGINT;
 BEGIN
@@ -170,8 +173,18 @@ BEGIN
         k_spent := '{}';
         k_comm := '{}';
         FOR i IN 1 .. array_length(k_minutes, 1) LOOP
-            k_spent := k_spent || COALESCE((SELECT sum(g.spend_micros) FROM ledger g
-                                             WHERE g.key_id = p_key AND g.at_us > p_now - k_minutes[i]::BIGINT * 60000000), 0)::BIGINT;
+            -- As the account's: whole minutes from key_spend_minutes, the
+            -- partial first minute and everything from the current minute
+            -- on from the ledger.
+            k_lo := p_now - k_minutes[i]::BIGINT * 60000000;
+            k_s := k_lo / 60000000 + 1;
+            k_e := p_now / 60000000;
+            k_spent := k_spent || (COALESCE((SELECT sum(km.spend_micros) FROM key_spend_minutes km
+                                              WHERE km.key_id = p_key AND km.minute >= k_s AND km.minute < k_e), 0)
+                                 + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                                              WHERE g.key_id = p_key AND g.at_us > k_lo AND g.at_us < k_s * 60000000), 0)
+                                 + COALESCE((SELECT sum(g.spend_micros) FROM ledger g
+                                              WHERE g.key_id = p_key AND g.at_us >= k_e * 60000000), 0))::BIGINT;
             cm := floor(k_burn::NUMERIC * LEAST(p_horizon_us, k_minutes[i]::BIGINT * 60000000) / 3600000000)::BIGINT;
             k_comm := k_comm || cm;
             IF k_spent[i] + cm + k_held + p_cost > k_limits[i] THEN

@@ -1,6 +1,7 @@
--- gp_ledger_bucket keeps spend_minutes (per-account, per-minute spend) and
--- the account's spend_version and last_negative_us in step with every
--- ledger insert that changes spend.
+-- gp_ledger_bucket keeps spend_minutes (per-account, per-minute spend),
+-- key_spend_minutes (the same per key, for rows attributed to one) and the
+-- account's spend_version and last_negative_us in step with every ledger
+-- insert that changes spend.
 CREATE OR REPLACE FUNCTION gp_ledger_bucket() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.spend_micros <> 0 THEN
@@ -15,6 +16,12 @@ BEGIN
         VALUES (NEW.account_id, NEW.at_us / 60000000, NEW.spend_micros)
         ON CONFLICT (account_id, minute)
         DO UPDATE SET spend_micros = spend_minutes.spend_micros + EXCLUDED.spend_micros;
+        IF NEW.key_id IS NOT NULL THEN
+            INSERT INTO key_spend_minutes (key_id, minute, spend_micros)
+            VALUES (NEW.key_id, NEW.at_us / 60000000, NEW.spend_micros)
+            ON CONFLICT (key_id, minute)
+            DO UPDATE SET spend_micros = key_spend_minutes.spend_micros + EXCLUDED.spend_micros;
+        END IF;
     END IF;
     RETURN NULL;
 END $$;

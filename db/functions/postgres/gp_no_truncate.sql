@@ -4,8 +4,9 @@
 -- table it empties, including those TRUNCATE ... CASCADE reaches from
 -- another (accounts). Each table's trigger says why in its argument:
 --  * ledger: append-only; corrections are new entries.
---  * spend_minutes: the ledger's spend summed per minute (gp_ledger_bucket),
---    which admission reads; emptied, windows would read less than the ledger.
+--  * spend_minutes, key_spend_minutes: the ledger's spend summed per minute
+--    (gp_ledger_bucket), per account and per key, which admission reads;
+--    emptied, windows would read less than the ledger.
 --  * meters: how far each instance has been charged in the ledger; emptied,
 --    running instances go unbilled and burn reads zero.
 --  * holds: accounts.held_micros is the sum of the open ones; emptied, the
@@ -25,6 +26,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'spend_minutes'::regclass AND tgname = 'spend_minutes_no_truncate') THEN
         CREATE TRIGGER spend_minutes_no_truncate BEFORE TRUNCATE ON spend_minutes
             FOR EACH STATEMENT EXECUTE FUNCTION gp_no_truncate('it is the ledger''s spend per minute and must stay in step with it');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'key_spend_minutes'::regclass AND tgname = 'key_spend_minutes_no_truncate') THEN
+        CREATE TRIGGER key_spend_minutes_no_truncate BEFORE TRUNCATE ON key_spend_minutes
+            FOR EACH STATEMENT EXECUTE FUNCTION gp_no_truncate('it is the ledger''s spend per key and minute and must stay in step with it');
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'meters'::regclass AND tgname = 'meters_no_truncate') THEN
         CREATE TRIGGER meters_no_truncate BEFORE TRUNCATE ON meters
