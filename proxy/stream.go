@@ -53,9 +53,10 @@ type detachedStream struct {
 	dec     chunkDecoder
 	remain  int64 // bytes left of a body with a length; -1 if none
 	written int64
-	done    bool  // the body ended
-	clean   bool  // nothing past the body's end came: the connection can be reused
-	err     error // what feed met
+	done    bool      // the body ended
+	clean   bool      // nothing past the body's end came: the connection can be reused
+	err     error     // what feed met
+	idleAt  time.Time // the upstream read deadline relayRaw set, if any
 
 	cut       atomic.Bool // cancelled or ended: no more cuts
 	cancelled atomic.Bool // cut by cancel (caller gone, shutdown, MaxDuration)
@@ -122,6 +123,7 @@ func (d *detachedStream) cancel() {
 	if d.cut.CompareAndSwap(false, true) {
 		d.cancelled.Store(true)
 		_ = d.body.pc.c.SetDeadline(h1.Past)
+		_ = d.nc.SetWriteDeadline(h1.Past) // a write to a stuck caller ends too
 	}
 }
 
@@ -204,13 +206,16 @@ func (d *detachedStream) relay() (int64, bool, error) {
 	pc.releaseReader()
 	switch {
 	case err != nil || d.done:
-	case pc.raw != nil:
-		err = pc.raw.relay(d.feed)
+	case pc.raw != nil && (ub.chunked || d.remain >= 0):
+		err = d.relayRaw()
 	default:
-		err = d.relaySlow()
+		err = d.relaySlow() // read to the close: the end is the connection's
 	}
 	if err == nil && !d.done {
 		err = d.err
+	}
+	if !d.idleAt.IsZero() && err == nil && d.done && d.clean {
+		_ = pc.c.SetReadDeadline(time.Time{}) // the connection goes back to the pool
 	}
 	if err == nil && d.done {
 		if _, werr := d.nc.Write(lastChunk); werr != nil {
@@ -220,22 +225,88 @@ func (d *detachedStream) relay() (int64, bool, error) {
 	return d.written, err == nil && d.done && d.clean, err
 }
 
-// relaySlow is relay's loop for a connection without a file descriptor
-// (tests' wrapped connections): a read with a pooled buffer held while it
-// waits.
-func (d *detachedStream) relaySlow() error {
+// idleCheck is how long a detached stream's upstream may stay quiet
+// before it is checked for an end or a failure that came with the last
+// bytes read: after a short read relayRaw waits without reading again,
+// and a close whose notice was used up with those bytes wakes nothing.
+// A body with its end in band (chunked, a length) needs the check only
+// to notice a failed instance.
+const idleCheck = 10 * time.Second
+
+// relayRaw relays a body whose end is in band through rawReader.relay,
+// its waits bounded by a read deadline moved forward lazily (once per
+// idleCheck/2 at most); when one expires, the read starts again, and its
+// first attempt finds an end that came.
+func (d *detachedStream) relayRaw() error {
+	pc := d.body.pc
 	for {
-		bp := getBuf()
-		n, err := d.body.pc.c.Read(*bp)
-		more := false
+		if !d.armIdle() {
+			return errCut
+		}
+		err := pc.raw.relay(d.feedRaw)
+		if err == nil || !isDeadline(err) || d.cancelled.Load() {
+			return err
+		}
+	}
+}
+
+// errCut ends a detached stream that was cancelled.
+var errCut = errors.New("stream cut")
+
+// armIdle moves the upstream's read deadline idleCheck ahead when it is
+// less than half that away, and reports false when the stream was
+// cancelled (whose past deadline this may have just replaced).
+func (d *detachedStream) armIdle() bool {
+	every := idleCheck
+	if t := d.p.lean.idleCheck; t > 0 {
+		every = t
+	}
+	now := time.Now()
+	if d.idleAt.Sub(now) < every/2 {
+		d.idleAt = now.Add(every)
+		_ = d.body.pc.c.SetReadDeadline(d.idleAt)
+	}
+	return !d.cancelled.Load()
+}
+
+func (d *detachedStream) feedRaw(in []byte) bool {
+	if !d.feed(in) {
+		return false
+	}
+	if !d.armIdle() {
+		d.err = errCut
+		return false
+	}
+	return true
+}
+
+// relaySlow relays a body read to the close (whose end only the next
+// read tells), or from a connection without a file descriptor (tests'
+// wrapped connections): a pooled buffer taken once bytes are there when
+// it can wait without one, held while it reads otherwise.
+func (d *detachedStream) relaySlow() error {
+	pc := d.body.pc
+	for {
+		var bp *[]byte
+		var n int
+		var err error
+		if pc.raw != nil {
+			bp, n, err = pc.raw.readPooled()
+		} else {
+			bp = getBuf()
+			n, err = pc.c.Read(*bp)
+		}
+		more := true
 		if n > 0 {
 			more = d.feed((*bp)[:n])
 		}
-		putBuf(bp)
+		if bp != nil {
+			putBuf(bp)
+		}
 		switch {
 		case !more:
 			return nil
-		case err == io.EOF:
+		case err == io.EOF || err == nil && n == 0:
 			return d.eof()
 		case err != nil:
 			return err

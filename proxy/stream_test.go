@@ -282,3 +282,56 @@ func TestShutdownCutsDetachedStreams(t *testing.T) {
 		t.Fatalf("usage of the cut stream = %+v", page.Records)
 	}
 }
+
+// TestInstanceDyingMidStreamCutsIt: an instance that closes its
+// connection mid-stream while the stream waits, its close arriving with
+// its last bytes (so the poller's notice of it is used up with them),
+// cuts the caller's stream once the stream's idle check runs, instead of
+// leaving it open.
+func TestInstanceDyingMidStreamCutsIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	proxy.SetStreamIdleCheck(e.proxy, 100*time.Millisecond)
+	next := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			chunked("data: 1\n\n", 100, "")[:14])
+		_ = bw.Flush()
+		<-next
+		// The next event and the close, back to back, and no last chunk.
+		_, _ = c.Write([]byte(chunked("data: 2\n\n", 100, "")[:14]))
+	}))
+	defer up.Close()
+	e.fleet.add(e.acct.ID, "gpi_dies", up.URL)
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/proxy/gpi_dies/v1/stream", nil)
+	req.Header.Set("X-API-Key", e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: 1\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	close(next)
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(br)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a stream the instance cut ended as if complete")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream stayed open after the instance closed its connection")
+	}
+}

@@ -37,7 +37,8 @@ type upstreamClient struct {
 	idle   map[string][]*upstreamConn // by host:port, most recently used last
 	closed bool
 
-	streams streamSet // streams relayed on their own goroutines (see stream.go)
+	streams   streamSet     // streams relayed on their own goroutines (see stream.go)
+	idleCheck time.Duration // tests: a detached stream's idle check (default idleCheck)
 }
 
 // upstreamConn is a keep-alive connection to an instance, in the pool
