@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"os"
 	"strconv"
 	"strings"
@@ -369,8 +368,8 @@ func headBuffered(br *bufio.Reader) bool {
 // streamed one (chunked, longer than what came with the head, or up to
 // the close) is read through src, from the connection itself once the
 // head reader's bytes are used up; ready waits for its next bytes holding
-// no buffer, so a parked stream holds only this struct, a small chunk
-// reader and its goroutine.
+// no buffer, so a parked stream holds only this struct, its chunk
+// decoder's state and its goroutine.
 type upstreamBody struct {
 	uc    *upstreamClient
 	pc    *upstreamConn
@@ -380,14 +379,12 @@ type upstreamBody struct {
 	done  bool
 
 	src     *streamSource // a streamed body's bytes, nil when it came whole
-	chunks  *bufio.Reader // a chunked body's framing (small), over src
 	chunked bool
-	length  int64 // bytes left of a streamed body with a length, -1 if none
+	dec     chunkDecoder // a streamed chunked body's framing
+	ended   bool         // its last chunk came
+	tail    bool         // exactly the blank line after it came with it
+	length  int64        // bytes left of a streamed body with a length, -1 if none
 }
-
-// chunkFraming is the buffer of a streamed chunked body's framing: chunk
-// sizes and line ends (data larger than it is read past it).
-const chunkFraming = 128
 
 // streamed switches resp's body to reading from src.
 func (b *upstreamBody) streamed(resp *http.Response) {
@@ -396,8 +393,7 @@ func (b *upstreamBody) streamed(resp *http.Response) {
 	switch {
 	case len(resp.TransferEncoding) > 0 && resp.TransferEncoding[0] == "chunked":
 		b.chunked = true
-		b.chunks = bufio.NewReaderSize(b.src, chunkFraming)
-		b.body = httputil.NewChunkedReader(b.chunks)
+		b.body = nil
 	case resp.ContentLength >= 0:
 		b.length = resp.ContentLength
 		b.body = nil
@@ -410,7 +406,7 @@ func (b *upstreamBody) streamed(resp *http.Response) {
 // ready waits until the body has bytes to read, holding no buffer while
 // it waits: see streamSource.fill.
 func (b *upstreamBody) ready() {
-	if b.src != nil && !b.done && (b.chunks == nil || b.chunks.Buffered() == 0) {
+	if b.src != nil && !b.done {
 		b.src.fill()
 	}
 }
@@ -432,6 +428,8 @@ func (b *upstreamBody) read(p []byte) (int, error) {
 	switch {
 	case b.body != nil:
 		return b.body.Read(p)
+	case b.chunked:
+		return b.readChunked(p)
 	case b.length == 0:
 		return 0, io.EOF
 	case b.length > 0:
@@ -451,6 +449,40 @@ func (b *upstreamBody) read(p []byte) (int, error) {
 	return b.src.Read(p) // to the close
 }
 
+// readChunked reads a streamed chunked body: what src gives is read into
+// p and decoded in place (data moves only towards p's start).
+func (b *upstreamBody) readChunked(p []byte) (int, error) {
+	if b.ended {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := b.src.Read(p)
+		w := 0
+		for in := p[:n]; len(in) > 0; {
+			data, used, done, derr := b.dec.next(in)
+			w += copy(p[w:], data)
+			in = in[used:]
+			if derr != nil {
+				return w, derr
+			}
+			if done {
+				b.ended = true
+				b.tail = string(in) == "\r\n"
+				return w, io.EOF
+			}
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if w > 0 || err != nil {
+			return w, err
+		}
+	}
+}
+
 // clean reports, at the end of the body, whether the connection is at
 // the start of the next answer (nothing past the body read or pending), so
 // it can be reused. A chunked body must end with the blank line after its
@@ -459,14 +491,8 @@ func (b *upstreamBody) clean() bool {
 	if b.src == nil {
 		return b.pc.buffered() == 0
 	}
-	if b.chunked {
-		if end, err := b.chunks.Peek(2); err != nil || string(end) != "\r\n" {
-			return false
-		}
-		_, _ = b.chunks.Discard(2)
-		if b.chunks.Buffered() > 0 {
-			return false
-		}
+	if b.chunked && !b.tail {
+		return false
 	}
 	return b.src.buffered() == 0
 }
