@@ -9,12 +9,12 @@ import (
 	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
-// TestIdleAndWaitingConnectionsHoldNoBuffers: a taken-over connection
-// waiting for its next request, and one whose request (without a body)
-// is still running and has written nothing, hold neither a read nor a
-// write buffer; both are taken again to serve. Not parallel: the count is
-// the whole process's.
-func TestIdleAndWaitingConnectionsHoldNoBuffers(t *testing.T) {
+// TestBuffersHeldOnlyWhileNeeded: a taken-over connection waiting for its
+// next request holds its read buffer only (no write buffer), and one
+// whose request (without a body) is still running and has written
+// nothing holds neither; both are taken again to serve.
+func TestBuffersHeldOnlyWhileNeeded(t *testing.T) {
+	t.Parallel()
 	rt := newRoot()
 	hs := httptest.NewServer(rt)
 	defer hs.Close()
@@ -28,13 +28,13 @@ func TestIdleAndWaitingConnectionsHoldNoBuffers(t *testing.T) {
 	if rt.conns.Len() != 1 {
 		t.Fatalf("%d connections taken over, want 1", rt.conns.Len())
 	}
-	poll.Until(t, 5*time.Second, "the idle connection gives its buffers back", func() bool {
-		return takeover.BuffersHeld() == 0
+	poll.Until(t, 5*time.Second, "the idle connection gives its write buffer back", func() bool {
+		return takeover.BuffersHeld(rt.conns) == 1
 	})
 	c.send("/x/hold")
 	<-rt.held
 	poll.Until(t, 5*time.Second, "the running request holds no buffer", func() bool {
-		return takeover.BuffersHeld() == 0
+		return takeover.BuffersHeld(rt.conns) == 0
 	})
 	rt.hold <- struct{}{}
 	if got, err := c.read(); err != nil || got != "/x/hold by takeover" {

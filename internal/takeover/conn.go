@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -33,19 +32,17 @@ const (
 )
 
 // conn is a taken-over connection. Its buffers come from pools: the read
-// buffer is held while a head, or a body, is being read (an idle
-// connection waits for its next request without one, when its socket can
-// be waited on), the write buffer while a response is being written
-// (given back at each flush, so a long stream holds none between its
-// pieces).
+// buffer is held while the connection waits for a head and while a head
+// or a body is read (not while a request without a body runs), the write
+// buffer while a response is being written (given back at each flush, so
+// a long stream holds none between its pieces).
 type conn struct {
 	t      *Conns
 	hs     *http.Server
 	nc     net.Conn
 	pc     *replayConn
-	raw    syscall.RawConn // nil: no socket to wait on without a buffer
-	br     *bufio.Reader   // nil when released (see reader)
-	bw     *bufio.Writer   // nil when released (see writer)
+	br     *bufio.Reader // nil when released (see reader)
+	bw     *bufio.Writer // nil when released (see writer)
 	hb     bytes.Reader
 	base   context.Context
 	remote string
@@ -53,6 +50,8 @@ type conn struct {
 
 	headMax  int  // the largest head served here (MaxHeaderBytes, the buffer)
 	lastPost bool // the last request was a POST: CR/LF may precede the next
+
+	held atomic.Int32 // pooled buffers held (for tests)
 
 	rdl h1.Deadline // the read deadline in force
 	wdl h1.Deadline // the write deadline in force
@@ -79,9 +78,6 @@ func newConn(t *Conns, hs *http.Server, nc net.Conn, pending []byte, base contex
 	if m := hs.MaxHeaderBytes; m > 0 && m < c.headMax {
 		c.headMax = m // net/http refuses heads larger than about this
 	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
-	}
 	c.timer = time.AfterFunc(time.Hour, c.startWatch)
 	c.timer.Stop()
 	return c
@@ -94,10 +90,6 @@ func (c *conn) close() {
 	c.dropBuffers()
 }
 
-// buffersHeld counts the read and write buffers taken-over connections
-// hold (for tests).
-var buffersHeld atomic.Int64
-
 var (
 	readers     = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }}
 	writers     = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
@@ -109,7 +101,7 @@ func (c *conn) reader() *bufio.Reader {
 	if c.br == nil {
 		c.br = readers.Get().(*bufio.Reader)
 		c.br.Reset(c.pc)
-		buffersHeld.Add(1)
+		c.held.Add(1)
 	}
 	return c.br
 }
@@ -129,7 +121,7 @@ func (c *conn) releaseReader() {
 		c.br.Reset(nil)
 		readers.Put(c.br)
 		c.br = nil
-		buffersHeld.Add(-1)
+		c.held.Add(-1)
 	}
 }
 
@@ -138,7 +130,7 @@ func (c *conn) writer() *bufio.Writer {
 	if c.bw == nil {
 		c.bw = writers.Get().(*bufio.Writer)
 		c.bw.Reset(c.nc)
-		buffersHeld.Add(1)
+		c.held.Add(1)
 	}
 	return c.bw
 }
@@ -149,7 +141,7 @@ func (c *conn) releaseWriter() {
 		c.bw.Reset(nil)
 		writers.Put(c.bw)
 		c.bw = nil
-		buffersHeld.Add(-1)
+		c.held.Add(-1)
 	}
 }
 
@@ -160,28 +152,21 @@ func (c *conn) dropBuffers() {
 		c.br.Reset(nil)
 		readers.Put(c.br)
 		c.br = nil
-		buffersHeld.Add(-1)
+		c.held.Add(-1)
 	}
 	if c.bw != nil {
 		c.bw.Reset(nil)
 		writers.Put(c.bw)
 		c.bw = nil
-		buffersHeld.Add(-1)
+		c.held.Add(-1)
 	}
 }
 
-// awaitRequest waits for the next request's first byte; with nothing
-// buffered it waits on the socket without a buffer, then reads into one.
-// The read deadline in force bounds the wait.
+// awaitRequest waits for the next request's first byte in the read
+// buffer. (Waiting on the socket without one first costs a syscall per
+// request, a tenth of a small request's cost: an idle connection keeps
+// its read buffer; a running request without a body does not.)
 func (c *conn) awaitRequest() error {
-	if c.buffered() == 0 {
-		c.releaseReader()
-		if c.raw != nil && !c.pc.hasPending() {
-			if err := waitReadable(c.raw); err != nil {
-				return err
-			}
-		}
-	}
 	_, err := c.reader().Peek(1)
 	return err
 }

@@ -41,13 +41,6 @@ func (p *replayConn) Read(b []byte) (int, error) {
 	return p.Conn.Read(b)
 }
 
-// hasPending reports whether bytes wait to be replayed.
-func (p *replayConn) hasPending() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.pending) > 0
-}
-
 func (p *replayConn) push(b []byte) {
 	p.mu.Lock()
 	p.pending = append(p.pending, b...)
