@@ -37,8 +37,8 @@ import (
 // the stream's goroutine writes the usage record.
 const statusDetached = -1
 
-// chunkHead is the room left before a relayed piece for its chunk size
-// line ("%x\r\n"); the piece is read into the buffer past it.
+// chunkHead is room enough for a relayed piece's chunk size line
+// ("%x\r\n"; a piece is at most a buffer long).
 const chunkHead = 10
 
 type detachedStream struct {
