@@ -30,11 +30,22 @@ func optUS(v *int64) time.Time {
 	return fromUS(*v)
 }
 
-// CreateOAuthClient stores a registered client.
+// oauthClientIdle is how long a registered client that never connected
+// (no token, no request in flight) is kept.
+const oauthClientIdle = 30 * 24 * time.Hour
+
+// CreateOAuthClient stores a registered client, deleting on the way the
+// clients registered over oauthClientIdle ago that never connected.
 func (s *Store) CreateOAuthClient(ctx context.Context, c gpuproxy.OAuthClient) error {
 	uris, err := json.Marshal(c.RedirectURIs)
 	if err != nil {
 		return err
+	}
+	if _, err := s.pool().exec(ctx, `DELETE FROM oauth_clients WHERE created_us < $1
+		AND NOT EXISTS (SELECT 1 FROM oauth_tokens t WHERE t.client_id = oauth_clients.id)
+		AND NOT EXISTS (SELECT 1 FROM oauth_requests r WHERE r.client_id = oauth_clients.id)`,
+		us(c.CreatedAt.Add(-oauthClientIdle))); err != nil {
+		return translate(err)
 	}
 	_, err = s.pool().exec(ctx, `INSERT INTO oauth_clients (id, name, redirect_uris, auth_method, secret_hash, created_us)
 		VALUES ($1, $2, $3, $4, $5, $6)`, c.ID, c.Name, string(uris), c.AuthMethod, c.SecretHash, us(c.CreatedAt))
