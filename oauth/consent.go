@@ -90,6 +90,7 @@ func (s *Server) Grants(ctx context.Context, keyID string) ([]gpuproxy.OAuthGran
 // RevokeGrant disconnects a client keyID approved: every token of the
 // grant stops working at once.
 func (s *Server) RevokeGrant(ctx context.Context, keyID, grantID string) error {
+	defer s.tokens.clear()
 	if err := s.store.RevokeKeyOAuthGrant(ctx, keyID, grantID, s.opts.Now()); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
@@ -23,6 +24,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/app"
+	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -613,4 +615,41 @@ func TestOAuthConnectedApps(t *testing.T) {
 	if _, page := b.get(base + "/console/apps"); !strings.Contains(page, `id="no-apps"`) {
 		t.Errorf("the app is still listed after disconnecting:\n%s", page)
 	}
+}
+
+// TestOAuthTokenCacheAcrossReplicas: a replica reuses its check of an
+// access token for TokenCacheTTL; a grant revoked on one replica stops
+// working there at once and on another once its check expires.
+func TestOAuthTokenCacheAcrossReplicas(t *testing.T) {
+	stores := dbtest.Replicas(t, dbtest.Postgres, 2)
+	ttl := func(c *app.Config) { c.OAuth.TokenCacheTTL = 2 * time.Second }
+	a, b := startReplica(t, stores[0], ttl), startReplica(t, stores[1], ttl)
+	key, _ := teststack.NewKey(t, a.app.Auth, "demo", "assistant")
+	access, _, _ := connect(t, a.url, key, "spending:read")
+	for _, r := range []replica{a, b} {
+		if st, _ := bearer(t, "GET", r.url+"/api/v1/spending", access, ""); st != 200 {
+			t.Fatalf("token on %s: %d", r.url, st)
+		}
+	}
+	p, err := a.app.Auth.Authenticate(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := a.app.OAuth.Grants(context.Background(), p.KeyID)
+	if err != nil || len(gs) != 1 {
+		t.Fatalf("grants: %v %v", gs, err)
+	}
+	if err := a.app.OAuth.RevokeGrant(context.Background(), p.KeyID, gs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := bearer(t, "GET", a.url+"/api/v1/spending", access, ""); st != 401 {
+		t.Errorf("on the replica that revoked it: %d, want 401 at once", st)
+	}
+	if st, _ := bearer(t, "GET", b.url+"/api/v1/spending", access, ""); st != 200 {
+		t.Errorf("on the other replica within its cache: %d, want 200 (its check of the token is reused)", st)
+	}
+	poll.Until(t, 5*time.Second, "the other replica refuses the revoked token", func() bool {
+		st, _ := bearer(t, "GET", b.url+"/api/v1/spending", access, "")
+		return st == 401
+	})
 }

@@ -54,6 +54,10 @@ type Options struct {
 	// RefreshTokenTTL is a refresh token's life (default 30 days); each
 	// use replaces it with a new one.
 	RefreshTokenTTL time.Duration
+	// TokenCacheTTL is how long a replica reuses its check of an access
+	// token (default 5s, as API keys are cached; negative: never): a grant
+	// revoked on another replica stops working there within it.
+	TokenCacheTTL time.Duration
 	// ConsentPath is the console's consent page (default
 	// /console/oauth/authorize); the request id is added as ?id=.
 	ConsentPath string
@@ -90,6 +94,7 @@ type Server struct {
 	crypto   op.Crypto
 	signing  ed25519.PrivateKey
 	regs     registrationLimiter
+	tokens   tokenCache
 }
 
 // New returns the authorization server, reading (or, on the first replica
@@ -100,6 +105,9 @@ func New(ctx context.Context, store Store, o Options) (*Server, error) {
 	}
 	if o.RefreshTokenTTL <= 0 {
 		o.RefreshTokenTTL = 30 * 24 * time.Hour
+	}
+	if o.TokenCacheTTL == 0 {
+		o.TokenCacheTTL = 5 * time.Second
 	}
 	if o.ConsentPath == "" {
 		o.ConsentPath = "/console/oauth/authorize"
@@ -121,7 +129,8 @@ func New(ctx context.Context, store Store, o Options) (*Server, error) {
 		}
 		o.Issuer = strings.TrimSuffix(o.Issuer, "/")
 	}
-	s := &Server{store: store, opts: o, log: o.Logger, regs: registrationLimiter{perMinute: o.RegistrationsPerMinute}}
+	s := &Server{store: store, opts: o, log: o.Logger, regs: registrationLimiter{perMinute: o.RegistrationsPerMinute},
+		tokens: tokenCache{ttl: o.TokenCacheTTL}}
 	aesKey, err := s.secret(ctx, "token_aes256", 32)
 	if err != nil {
 		return nil, err

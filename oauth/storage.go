@@ -125,7 +125,7 @@ func (st storage) issue(ctx context.Context, req op.TokenRequest, current string
 			return "", "", time.Time{}, err
 		}
 		if !ok {
-			_ = st.s.store.RevokeOAuthGrant(ctx, grantID, now)
+			_ = st.s.revokeGrant(ctx, grantID, now)
 			return "", "", time.Time{}, oidc.ErrInvalidGrant().WithDescription("the refresh token was already used")
 		}
 	}
@@ -174,7 +174,7 @@ func (st storage) TokenRequestByRefreshToken(ctx context.Context, token string) 
 	now := st.now()
 	if !t.UsedAt.IsZero() {
 		st.s.log.Warn("oauth refresh token used twice; revoking its grant", "client_id", t.ClientID, "key_id", t.KeyID)
-		_ = st.s.store.RevokeOAuthGrant(ctx, t.GrantID, now)
+		_ = st.s.revokeGrant(ctx, t.GrantID, now)
 		return nil, op.ErrInvalidRefreshToken
 	}
 	if !t.RevokedAt.IsZero() || !now.Before(t.ExpiresAt) {
@@ -195,7 +195,7 @@ func (st storage) RevokeToken(ctx context.Context, tokenOrID, _ string, clientID
 	if t.ClientID != clientID {
 		return oidc.ErrInvalidClient().WithDescription("the token was not issued to this client")
 	}
-	if err := st.s.store.RevokeOAuthGrant(ctx, t.GrantID, st.now()); err != nil {
+	if err := st.s.revokeGrant(ctx, t.GrantID, st.now()); err != nil {
 		return oidc.ErrServerError()
 	}
 	return nil
