@@ -56,6 +56,7 @@ type Store struct {
 	sq      *sql.DB
 	dialect string // "postgres" | "sqlite"
 	path    string // SQLite file
+	where   string // Postgres host:port/database, without credentials
 
 	usageMu    sync.Mutex
 	usageStmts map[int]*sql.Stmt // SQLite usage INSERTs by row count, prepared once
@@ -90,7 +91,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("connecting to postgres: %w", redactErr(err))
 		}
-		return &Store{pg: pool, dialect: "postgres"}, nil
+		where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+		return &Store{pg: pool, dialect: "postgres", where: where}, nil
 	case u == "" || strings.HasPrefix(u, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
 		if path == "" {
@@ -124,6 +126,15 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 
 // Dialect returns "postgres" or "sqlite".
 func (s *Store) Dialect() string { return s.dialect }
+
+// Location names the database for people, without credentials: "sqlite
+// /abs/path/file.db" or "postgres host:port/database".
+func (s *Store) Location() string {
+	if s.dialect == "sqlite" {
+		return "sqlite " + s.path
+	}
+	return "postgres " + s.where
+}
 
 // Close releases the pool.
 func (s *Store) Close() {

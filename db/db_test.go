@@ -43,3 +43,27 @@ func TestOpenMustExist(t *testing.T) {
 	}
 	st.Close()
 }
+
+// TestLocation: a store names its database for people, and a Postgres
+// URL's credentials are not part of it.
+func TestLocation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	st, err := db.Open(ctx, db.Options{URL: "sqlite:" + path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if got := st.Location(); got != "sqlite "+path {
+		t.Fatalf("Location() = %q, want %q", got, "sqlite "+path)
+	}
+	pg, err := db.Open(ctx, db.Options{URL: "postgres://alice:s3cret@db.example:6543/money?sslmode=disable"})
+	if err != nil {
+		t.Fatal(err) // pgxpool connects lazily
+	}
+	defer pg.Close()
+	if got := pg.Location(); got != "postgres db.example:6543/money" {
+		t.Fatalf("Location() = %q, want the host, port and database only", got)
+	}
+}
