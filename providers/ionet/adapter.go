@@ -62,6 +62,10 @@ type Adapter struct {
 	hours    int
 	pageSize int
 	parallel int
+	// names maps hardware ids to their display names ("NVIDIA
+	// A100-SXM4-80GB"), learned from the hardware list: the price
+	// endpoint and the deploy reply carry none.
+	names sync.Map
 }
 
 var _ providers.Provider = (*Adapter)(nil)
@@ -139,6 +143,7 @@ func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]provi
 		gpus int
 	}
 	var jobs []job
+	a.learnNames(hw.Hardware)
 	for _, h := range hw.Hardware {
 		if h.MaxGPUsPerContainer <= 0 || h.Available <= 0 {
 			continue
@@ -240,7 +245,7 @@ func (a *Adapter) offersFor(ctx context.Context, h wireHardware, gpus int) ([]pr
 		out = append(out, providers.Offer{
 			Provider:     providers.IONet,
 			ID:           id.String(),
-			GPUName:      strings.TrimSpace(h.BrandName + " " + h.name()),
+			GPUName:      h.displayName(),
 			NumGPUs:      gpus,
 			VRAMGB:       vramGB(h.name()),
 			PricePerHour: price,
@@ -254,7 +259,9 @@ func (a *Adapter) offersFor(ctx context.Context, h wireHardware, gpus int) ([]pr
 // Quote prices an offer for hours (DefaultHours when ≤ 0) through io.net's
 // price endpoint: Total is total_cost_usdc for one container of the offer's
 // GPUs for the whole duration, PricePerHour is Total / hours. An offer whose
-// location has no replica left is KindGone.
+// location has no replica left is KindGone. GPUName is the hardware's name
+// from the hardware list (the price reply has none), "" when the list
+// cannot say.
 func (a *Adapter) Quote(ctx context.Context, offer string, hours int) (providers.Quote, error) {
 	id, err := parseOfferID(offer)
 	if err != nil {
@@ -264,7 +271,36 @@ func (a *Adapter) Quote(ctx context.Context, offer string, hours int) (providers
 	if hours <= 0 {
 		hours = a.hours
 	}
-	return a.quote(ctx, id, hours)
+	q, err := a.quote(ctx, id, hours)
+	if err == nil {
+		q.GPUName = a.hardwareName(ctx, id.Hardware)
+	}
+	return q, err
+}
+
+// learnNames remembers the display names of listed hardware.
+func (a *Adapter) learnNames(hw []wireHardware) {
+	for _, h := range hw {
+		a.names.Store(h.HardwareID, h.displayName())
+	}
+}
+
+// hardwareName returns the display name of hardware id, reading the
+// hardware list when it is not known yet. A failed read is not an error
+// of the caller's: the name stays "" and the next call reads again.
+func (a *Adapter) hardwareName(ctx context.Context, id hardwareID) string {
+	if n, ok := a.names.Load(id); ok {
+		return n.(string)
+	}
+	var hw wireHardwareList
+	if err := a.get(ctx, op{name: "listing hardware"}, caas+"/hardware/max-gpus-per-container", nil, &hw); err != nil {
+		return ""
+	}
+	a.learnNames(hw.Hardware)
+	if n, ok := a.names.Load(id); ok {
+		return n.(string)
+	}
+	return ""
 }
 
 func (a *Adapter) quote(ctx context.Context, id offerID, hours int) (providers.Quote, error) {

@@ -165,6 +165,9 @@ func TestQuote(t *testing.T) {
 	if q.Total != want || q.PricePerHour != want/24 || q.Hours != 24 || q.Billing != providers.BillingPrepaid || q.NumGPUs != 8 {
 		t.Fatalf("quote %+v, want total %v", q, want)
 	}
+	if q.GPUName != "NVIDIA A100-SXM4-80GB" {
+		t.Fatalf("quote names GPU %q", q.GPUName)
+	}
 	if q, err = a.Quote(ctx, "12:1:1", 0); err != nil || q.Hours != 2 || q.Total != 600_000 {
 		t.Fatalf("default hours: %+v %v", q, err)
 	}
@@ -205,7 +208,8 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.ProviderID == "" || inst.Tag != "gp-inst-1" || inst.Status != providers.StatusStarting || inst.NumGPUs != 2 {
+	if inst.ProviderID == "" || inst.Tag != "gp-inst-1" || inst.Status != providers.StatusStarting || inst.NumGPUs != 2 ||
+		inst.GPUName != "NVIDIA A100-SXM4-80GB" {
 		t.Fatalf("created %+v", inst)
 	}
 	sd := sim.Deployments()[0]
@@ -222,7 +226,7 @@ func TestLifecycle(t *testing.T) {
 	price := catalogPrice(sim, 203) * 2
 	if !strings.HasPrefix(run.Endpoint, "http://127.0.0.1:") || strings.HasSuffix(run.Endpoint, "/") ||
 		run.PricePerHour != price || !run.HasActualCost || run.ActualCost != price*3 ||
-		run.GPUName != "A100-SXM4-80GB" || run.NumGPUs != 2 || run.StartedAt.Location() != time.UTC ||
+		run.GPUName != "NVIDIA A100-SXM4-80GB" || run.NumGPUs != 2 || run.StartedAt.Location() != time.UTC ||
 		run.StartedAt.IsZero() || !run.StoppedAt.IsZero() {
 		t.Fatalf("running %+v", run)
 	}
@@ -440,7 +444,7 @@ func TestListPagination(t *testing.T) {
 		t.Fatalf("listed %d of 23", len(list))
 	}
 	for _, in := range list {
-		if want[in.ProviderID] != in.Tag || in.GPUName != "L4" || in.NumGPUs != 1 {
+		if want[in.ProviderID] != in.Tag || in.GPUName != "NVIDIA L4" || in.NumGPUs != 1 {
 			t.Fatalf("list item %+v", in)
 		}
 	}

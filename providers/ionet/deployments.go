@@ -91,6 +91,7 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 		ProviderID: rep.DeploymentID,
 		Tag:        req.Tag,
 		Status:     providers.StatusStarting,
+		GPUName:    a.hardwareName(ctx, id.Hardware),
 		NumGPUs:    id.GPUs,
 	}, nil
 }
@@ -116,6 +117,8 @@ func looksSecret(name string) bool {
 // destroyed deployment is KindGone; for a destroyed one the Instance is
 // returned too, with its last known values.
 // io.net's details carry no name, so Tag is "" unless the reply has one.
+// GPUName is brand and hardware name ("NVIDIA A100-SXM4-80GB"), as offers
+// show it.
 func (a *Adapter) Get(ctx context.Context, providerID string) (providers.Instance, error) {
 	o := op{name: "getting deployment " + providerID, gone404: true}
 	if strings.TrimSpace(providerID) == "" {
@@ -164,7 +167,7 @@ func toInstance(d wireDeployment) providers.Instance {
 		ProviderID: d.ID,
 		Tag:        d.ResourcePrivateName,
 		Status:     mapStatus(d.Status),
-		GPUName:    d.HardwareName,
+		GPUName:    strings.TrimSpace(d.BrandName + " " + d.HardwareName),
 		StartedAt:  d.StartedAt.Time,
 		StoppedAt:  d.FinishedAt.Time,
 	}

@@ -97,6 +97,12 @@ func (h wireHardware) name() string {
 	return "Hardware " + string(h.HardwareID)
 }
 
+// displayName is the name offers and instances show: brand and model
+// ("NVIDIA A100-SXM4-80GB").
+func (h wireHardware) displayName() string {
+	return strings.TrimSpace(h.BrandName + " " + h.name())
+}
+
 type wireHardwareList struct {
 	Hardware []wireHardware `json:"hardware"`
 	Total    int            `json:"total"`
@@ -175,6 +181,7 @@ type wireDeployment struct {
 	TotalContainers         int      `json:"total_containers"`
 	HardwareQuantity        int      `json:"hardware_quantity"`
 	HardwareName            string   `json:"hardware_name"`
+	BrandName               string   `json:"brand_name"`
 	ComputeMinutesServed    float64  `json:"compute_minutes_served"`
 	ComputeMinutesRemaining float64  `json:"compute_minutes_remaining"`
 }
