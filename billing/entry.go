@@ -62,12 +62,14 @@ type Entry struct {
 	// their own) — never the instance creator's, which did not make them.
 	ByCaller bool
 
-	// Account, GPUName and NumGPUs describe the entry for finance views:
-	// the account's name and the GPU of the instance row the entry names
-	// ("" and 0 without one). Listing fills them in; Append ignores them.
+	// Account, GPUName, NumGPUs and KeyName describe the entry for
+	// finance views: the account's name, the GPU of the instance row the
+	// entry names ("" and 0 without one) and the name of the account's key
+	// in KeyID. Listing fills them in; Append ignores them.
 	Account string
 	GPUName string
 	NumGPUs int
+	KeyName string
 }
 
 // Spend returns the entry's effect on spend windows: charges and
@@ -108,6 +110,7 @@ type Filter struct {
 	Type        Type
 	Provider    string
 	InstanceID  string
+	KeyID       string // entries attributed to this API key (Entry.KeyID)
 	Limit       int
 	After       *Cursor // continue after this entry
 }
@@ -136,20 +139,26 @@ const (
 	ByProvider Group = "provider"
 	ByInstance Group = "instance"
 	ByAccount  Group = "account"
+	ByKey      Group = "key"
 )
+
+// GroupNames lists the summary dimensions, for error messages.
+const GroupNames = "day, provider, instance, account or key"
 
 // ValidGroup reports whether g is a known summary dimension.
 func ValidGroup(g Group) bool {
-	return g == ByDay || g == ByProvider || g == ByInstance || g == ByAccount
+	return g == ByDay || g == ByProvider || g == ByInstance || g == ByAccount || g == ByKey
 }
 
 // SummaryRow is the totals of one group. Key is the day (YYYY-MM-DD, UTC),
-// provider, instance id or account name; grouped by instance, GPUName and
-// NumGPUs are the instance row's.
+// provider, instance id, account name or API key id ("" for entries
+// attributed to no key); grouped by instance, GPUName and NumGPUs are the
+// instance row's; grouped by key, KeyName is the key's name.
 type SummaryRow struct {
 	Key     string
 	GPUName string
 	NumGPUs int
+	KeyName string
 	Totals
 }
 

@@ -21,6 +21,9 @@ type Store interface {
 	ListEntries(ctx context.Context, f Filter) ([]Entry, error)
 	Totals(ctx context.Context, f Filter) (Totals, error)
 	Summary(ctx context.Context, f Filter, g Group) ([]SummaryRow, error)
+	// Balance is what remains of the account's credit: Totals.Net of all
+	// its entries (may be negative).
+	Balance(ctx context.Context, accountID int64) (gpuproxy.Micros, error)
 }
 
 // Ledger is the ledger service.
@@ -130,7 +133,14 @@ func (l *Ledger) Each(ctx context.Context, f Filter, fn func(Entry) error) error
 	}
 }
 
-// Summary groups f's entries by day, provider or instance.
+// Balance returns what remains of an account's credit: credits and
+// refunds less charges and adjustments, over its whole ledger (Totals.Net).
+// It is negative when the account spent more than it was credited.
+func (l *Ledger) Balance(ctx context.Context, accountID int64) (gpuproxy.Micros, error) {
+	return l.store.Balance(ctx, accountID)
+}
+
+// Summary groups f's entries by day, provider, instance, account or key.
 func (l *Ledger) Summary(ctx context.Context, f Filter, g Group) ([]SummaryRow, error) {
 	rows, err := l.store.Summary(ctx, f, g)
 	if err != nil {

@@ -29,13 +29,13 @@ func (s *Store) AppendEntry(ctx context.Context, e billing.Entry) (billing.Entry
 	return out, created, err
 }
 
-const entryCols = "id, account_id, type, amount_micros, at_us, provider, instance_id, description, COALESCE(idempotency_key, ''), basis"
+const entryCols = "id, account_id, type, amount_micros, at_us, provider, instance_id, description, COALESCE(idempotency_key, ''), basis, COALESCE(key_id, '')"
 
 func scanEntry(r row) (billing.Entry, error) {
 	var e billing.Entry
 	var at int64
 	err := r.Scan(&e.ID, &e.AccountID, &e.Type, &e.Amount, &at, &e.Provider, &e.InstanceID,
-		&e.Description, &e.IdempotencyKey, &e.Basis)
+		&e.Description, &e.IdempotencyKey, &e.Basis, &e.KeyID)
 	e.At = fromUS(at)
 	return e, err
 }
@@ -100,6 +100,9 @@ func where(f billing.Filter) (string, []any) {
 	if f.InstanceID != "" {
 		add("instance_id = $%d", f.InstanceID)
 	}
+	if f.KeyID != "" {
+		add("key_id = $%d", f.KeyID)
+	}
 	return strings.Join(conds, " AND "), args
 }
 
@@ -121,18 +124,24 @@ func (s *Store) ListEntries(ctx context.Context, f billing.Filter) ([]billing.En
 		var e billing.Entry
 		var at int64
 		err := r.Scan(&e.ID, &e.AccountID, &e.Type, &e.Amount, &at, &e.Provider, &e.InstanceID,
-			&e.Description, &e.IdempotencyKey, &e.Basis, &e.Account, &e.GPUName, &e.NumGPUs)
+			&e.Description, &e.IdempotencyKey, &e.Basis, &e.KeyID, &e.Account, &e.GPUName, &e.NumGPUs, &e.KeyName)
 		e.At = fromUS(at)
 		return e, err
 	})
 }
 
 // describeCols are the names finance views show beside a ledger row: the
-// account's name and the GPU of the instance row the entry names (an
-// instance of the same account), looked up by primary key.
+// account's name, the GPU of the instance row the entry names (an
+// instance of the same account) and the name of the key it is attributed
+// to (a key of the same account), looked up by primary key.
 const describeCols = `COALESCE((SELECT a.name FROM accounts a WHERE a.id = ledger.account_id), ''),
 	COALESCE((SELECT i.gpu_name FROM instances i WHERE i.id = ledger.instance_id AND i.account_id = ledger.account_id), ''),
-	COALESCE((SELECT i.num_gpus FROM instances i WHERE i.id = ledger.instance_id AND i.account_id = ledger.account_id), 0)`
+	COALESCE((SELECT i.num_gpus FROM instances i WHERE i.id = ledger.instance_id AND i.account_id = ledger.account_id), 0),
+	` + keyNameCol
+
+// keyNameCol is the name of the key a ledger row is attributed to, when
+// the key is the row's account's (” otherwise).
+const keyNameCol = `COALESCE((SELECT k.name FROM api_keys k WHERE k.id = ledger.key_id AND k.account_id = ledger.account_id), '')`
 
 const totalsCols = `COALESCE(sum(CASE WHEN type = 'charge' THEN amount_micros ELSE 0 END), 0),
 	COALESCE(sum(CASE WHEN type = 'credit' THEN amount_micros ELSE 0 END), 0),
@@ -150,11 +159,13 @@ func (s *Store) Totals(ctx context.Context, f billing.Filter) (billing.Totals, e
 }
 
 // Summary groups the entries matching f by day (UTC), provider, instance
-// (with the instance row's GPU) or account (by name).
+// (with the instance row's GPU), account (by name) or key (by id, with the
+// key's name; entries attributed to no key form the row with key "").
 func (s *Store) Summary(ctx context.Context, f billing.Filter, g billing.Group) ([]billing.SummaryRow, error) {
 	// key groups; label is what the row shows; order sorts.
 	var key, label, order string
 	gpu := "'', 0"
+	name := "''"
 	switch g {
 	case billing.ByDay:
 		key = "(at_us / 86400000000)"
@@ -168,15 +179,33 @@ func (s *Store) Summary(ctx context.Context, f billing.Filter, g billing.Group) 
 	case billing.ByAccount:
 		key, order = "account_id", "1"
 		label = "COALESCE((SELECT a.name FROM accounts a WHERE a.id = ledger.account_id), '')"
+	case billing.ByKey:
+		// Key ids are unique across accounts; keyNameCol names a key in
+		// its own account only.
+		key, label, order = "COALESCE(key_id, '')", "COALESCE(key_id, '')", "1"
+		name = "max(" + keyNameCol + ")"
 	default:
-		return nil, gpuproxy.Invalid("group_by", "must be day, instance, account or provider")
+		return nil, gpuproxy.Invalid("group_by", "must be %s", billing.GroupNames)
 	}
 	w, args := where(f)
-	q := fmt.Sprintf("SELECT %s, %s, %s FROM ledger WHERE %s GROUP BY %s ORDER BY %s", label, gpu, totalsCols, w, key, order)
+	q := fmt.Sprintf("SELECT %s, %s, %s, %s FROM ledger WHERE %s GROUP BY %s ORDER BY %s", label, gpu, name, totalsCols, w, key, order)
 	r, err := s.pool().query(ctx, q, args...)
 	return scanAll(r, err, func(r rows) (billing.SummaryRow, error) {
 		var sr billing.SummaryRow
-		err := r.Scan(&sr.Key, &sr.GPUName, &sr.NumGPUs, &sr.Charges, &sr.Credits, &sr.Refunds, &sr.Adjustments, &sr.Count)
+		err := r.Scan(&sr.Key, &sr.GPUName, &sr.NumGPUs, &sr.KeyName, &sr.Charges, &sr.Credits, &sr.Refunds, &sr.Adjustments, &sr.Count)
 		return sr, err
 	})
+}
+
+// Balance returns what remains of an account's credit: every ledger
+// amount counted from the account's side (billing.Totals.Net: credits and
+// refunds add, charges and adjustments subtract). It may be negative.
+func (s *Store) Balance(ctx context.Context, accountID int64) (gpuproxy.Micros, error) {
+	var t billing.Totals
+	err := s.pool().queryRow(ctx, "SELECT "+totalsCols+" FROM ledger WHERE account_id = $1", accountID).
+		Scan(&t.Charges, &t.Credits, &t.Refunds, &t.Adjustments, &t.Count)
+	if err != nil {
+		return 0, fmt.Errorf("reading balance: %w", translate(err))
+	}
+	return t.Net(), nil
 }
