@@ -140,7 +140,7 @@ const describeCols = `COALESCE((SELECT a.name FROM accounts a WHERE a.id = ledge
 	` + keyNameCol
 
 // keyNameCol is the name of the key a ledger row is attributed to, when
-// the key is the row's account's (” otherwise).
+// the key is the row's account's (empty otherwise).
 const keyNameCol = `COALESCE((SELECT k.name FROM api_keys k WHERE k.id = ledger.key_id AND k.account_id = ledger.account_id), '')`
 
 const totalsCols = `COALESCE(sum(CASE WHEN type = 'charge' THEN amount_micros ELSE 0 END), 0),
