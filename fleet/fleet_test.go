@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,6 +174,34 @@ func TestLifecycleHourly(t *testing.T) {
 	}
 }
 
+// TestPrepaidNeedsHours: a prepaid create without hours is refused naming
+// the field, before any quote or rental; an hourly one needs none.
+func TestPrepaidNeedsHours(t *testing.T) {
+	w := newWorld(t, dbtest.SQLite, worldOpts{})
+	ctx := context.Background()
+	f := w.fleets[0]
+	o := w.offer(providers.IONet, 100)
+	_, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.IONet, OfferID: o.ID, Image: "img:1"})
+	if gpuproxy.ErrorCode(err) != gpuproxy.EINVALID || gpuproxy.ErrorDetails(err)["field"] != "hours" {
+		t.Fatalf("io.net create without hours: %v", err)
+	}
+	if msg := gpuproxy.ErrorMessage(err); !strings.Contains(msg, "hours") || !strings.Contains(msg, "up front") ||
+		!strings.Contains(msg, "720") {
+		t.Fatalf("message %q does not say what hours is", msg)
+	}
+	if n := len(w.io.Deployments()); n != 0 {
+		t.Fatalf("%d deployments after a refused create", n)
+	}
+	if list, _ := f.List(ctx, w.acct.ID, ""); len(list) != 0 {
+		t.Fatalf("refused create left rows: %+v", list)
+	}
+	v := w.offer(providers.VastAI, 2)
+	inst, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: v.ID, Image: "img:1"})
+	if err != nil || inst.Hours != 0 {
+		t.Fatalf("vast.ai create without hours: %+v %v", inst, err)
+	}
+}
+
 func TestLifecyclePrepaid(t *testing.T) {
 	w := newWorld(t, dbtest.SQLite, worldOpts{})
 	ctx := context.Background()
@@ -185,6 +214,19 @@ func TestLifecyclePrepaid(t *testing.T) {
 	total := inst.PrepaidTotal
 	if total <= 0 || total != o.PricePerHour*3 {
 		t.Fatalf("prepaid total %s for price %s × 3h", total, o.PricePerHour)
+	}
+	// The instance and its prepaid charge name the GPU (io.net's price and
+	// deploy replies do not; the adapter reads the hardware list).
+	if inst.GPUName == "" || inst.GPUName != o.GPUName {
+		t.Fatalf("instance GPU %q, offer's %q", inst.GPUName, o.GPUName)
+	}
+	var descs []string
+	if err := billing.NewLedger(w.stores[0], nil).Each(ctx, billing.Filter{AccountID: w.acct.ID, InstanceID: inst.ID},
+		func(e billing.Entry) error { descs = append(descs, e.Description); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("io.net prepaid 3h of %d× %s", o.NumGPUs, o.GPUName); len(descs) != 1 || descs[0] != want {
+		t.Fatalf("ledger descriptions %q, want [%q]", descs, want)
 	}
 	snap, _ := w.guards[0].Spending(ctx, w.acct.ID)
 	if snap.Held != 0 || snap.Windows[0].Spent != total {

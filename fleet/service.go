@@ -167,11 +167,13 @@ func (s *Service) Breakers() map[string]string {
 
 // CreateRequest asks for a new instance.
 type CreateRequest struct {
-	Provider       string
-	OfferID        string
-	Image          string
-	Label          string
-	Hours          int // prepaid duration (io.net); default 1
+	Provider string
+	OfferID  string
+	Image    string
+	Label    string
+	// Hours is the prepaid duration, 1 to MaxHours: required by a prepaid
+	// provider (io.net), which charges it up front; ignored by hourly ones.
+	Hours          int
 	Env            map[string]string
 	Ports          []int
 	IdempotencyKey string
@@ -185,7 +187,12 @@ type CreateRequest struct {
 	ConfirmToken string
 }
 
-func (r *CreateRequest) validate(known []string) error {
+// MaxHours is the longest prepaid duration a create may ask for (30 days).
+const MaxHours = 24 * 30
+
+// validate checks the request; prepaid tells whether its provider charges
+// a duration up front, which then must be given.
+func (r *CreateRequest) validate(known []string, prepaid bool) error {
 	switch {
 	case !contains(known, r.Provider):
 		return gpuproxy.Invalid("provider", "must be one of %s", strings.Join(known, ", "))
@@ -195,8 +202,11 @@ func (r *CreateRequest) validate(known []string) error {
 		return gpuproxy.Invalid("image", "is required: a container image such as vllm/vllm-openai:latest")
 	case len(r.Label) > 200:
 		return gpuproxy.Invalid("label", "must be at most 200 characters")
-	case r.Hours < 0 || r.Hours > 24*30:
-		return gpuproxy.Invalid("hours", "must be between 1 and 720")
+	case prepaid && r.Hours == 0:
+		return gpuproxy.Invalid("hours", "is required for %s, which charges the whole duration up front: "+
+			"the number of hours to pay for, 1 to %d", r.Provider, MaxHours)
+	case r.Hours < 0 || r.Hours > MaxHours:
+		return gpuproxy.Invalid("hours", "must be between 1 and %d", MaxHours)
 	case len(r.Env) > 50:
 		return gpuproxy.Invalid("env", "at most 50 variables")
 	case len(r.Ports) > 10:
@@ -213,9 +223,6 @@ func (r *CreateRequest) validate(known []string) error {
 		if p < 1 || p > 65535 {
 			return gpuproxy.Invalid("ports", "port %d is out of range", p)
 		}
-	}
-	if r.Hours == 0 {
-		r.Hours = 1
 	}
 	return nil
 }
@@ -237,10 +244,10 @@ func IsOurTag(tag string) bool { return strings.HasPrefix(tag, "gpi_") && len(ta
 // pending row are committed before the provider is called; a retried
 // request with the same idempotency key returns the same instance.
 func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (Instance, error) {
-	if err := req.validate(s.ProviderNames()); err != nil {
+	p := s.byName[req.Provider]
+	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
 		return Instance{}, err
 	}
-	p := s.byName[req.Provider]
 	if req.IdempotencyKey != "" {
 		// A retry of a create that already happened returns it as it is,
 		// before anything else: its offer is rented and may be gone now.
@@ -320,13 +327,27 @@ func (s *Service) markStarting(ctx context.Context, inst Instance, providerID st
 		charge = &billing.Entry{AccountID: inst.AccountID, Type: billing.Charge, Amount: inst.PrepaidTotal,
 			At: s.opts.Now(), Provider: inst.Provider, InstanceID: inst.ID, Basis: billing.Prepaid,
 			IdempotencyKey: "prepaid:" + inst.ID,
-			Description:    fmt.Sprintf("%s prepaid %dh of %s", inst.Provider, inst.Hours, inst.GPUName)}
+			Description:    prepaidDescription(inst)}
 	}
 	out, err := s.store.MarkStarting(ctx, inst.ID, providerID, charge, s.opts.Now())
 	if err == nil {
 		s.logCreated(out)
 	}
 	return out, err
+}
+
+// prepaidDescription is a prepaid charge's ledger description: "io.net
+// prepaid 2h of 1× NVIDIA A100-SXM4-80GB" ("… of 1 GPU" when the provider
+// did not name it).
+func prepaidDescription(inst Instance) string {
+	what := fmt.Sprintf("%d GPUs", inst.NumGPUs)
+	switch {
+	case inst.GPUName != "":
+		what = fmt.Sprintf("%d× %s", max(inst.NumGPUs, 1), inst.GPUName)
+	case inst.NumGPUs <= 1:
+		what = "1 GPU"
+	}
+	return fmt.Sprintf("%s prepaid %dh of %s", inst.Provider, inst.Hours, what)
 }
 
 // WaitRunning polls an instance until it is running, failed or ctx ends,

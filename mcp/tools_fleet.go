@@ -56,7 +56,7 @@ func (s *Server) fleetTools() []toolSpec {
 				required("instance_id", str("the offer id from list_gpu_instances (its instance_id field)", 200)),
 				required("image", str("container image, e.g. vllm/vllm-openai:latest", 500)),
 				optional("label", str("your label for the instance", 200)),
-				optional("hours", withDefault(integer("rental duration in hours (io.net prepays it; ignored by vast.ai)", 1, 720), 1)),
+				optional("hours", integer("rental duration in hours: required for io.net, which charges it up front; ignored by vast.ai", 1, 720)),
 				optional("env", stringMap("environment variables for the container", 50, 4096)),
 				optional("ports", &jsonschema.Schema{Type: "array", Description: "container ports to expose, e.g. [8000]",
 					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
