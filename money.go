@@ -27,8 +27,43 @@ var (
 	// ErrUSDPlaces: the amount is not a whole number of micro-dollars.
 	ErrUSDPlaces = errors.New("must have at most 6 decimal places (a micro-dollar)")
 	// ErrUSDRange: the amount is beyond ±MaxMicros.
-	ErrUSDRange = errors.New("must be between -1000000000 and 1000000000 US dollars")
+	ErrUSDRange = errors.New(AmountRange(-MaxMicros, MaxMicros, false))
 )
+
+// AmountRange is the end of a sentence naming a field that says the range
+// an amount must be in: "must be between $0 and $1,000,000,000", or with
+// above (lo itself refused) "must be more than $0 and at most
+// $1,000,000,000". Callers refusing an amount out of range say this, never
+// that it is not a number.
+func AmountRange(lo, hi Micros, above bool) string {
+	if above {
+		return "must be more than " + lo.Dollars() + " and at most " + hi.Dollars()
+	}
+	return "must be between " + lo.Dollars() + " and " + hi.Dollars()
+}
+
+// Dollars renders m for people, with a dollar sign and thousands
+// separators and every significant place: "$1,000,000,000", "-$5",
+// "$0.000001", "$12.5".
+func (m Micros) Dollars() string {
+	s := m.String()
+	sign := ""
+	if strings.HasPrefix(s, "-") {
+		sign, s = "-", s[1:]
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	for i := range len(whole) {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(whole[i])
+	}
+	if frac != "" {
+		b.WriteString("." + frac)
+	}
+	return sign + "$" + b.String()
+}
 
 // USD returns m as a float64 dollar value, for display only.
 func (m Micros) USD() float64 { return float64(m) / MicrosPerUSD }

@@ -114,6 +114,34 @@ func TestParseUSDPlacesMessage(t *testing.T) {
 	}
 }
 
+// An amount out of range is refused with the range, not as "not a number".
+func TestParseUSDRangeMessage(t *testing.T) {
+	t.Parallel()
+	_, err := gpuproxy.ParseUSD("1e300")
+	if want := "must be between -$1,000,000,000 and $1,000,000,000"; err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+}
+
+func TestAmountRange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		lo, hi gpuproxy.Micros
+		above  bool
+		want   string
+	}{
+		{0, gpuproxy.MaxMicros, false, "must be between $0 and $1,000,000,000"},
+		{0, gpuproxy.MaxMicros, true, "must be more than $0 and at most $1,000,000,000"},
+		{-5 * gpuproxy.MicrosPerUSD, 1, false, "must be between -$5 and $0.000001"},
+		{1_250_000, 999_500_000, false, "must be between $1.25 and $999.5"},
+		{1234 * gpuproxy.MicrosPerUSD, 123456 * gpuproxy.MicrosPerUSD, false, "must be between $1,234 and $123,456"},
+	} {
+		if got := gpuproxy.AmountRange(tc.lo, tc.hi, tc.above); got != tc.want {
+			t.Errorf("AmountRange(%d, %d, %v) = %q, want %q", tc.lo, tc.hi, tc.above, got, tc.want)
+		}
+	}
+}
+
 func TestRoundUSD(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -128,7 +128,8 @@ func (a *amount) UnmarshalJSON(b []byte) error {
 }
 
 // parse validates the amount for field: a number, ≥ 0 (or > 0 when
-// positive), at most $1 billion.
+// positive), at most gpuproxy.MaxMicros. A number out of that range is
+// refused with the range; only text that is not a number is told so.
 func (a *amount) parse(field string, required, positive bool) (gpuproxy.Micros, error) {
 	if !a.set {
 		if required {
@@ -136,20 +137,19 @@ func (a *amount) parse(field string, required, positive bool) (gpuproxy.Micros, 
 		}
 		return 0, nil
 	}
+	inRange := gpuproxy.AmountRange(0, gpuproxy.MaxMicros, positive)
 	var m gpuproxy.Micros
 	if err := json.Unmarshal(a.raw, &m); err != nil {
-		if errors.Is(err, gpuproxy.ErrUSDPlaces) {
+		switch {
+		case errors.Is(err, gpuproxy.ErrUSDPlaces):
 			return 0, gpuproxy.Invalid(field, "%v", gpuproxy.ErrUSDPlaces)
+		case errors.Is(err, gpuproxy.ErrUSDRange):
+			return 0, gpuproxy.Invalid(field, "%s", inRange)
 		}
-		return 0, gpuproxy.Invalid(field, "must be a number of US dollars")
+		return 0, gpuproxy.Invalid(field, "must be a number of US dollars, e.g. 12.5")
 	}
-	switch {
-	case m < 0:
-		return 0, gpuproxy.Invalid(field, "must not be negative")
-	case positive && m == 0:
-		return 0, gpuproxy.Invalid(field, "must be greater than 0")
-	case m > gpuproxy.MaxMicros:
-		return 0, gpuproxy.Invalid(field, "must be at most 1000000000")
+	if m < 0 || positive && m == 0 || m > gpuproxy.MaxMicros {
+		return 0, gpuproxy.Invalid(field, "%s", inRange)
 	}
 	a.value = m
 	return m, nil

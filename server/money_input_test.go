@@ -94,3 +94,29 @@ func TestOfferQueryMaxPrice(t *testing.T) {
 		}
 	}
 }
+
+// An amount out of range says the range it must be in; only what is not a
+// number is told it must be one.
+func TestMoneyInputMessages(t *testing.T) {
+	e := newEnv(t, dbtest.SQLite, opts{})
+	admin, _ := e.key("root", "admin")
+	const between, above = "must be between $0 and $1,000,000,000", "must be more than $0 and at most $1,000,000,000"
+	for _, tc := range []struct {
+		name, method, path, body, want string
+	}{
+		{"check 1e300", "POST", "/api/v1/spending/check", `{"estimated_cost": 1e300}`, "estimated_cost: " + between},
+		{"check over max", "POST", "/api/v1/spending/check", `{"estimated_cost": 1000000000.000001}`, "estimated_cost: " + between},
+		{"check negative", "POST", "/api/v1/spending/check", `{"estimated_cost": -1}`, "estimated_cost: " + between},
+		{"check string", "POST", "/api/v1/spending/check", `{"estimated_cost": "25"}`, "estimated_cost: must be a number of US dollars"},
+		{"credit over max", "POST", "/api/v1/billing/credits", `{"account":"root","amount":999999999999}`, "amount: " + above},
+		{"credit zero", "POST", "/api/v1/billing/credits", `{"account":"root","amount":0}`, "amount: " + above},
+		{"limit huge", "PUT", "/api/v1/accounts/root/limits", `{"windows":[{"window_minutes":60,"limit":1e12}]}`, "windows[0].limit: " + between},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, admin, tc.body, "Content-Type", "application/json")
+			if code, msg := r.Err(t); r.Status != 400 || code != "invalid" || !strings.HasPrefix(msg, tc.want) {
+				t.Fatalf("%d %s %q, want 400 invalid %q", r.Status, code, msg, tc.want)
+			}
+		})
+	}
+}
