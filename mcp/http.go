@@ -60,7 +60,10 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		return tokenInfo(p), nil
 	}, nil)(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ew := &rpcErrorWriter{ResponseWriter: w}
+		// The 2026-07-28 revision (named by the MCP-Protocol-Version
+		// header, as the SDK reads it) answers an unknown or removed
+		// method with HTTP 404; older ones keep their HTTP 200.
+		ew := &rpcErrorWriter{ResponseWriter: w, notFound404: r.Header.Get("Mcp-Protocol-Version") >= newProtocol}
 		defer ew.finish()
 		p, ok := httpapi.PrincipalFrom(r)
 		if !ok {
@@ -196,16 +199,20 @@ func writeBodyError(w http.ResponseWriter, err error) {
 // everything else — JSON, SSE streams, 202s — straight through. When the
 // request's id was readable (id), error answers carry it, whatever id the
 // SDK wrote, and an unknown method is a JSON-RPC error in an HTTP 200
-// (the SDK answers 400 or 404).
+// (the SDK answers 400 or 404) — except on the 2026-07-28 revision
+// (notFound404), whose spec (SEP-2575) requires HTTP 404 with -32601 for
+// unknown methods and for the ones it removed (initialize, ping,
+// logging/setLevel, resources/subscribe, resources/unsubscribe).
 type rpcErrorWriter struct {
 	http.ResponseWriter
-	id      jsonrpc.ID
-	retried bool // the SSE retry field was written
-	wrote   bool
-	capture bool
-	asJSON  bool
-	status  int
-	buf     bytes.Buffer
+	id          jsonrpc.ID
+	notFound404 bool
+	retried     bool // the SSE retry field was written
+	wrote       bool
+	capture     bool
+	asJSON      bool
+	status      int
+	buf         bytes.Buffer
 }
 
 func (w *rpcErrorWriter) WriteHeader(code int) {
@@ -285,6 +292,9 @@ func (w *rpcErrorWriter) finish() {
 	status := w.status
 	if e.Code == jsonrpc.CodeMethodNotFound && w.id.IsValid() {
 		status = http.StatusOK // a JSON-RPC answer to a well-formed request
+		if w.notFound404 {
+			status = http.StatusNotFound
+		}
 	}
 	writeRPCError(w.ResponseWriter, status, w.id, e)
 }
