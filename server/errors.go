@@ -22,7 +22,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
-		err = fromEchoError(he)
+		err = s.fromEchoError(he)
 	}
 	code := gpuproxy.ErrorCode(err)
 	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE {
@@ -31,7 +31,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	httpapi.WriteError(c.Response(), c.Request(), httpapi.Status(err), err)
 }
 
-func fromEchoError(he *echo.HTTPError) error {
+func (s *Server) fromEchoError(he *echo.HTTPError) error {
 	msg := fmt.Sprint(he.Message)
 	switch he.Code {
 	case http.StatusNotFound:
@@ -39,7 +39,7 @@ func fromEchoError(he *echo.HTTPError) error {
 	case http.StatusMethodNotAllowed:
 		return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: "method not allowed on this route"}
 	case http.StatusRequestEntityTooLarge:
-		return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+		return s.tooLarge()
 	case http.StatusUnauthorized:
 		return gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "%s", msg)
 	}
@@ -69,7 +69,9 @@ func jsonError(err error) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+		// The limit the reader was given: the server's MaxBody.
+		return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(mbe.Limit),
+			Details: map[string]any{"limit_bytes": mbe.Limit}}
 	case errors.As(err, &te):
 		f := te.Field
 		if f == "" {

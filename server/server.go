@@ -40,9 +40,13 @@ type ReadyCheck struct {
 	Critical bool
 }
 
+// DefaultMaxBody is the default bound of a request body (1 MiB).
+const DefaultMaxBody = 1 << 20
+
 // Options configure the server.
 type Options struct {
-	// MaxBody bounds request bodies (default 1 MB).
+	// MaxBody bounds request bodies (default DefaultMaxBody). Refusals
+	// print it (httpapi.BodyLimitMessage).
 	MaxBody int64
 	// Logger for request logs (default slog.Default()).
 	Logger *slog.Logger
@@ -104,7 +108,7 @@ type Server struct {
 // New builds the echo application with every route.
 func New(svc Services, o Options) *Server {
 	if o.MaxBody <= 0 {
-		o.MaxBody = 1 << 20
+		o.MaxBody = DefaultMaxBody
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -178,11 +182,17 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.ContentLength > s.opts.MaxBody {
-			return gpuproxy.Errorf(gpuproxy.ETOOLARGE, "request body is larger than the 1 MB limit")
+			return s.tooLarge()
 		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.opts.MaxBody)
 		return next(c)
 	}
+}
+
+// tooLarge is the refusal of a body over the configured limit.
+func (s *Server) tooLarge() error {
+	return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(s.opts.MaxBody),
+		Details: map[string]any{"limit_bytes": s.opts.MaxBody}}
 }
 
 // capBody bounds the request body without refusing it up front.
