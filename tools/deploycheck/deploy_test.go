@@ -37,7 +37,15 @@ const (
 )
 
 // secretEnv are passed from the host environment into the gpuproxy service.
-var secretEnv = []string{"GPUPROXY_JWT_SECRET", "VASTAI_API_KEY", "IONET_API_KEY"}
+var secretEnv = []string{"GPUPROXY_JWT_SECRET", "GPUPROXY_CONSOLE_SECRET", "GPUPROXY_OAUTH_ISSUER",
+	"VASTAI_API_KEY", "IONET_API_KEY"}
+
+// publishEnv overrides where the host publishes the gpuproxy port.
+const publishEnv = "GPUPROXY_PUBLISH"
+
+// minimalEnv is the least environment the stack loads with: the database
+// password has no default.
+var minimalEnv = map[string]string{"POSTGRES_PASSWORD": "pw"}
 
 // moduleRoot is the product module's root, two folders up from this
 // package (go test runs in the package folder).
@@ -215,11 +223,20 @@ func checkCompose(p *types.Project, root string, env map[string]string) []string
 		}
 	}
 
-	// gpuproxy: published port
+	// gpuproxy: published port, on loopback unless the host says otherwise
+	wantIP := "127.0.0.1"
+	if v := env[publishEnv]; v != "" {
+		wantIP, _, _ = strings.Cut(v, ":")
+	}
 	if !slices.ContainsFunc(app.Ports, func(pc types.ServicePortConfig) bool {
 		return pc.Target == appPort && pc.Published == strconv.Itoa(appPort)
 	}) {
 		bad("gpuproxy does not publish %d:%d (ports: %+v)", appPort, appPort, app.Ports)
+	}
+	for _, pc := range app.Ports {
+		if pc.HostIP != wantIP {
+			bad("gpuproxy publishes port %s on host address %q, want %q", pc.Published, pc.HostIP, wantIP)
+		}
 	}
 
 	// gpuproxy: healthcheck on /health at the container port
@@ -283,9 +300,10 @@ func TestComposeStack(t *testing.T) {
 	root := moduleRoot(t)
 	content := readFile(t, composeFile)
 	for name, env := range map[string]map[string]string{
-		"defaults": {},
+		"defaults": minimalEnv,
 		"host env": {"POSTGRES_PASSWORD": "s3cret-pw", "GPUPROXY_JWT_SECRET": "jwt-secret",
-			"VASTAI_API_KEY": "vast-key", "IONET_API_KEY": "ionet-key"},
+			"GPUPROXY_CONSOLE_SECRET": "console-secret", "GPUPROXY_OAUTH_ISSUER": "https://gpuproxy.example.com",
+			"VASTAI_API_KEY": "vast-key", "IONET_API_KEY": "ionet-key", publishEnv: "0.0.0.0:8080"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p, err := loadCompose(t, content, env)
@@ -308,8 +326,8 @@ func TestComposeStack(t *testing.T) {
 func TestComposeChecksCatchBreakage(t *testing.T) {
 	root := moduleRoot(t)
 	content := readFile(t, composeFile)
-	env := map[string]string{"POSTGRES_PASSWORD": "pw", "GPUPROXY_JWT_SECRET": "j",
-		"VASTAI_API_KEY": "v", "IONET_API_KEY": "i"}
+	env := map[string]string{"POSTGRES_PASSWORD": "pw", "GPUPROXY_JWT_SECRET": "j", "GPUPROXY_CONSOLE_SECRET": "c",
+		"GPUPROXY_OAUTH_ISSUER": "https://o.example", "VASTAI_API_KEY": "v", "IONET_API_KEY": "i"}
 	for _, m := range []struct{ old, new, want string }{
 		{"\n  gpuproxy:\n", "\n  api:\n", `no "gpuproxy" service`},
 		{"\n  postgres:\n", "\n  db:\n", `no "postgres" service`},
@@ -326,13 +344,16 @@ func TestComposeChecksCatchBreakage(t *testing.T) {
 		{"@postgres:5432/", "@localhost:5432/", "host"},
 		{"@postgres:5432/", "@postgres:5433/", "port"},
 		{"postgres://gpuproxy:", "postgres://admin:", "DATABASE_URL user"},
-		{"${POSTGRES_PASSWORD:-gpuproxy}@", "gpuproxy@", "password"},
+		{"${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD (see .env.example)}@", "gpuproxy@", "password"},
 		{"POSTGRES_DB: gpuproxy", "POSTGRES_DB: other", "DATABASE_URL database"},
 		{"sslmode=disable", "sslmode=require", "sslmode"},
 		{"VASTAI_API_KEY: ${VASTAI_API_KEY:-}", "VASTAI_API_KEY: baked-in", "VASTAI_API_KEY"},
 		{"      IONET_API_KEY: ${IONET_API_KEY:-}\n", "", "IONET_API_KEY"},
-		{`"8080:8080"`, `"9090:8080"`, "does not publish"},
-		{`"8080:8080"`, `"8080:9090"`, "does not publish"},
+		{"      GPUPROXY_CONSOLE_SECRET: ${GPUPROXY_CONSOLE_SECRET:-}\n", "", "GPUPROXY_CONSOLE_SECRET"},
+		{"GPUPROXY_OAUTH_ISSUER: ${GPUPROXY_OAUTH_ISSUER:-}", "GPUPROXY_OAUTH_ISSUER: http://localhost:8080", "GPUPROXY_OAUTH_ISSUER"},
+		{`127.0.0.1:8080}:8080"`, `127.0.0.1:9090}:8080"`, "does not publish"},
+		{`127.0.0.1:8080}:8080"`, `127.0.0.1:8080}:9090"`, "does not publish"},
+		{`"${GPUPROXY_PUBLISH:-127.0.0.1:8080}:8080"`, `"8080:8080"`, "host address"},
 		{"http://127.0.0.1:8080/health", "http://127.0.0.1:8080/ready-not", "/health"},
 		{"http://127.0.0.1:8080/health", "http://127.0.0.1:9090/health", "/health"},
 		{"restart: unless-stopped\n    depends_on", "restart: \"no\"\n    depends_on", "restart policy"},
@@ -640,7 +661,7 @@ func TestComposePortMatchesDockerfileExpose(t *testing.T) {
 	compose := readFile(t, composeFile)
 	check := func(t *testing.T, compose, dockerfile string) []string {
 		t.Helper()
-		p, err := loadCompose(t, compose, map[string]string{})
+		p, err := loadCompose(t, compose, minimalEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -651,7 +672,7 @@ func TestComposePortMatchesDockerfileExpose(t *testing.T) {
 		t.Error(p)
 	}
 	for _, m := range []struct{ name, compose, dockerfile string }{
-		{"compose target", strings.Replace(compose, `"8080:8080"`, `"8080:9090"`, 1), dockerfile},
+		{"compose target", strings.Replace(compose, `127.0.0.1:8080}:8080"`, `127.0.0.1:8080}:9090"`, 1), dockerfile},
 		{"dockerfile expose", compose, strings.Replace(dockerfile, "EXPOSE 8080", "EXPOSE 9090", 1)},
 	} {
 		if m.compose == compose && m.dockerfile == dockerfile {
@@ -685,7 +706,7 @@ func checkHealthcheckTool(p *types.Project, dockerfile string) []string {
 }
 
 func TestComposeHealthcheckToolInDockerfile(t *testing.T) {
-	p, err := loadCompose(t, readFile(t, composeFile), map[string]string{})
+	p, err := loadCompose(t, readFile(t, composeFile), minimalEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
