@@ -16,6 +16,18 @@ type Window struct {
 // Duration returns the window length.
 func (w Window) Duration() time.Duration { return time.Duration(w.Minutes) * time.Minute }
 
+// WindowName labels a window of minutes in its largest whole unit, as
+// people and the CLI's --window flag write it: "30m", "1h", "1d", "90m".
+func WindowName(minutes int) string {
+	switch {
+	case minutes != 0 && minutes%1440 == 0:
+		return fmt.Sprintf("%dd", minutes/1440)
+	case minutes != 0 && minutes%60 == 0:
+		return fmt.Sprintf("%dh", minutes/60)
+	}
+	return fmt.Sprintf("%dm", minutes)
+}
+
 // ValidateWindows checks a limit list: 1 to 16 windows, each 1 minute to
 // 366 days, distinct, limits 0 to $1 billion.
 func ValidateWindows(ws []Window) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
@@ -29,15 +30,7 @@ func table(b *strings.Builder, rows [][]string) {
 	_ = tw.Flush()
 }
 
-func windowName(minutes int) string {
-	switch {
-	case minutes%1440 == 0:
-		return fmt.Sprintf("%dd", minutes/1440)
-	case minutes%60 == 0:
-		return fmt.Sprintf("%dh", minutes/60)
-	}
-	return fmt.Sprintf("%dm", minutes)
-}
+func windowName(minutes int) string { return guardrails.WindowName(minutes) }
 
 func spendingText(sp httpapi.SpendingJSON) string {
 	var b strings.Builder
