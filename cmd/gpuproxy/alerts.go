@@ -11,6 +11,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
+	"github.com/aiserve/gpuproxy/guardrails"
 )
 
 // alertsConf configures budget alerts (alerts.Options); zero values take
@@ -39,7 +40,7 @@ func (c alertsConf) options() (alerts.Options, error) {
 		RetryMin: c.RetryMin, RetryMax: c.RetryMax, RetryFor: c.RetryFor, RefusalGap: c.RefusalGap}, nil
 }
 
-func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const usage = "usage: alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret] | " +
 		"alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]"
 	f := newFlags("alerts")
@@ -49,6 +50,8 @@ func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, s
 	rotate := f.Bool("rotate-secret", false, "replace the signing secret")
 	status := f.String("status", "", "pending, delivered or failed")
 	limit := f.Int("limit", 20, "how many deliveries")
+	f.forSub("set", "webhook", "thresholds", "rotate-secret")
+	f.forSub("deliveries", "status", "limit")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -66,7 +69,7 @@ func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, s
 			th = append(th, v)
 		}
 	}
-	e, err := openCLI(ctx, *f.config, getenv, f.args[0] == "deliveries")
+	e, err := openCLI(ctx, *f.config, getenv, f.args[0] == "deliveries", stderr)
 	if err != nil {
 		return err
 	}
@@ -106,7 +109,7 @@ func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, s
 			if d.Event.Threshold > 0 {
 				th = d.Event.Threshold.String()
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%dm\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.Event.ID, d.Event.Kind, d.Event.WindowMinutes,
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.Event.ID, d.Event.Kind, guardrails.WindowName(d.Event.WindowMinutes),
 				th, d.Status, d.Attempts, d.Event.At.Format("2006-01-02 15:04:05"), d.LastError)
 		}
 		return tw.Flush()

@@ -43,7 +43,7 @@ func TestAlertsCLI(t *testing.T) {
 	}{
 		{[]string{"--thresholds", "0.9,0.5"}, "thresholds[1]"},
 		{[]string{"--thresholds", "0.5,x"}, "--thresholds[1]"},
-		{[]string{"--webhook", "http://127.0.0.1:9/x"}, "webhook_url"},
+		{[]string{"--webhook", "http://127.0.0.1:9/x"}, "--webhook: 127.0.0.1 is a loopback address"},
 		{[]string{"--webhook", "http://169.254.169.254/"}, "metadata"},
 		{[]string{"--account", "nope"}, "not found"},
 	} {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
@@ -78,11 +80,21 @@ func openApp(ctx context.Context, cfg config, sandbox bool, log *slog.Logger) (*
 	return app.New(ctx, ac)
 }
 
+// cliApp is the service graph of a CLI command, with where its database
+// is.
+type cliApp struct {
+	*app.App
+	// where names the database and how it was chosen: "sqlite
+	// /x/data/gpuproxy.db (the default: DATABASE_URL is unset)".
+	where string
+}
+
 // openCLI loads the configuration at configPath (with the environment's
 // overrides) and opens the service graph for a CLI command, whose output
 // is its own: the services log nothing. A read-only command never creates
-// a database: a SQLite file that does not exist is refused.
-func openCLI(ctx context.Context, configPath string, getenv func(string) string, readOnly bool) (*app.App, error) {
+// a database: a SQLite file that does not exist is refused. It says on
+// stderr which database it opened (stdout stays the command's answer).
+func openCLI(ctx context.Context, configPath string, getenv func(string) string, readOnly bool, stderr io.Writer) (*cliApp, error) {
 	cfg, err := loadConfig(configPath, getenv)
 	if err != nil {
 		return nil, err
@@ -94,9 +106,26 @@ func openCLI(ctx context.Context, configPath string, getenv func(string) string,
 	ac.Database.MustExist = readOnly
 	a, err := app.New(ctx, ac)
 	if err != nil {
+		if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND && cfg.DatabaseURL == "" {
+			return nil, fmt.Errorf("%s; DATABASE_URL is unset, so this is the default: give the DATABASE_URL the server printed",
+				gpuproxy.ErrorMessage(err))
+		}
 		return nil, cliErr(err)
 	}
-	return a, nil
+	c := &cliApp{App: a, where: a.Store.Location() + " " + databaseSource(configPath, cfg, getenv)}
+	fmt.Fprintf(stderr, "database: %s\n", c.where)
+	return c, nil
+}
+
+// databaseSource says where cfg's database URL came from, in parentheses.
+func databaseSource(configPath string, cfg config, getenv func(string) string) string {
+	switch {
+	case getenv("DATABASE_URL") != "":
+		return "(DATABASE_URL)"
+	case cfg.DatabaseURL != "":
+		return "(database_url in " + configPath + ")"
+	}
+	return "(the default: DATABASE_URL is unset)"
 }
 
 // runInBackground starts a's background work (metering, the fleet's

@@ -2,77 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
-
-// cliFlags is a flag set with -c, parsed with flags and arguments in any
-// order ("accounts create NAME -c FILE" works).
-type cliFlags struct {
-	*flag.FlagSet
-	config *string
-	args   []string
-}
-
-func newFlags(name string) *cliFlags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return &cliFlags{FlagSet: fs, config: fs.String("c", "", "config file (gpuproxy.yaml)")}
-}
-
-func (f *cliFlags) parse(args []string) error {
-	for {
-		if err := f.FlagSet.Parse(args); errors.Is(err, flag.ErrHelp) {
-			return helpError{f.help()}
-		} else if err != nil {
-			return fmt.Errorf("%s: %w (gpuproxy %s --help lists them)", f.Name(), err, f.Name())
-		}
-		args = f.FlagSet.Args()
-		if len(args) == 0 {
-			return nil
-		}
-		f.args = append(f.args, args[0])
-		args = args[1:]
-	}
-}
-
-// helpError is a command's -h/--help: run prints its text (the command's
-// usage and flags) to stdout and exits 0.
-type helpError struct{ text string }
-
-func (h helpError) Error() string { return h.text }
-
-// help renders the command's lines of the overview and its flags.
-func (f *cliFlags) help() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "usage: gpuproxy %s [flags]\n\n", f.Name())
-	in := false
-	for _, line := range strings.Split(usage, "\n") {
-		switch {
-		case strings.HasPrefix(line, "  "+f.Name()+" ") || line == "  "+f.Name():
-			in = true
-		case strings.HasPrefix(line, "   ") && in: // the entry's continuation
-		default:
-			in = false
-		}
-		if in {
-			b.WriteString(line + "\n")
-		}
-	}
-	b.WriteString("\nflags:\n")
-	f.SetOutput(&b)
-	f.PrintDefaults()
-	f.SetOutput(io.Discard)
-	return b.String()
-}
 
 // moveConfigFlag moves a -c FILE given before the command to after it,
 // where every command's flags read it ("gpuproxy -c FILE keys list").
@@ -96,7 +35,7 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("migrate")
 	if err := f.parse(args); err != nil {
 		return err
@@ -110,6 +49,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer st.Close()
+	fmt.Fprintf(stderr, "database: %s %s\n", st.Location(), databaseSource(*f.config, cfg, getenv))
 	applied, err := st.Migrate(ctx)
 	if err != nil {
 		return err
@@ -118,7 +58,7 @@ func cmdMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	return nil
 }
 
-func cmdAccounts(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func cmdAccounts(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("accounts")
 	if err := f.parse(args); err != nil {
 		return err
@@ -126,7 +66,7 @@ func cmdAccounts(ctx context.Context, args []string, getenv func(string) string,
 	if len(f.args) == 0 {
 		return fmt.Errorf("usage: accounts create NAME | accounts list")
 	}
-	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list")
+	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list", stderr)
 	if err != nil {
 		return err
 	}
@@ -144,17 +84,24 @@ func cmdAccounts(ctx context.Context, args []string, getenv func(string) string,
 		if err != nil {
 			return cliErr(err)
 		}
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tON_EXCEED\tCREATED")
-		for _, a := range as {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", a.ID, a.Name, a.OnExceed, a.CreatedAt.Format("2006-01-02 15:04"))
+		if len(as) == 0 {
+			// An empty list is most often the wrong database: say which.
+			fmt.Fprintf(stderr, "no accounts in %s; gpuproxy accounts create NAME adds one\n", svc.where)
 		}
-		return tw.Flush()
+		bal, err := balances(ctx, svc.Ledger, billing.Filter{AllAccounts: true})
+		if err != nil {
+			return cliErr(err)
+		}
+		rows := [][]any{{"ID", "NAME", "ON_EXCEED", "BALANCE", "CREATED"}}
+		for _, a := range as {
+			rows = append(rows, []any{a.ID, a.Name, a.OnExceed, bal[a.Name].Net(), a.CreatedAt.Format("2006-01-02 15:04")})
+		}
+		return writeTable(stdout, rows)
 	}
 	return fmt.Errorf("usage: accounts create NAME | accounts list")
 }
 
-func cmdKeys(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func cmdKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("keys")
 	account := f.String("account", "", "account name")
 	scopes := f.String("scopes", "", "comma-separated scopes")
@@ -164,6 +111,9 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	f.Var(&windows, "window", "DURATION=USD, repeatable: the key's own windows, inside its account's (create, limits)")
 	clear := f.Bool("clear", false, "limits: remove the key's own windows")
 	confirm := f.String("confirm-above", "", "USD: creates whose admitted cost is above it need a person's confirmation (create, limits; \"none\" removes it)")
+	f.forSub("create", "scopes", "preset", "name")
+	f.forSub("create limits", "window", "confirm-above")
+	f.forSub("limits", "clear")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -182,13 +132,10 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	if len(windows) > 0 {
 		var err error
 		if ws, err = parseWindowFlags(windows); err != nil {
-			return cliErr(err)
-		}
-		if err := guardrails.ValidateWindows(ws); err != nil {
-			return cliErr(err)
+			return argErr(err, nil, windows)
 		}
 	}
-	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list")
+	svc, err := openCLI(ctx, *f.config, getenv, f.args[0] == "list", stderr)
 	if err != nil {
 		return err
 	}
@@ -211,7 +158,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		plain, k, err := svc.Auth.CreateKey(ctx, *account, *name, sc)
 		if err != nil {
-			return cliErr(err)
+			return argErr(err, map[string]string{"name": "--name"}, nil)
 		}
 		var serr error
 		if len(ws) > 0 {
@@ -223,7 +170,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if serr != nil {
 			// Never leave a key without the limits it was asked with.
 			_ = svc.Auth.RevokeKey(context.WithoutCancel(ctx), k.AccountName, k.ID)
-			return cliErr(serr)
+			return argErr(serr, nil, windows)
 		}
 		conf := ""
 		if above != nil {
@@ -262,7 +209,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 			}
 			conf := "-"
 			if v, ok := confirms[k.ID]; ok {
-				conf = "$" + v.String()
+				conf = usd(v)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, gpuproxy.JoinScopes(k.Scopes), kw, conf,
 				k.CreatedAt.Format("2006-01-02 15:04"), rev)
@@ -278,7 +225,7 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		if len(ws) > 0 || *clear {
 			if err := svc.Guard.SetKeyLimits(ctx, a.ID, f.args[1], ws); err != nil {
-				return cliErr(err)
+				return argErr(err, nil, windows)
 			}
 			if len(ws) == 0 {
 				fmt.Fprintf(stdout, "removed key %s's own windows: only %s's apply\n", f.args[1], a.Name)
@@ -310,104 +257,15 @@ func cmdKeys(ctx context.Context, args []string, getenv func(string) string, std
 	return fmt.Errorf("usage: keys create|list|revoke|limits --account NAME …")
 }
 
-// keyWindowsText lists windows as "60m=$5, 1440m=$20" after prefix, or ""
-// when there are none.
+// keyWindowsText lists windows as "1h=$5.00, 1d=$20.00" after prefix, or
+// "" when there are none.
 func keyWindowsText(ws []guardrails.Window, prefix string) string {
 	if len(ws) == 0 {
 		return ""
 	}
 	parts := make([]string, 0, len(ws))
 	for _, w := range ws {
-		parts = append(parts, fmt.Sprintf("%dm=$%s", w.Minutes, w.Limit))
+		parts = append(parts, guardrails.WindowName(w.Minutes)+"="+usd(w.Limit))
 	}
 	return prefix + strings.Join(parts, ", ")
-}
-
-func cmdLimits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	f := newFlags("limits")
-	account := f.String("account", "", "account name")
-	var windows multi
-	f.Var(&windows, "window", "DURATION=USD, repeatable (60m=50, 24h=1000, 7d=5000; a unit is required); replaces all the account's windows")
-	onExceed := f.String("on-exceed", "", "block or destroy")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if len(f.args) != 1 || f.args[0] != "set" || *account == "" || (len(windows) == 0 && *onExceed == "") {
-		return fmt.Errorf("usage: limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]")
-	}
-	var ws []guardrails.Window
-	if len(windows) > 0 {
-		var err error
-		if ws, err = parseWindowFlags(windows); err != nil {
-			return cliErr(err)
-		}
-	}
-	svc, err := openCLI(ctx, *f.config, getenv, false)
-	if err != nil {
-		return err
-	}
-	defer svc.Close()
-	a, err := svc.Auth.Account(ctx, *account)
-	if err != nil {
-		return cliErr(err)
-	}
-	if err := svc.Guard.SetLimits(ctx, a.ID, ws, *onExceed); err != nil {
-		return cliErr(err)
-	}
-	snap, err := svc.Guard.Spending(ctx, a.ID)
-	if err != nil {
-		return cliErr(err)
-	}
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	if len(ws) > 0 {
-		fmt.Fprintf(tw, "replaced all of %s's windows with the %d given:\n", a.Name, len(ws))
-	}
-	fmt.Fprintf(tw, "limits for %s (on_exceed %s):\nWINDOW\tLIMIT\tSPENT\tHELD\tCOMMITTED\tREMAINING\n", a.Name, snap.OnExceed)
-	for _, u := range snap.Windows {
-		fmt.Fprintf(tw, "%dm\t$%s\t$%s\t$%s\t$%s\t$%s\n", u.Minutes, u.Limit, u.Spent, u.Held, u.Committed, u.Remaining())
-	}
-	return tw.Flush()
-}
-
-func cmdCredits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	f := newFlags("credits")
-	account := f.String("account", "", "account name")
-	amount := f.String("amount", "", "USD")
-	desc := f.String("description", "credit added from the CLI", "description")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	if len(f.args) != 1 || f.args[0] != "add" || *account == "" || *amount == "" {
-		return fmt.Errorf("usage: credits add --account NAME --amount USD [--description TEXT]")
-	}
-	amt, err := gpuproxy.ParseUSD(*amount)
-	switch {
-	case err != nil:
-		return cliErr(gpuproxy.Invalid("--amount", "%v", err))
-	case amt <= 0:
-		return cliErr(gpuproxy.Invalid("--amount", "must be greater than 0"))
-	}
-	svc, err := openCLI(ctx, *f.config, getenv, false)
-	if err != nil {
-		return err
-	}
-	defer svc.Close()
-	a, err := svc.Auth.Account(ctx, *account)
-	if err != nil {
-		return cliErr(err)
-	}
-	en, err := svc.Ledger.AddCredit(ctx, a.ID, amt, *desc, "")
-	if err != nil {
-		return cliErr(err)
-	}
-	fmt.Fprintf(stdout, "credited $%s to %s (ledger entry %d)\n", en.Amount, a.Name, en.ID)
-	return nil
-}
-
-// cliErr shows an application error's message, not its internals.
-func cliErr(err error) error {
-	if gpuproxy.ErrorCode(err) == gpuproxy.EINTERNAL {
-		return err
-	}
-	return fmt.Errorf("%s", gpuproxy.ErrorMessage(err))
 }

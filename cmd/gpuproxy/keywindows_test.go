@@ -14,11 +14,11 @@ func TestKeysWindows(t *testing.T) {
 	cli(t, env, "migrate")
 	cli(t, env, "accounts", "create", "acme")
 	out := cli(t, env, "keys", "create", "--account", "acme", "--preset", "assistant", "--window", "60m=1", "--window", "24h=20")
-	if !strings.Contains(out, "60m=$1, 1440m=$20") {
+	if !strings.Contains(out, "1h=$1.00, 1d=$20.00") {
 		t.Fatalf("create output: %s", out)
 	}
 	id := strings.Fields(strings.TrimPrefix(out, "created key "))[0]
-	if out := cli(t, env, "keys", "list", "--account", "acme"); !strings.Contains(out, "60m=$1, 1440m=$20") {
+	if out := cli(t, env, "keys", "list", "--account", "acme"); !strings.Contains(out, "1h=$1.00, 1d=$20.00") {
 		t.Fatalf("list: %s", out)
 	}
 	if out := cli(t, env, "keys", "limits", "--account", "acme", id, "--window", "30m=2"); !strings.Contains(out, "30m=$2") {

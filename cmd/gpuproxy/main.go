@@ -64,17 +64,17 @@ func command(ctx context.Context, cmd string, rest []string, getenv func(string)
 	case "sim":
 		return cmdSim(ctx, rest, stdout, stderr)
 	case "migrate":
-		return cmdMigrate(ctx, rest, getenv, stdout)
+		return cmdMigrate(ctx, rest, getenv, stdout, stderr)
 	case "accounts":
-		return cmdAccounts(ctx, rest, getenv, stdout)
+		return cmdAccounts(ctx, rest, getenv, stdout, stderr)
 	case "keys":
-		return cmdKeys(ctx, rest, getenv, stdout)
+		return cmdKeys(ctx, rest, getenv, stdout, stderr)
 	case "limits":
-		return cmdLimits(ctx, rest, getenv, stdout)
+		return cmdLimits(ctx, rest, getenv, stdout, stderr)
 	case "credits":
-		return cmdCredits(ctx, rest, getenv, stdout)
+		return cmdCredits(ctx, rest, getenv, stdout, stderr)
 	case "alerts":
-		return cmdAlerts(ctx, rest, getenv, stdout)
+		return cmdAlerts(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "gpuproxy", version)
 		return nil
@@ -97,14 +97,22 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
                                               other processes; prints VASTAI_BASE_URL, VASTAI_API_KEY,
                                               IONET_BASE_URL, IONET_API_KEY lines for serve's environment
   migrate                                     apply database migrations
-  accounts create NAME | accounts list
+  accounts create NAME
+  accounts list                               every account with its credit balance
   keys create --account NAME (--scopes LIST | --preset assistant|engineer|finance|admin) [--name TEXT]
+              [--window 1h=5 [--window 1d=20]] [--confirm-above USD]
   keys list --account NAME
+  keys limits --account NAME KEY_ID [--window 1h=5 [--window 1d=20] | --clear] [--confirm-above USD|none]
+                                              replaces all the key's own windows (inside its account's)
   keys revoke --account NAME KEY_ID
-  limits set --account NAME --window 60m=50 [--window 24h=1000] [--on-exceed block|destroy]
+  limits show --account NAME                  the account's windows and its keys' own: limit, spent,
+                                              held, committed, remaining
+  limits set --account NAME --window 1h=50 [--window 1d=1000] [--on-exceed block|destroy]
                                               replaces all the account's windows with those given;
                                               a unit is required: 60m, 24h, 7d
   credits add --account NAME --amount USD [--description TEXT]
+  credits list --account NAME                 the account's credits and its balance: credits + refunds
+                                              - charges - adjustments over the whole ledger
   alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret]
                                               budget alert webhook; prints the signing secret once
   alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]

@@ -82,7 +82,7 @@ func TestServeEndToEnd(t *testing.T) {
 				t.Fatalf("last line is not a key: %q", key)
 			}
 			out := cli(t, env, "limits", "set", "--account", "acme", "--window", "60m=20", "--window", "24h=300", "--on-exceed", "destroy")
-			if !strings.Contains(out, "60m") || !strings.Contains(out, "$20") {
+			if !strings.Contains(out, "1h") || !strings.Contains(out, "$20") {
 				t.Fatalf("limits output: %s", out)
 			}
 			cli(t, env, "credits", "add", "--account", "acme", "--amount", "42.5")
