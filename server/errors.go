@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,12 +25,26 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if errors.As(err, &he) {
 		err = s.fromEchoError(he)
 	}
+	if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+		// The caller hung up mid-request: nobody reads an answer and
+		// nothing here went wrong. The request log records it as 499 at
+		// INFO, as it does every client-side outcome (4xx).
+		c.Response().Status = statusClientClosed
+		return
+	}
+	// Client mistakes (4xx: invalid input, unauthorized, not found, limit
+	// exceeded…) are only in the request log, at INFO; ERROR is kept for
+	// what an operator must look at.
 	code := gpuproxy.ErrorCode(err)
 	if code == gpuproxy.EINTERNAL || code == gpuproxy.EUNAVAILABLE {
 		s.log.Error("request failed", "request_id", requestID(c), "code", code, "err", err)
 	}
 	httpapi.WriteError(c.Response(), c.Request(), httpapi.Status(err), err)
 }
+
+// statusClientClosed is recorded (never sent) when the caller went away
+// before an answer, as nginx does.
+const statusClientClosed = 499
 
 func (s *Server) fromEchoError(he *echo.HTTPError) error {
 	msg := fmt.Sprint(he.Message)
