@@ -100,7 +100,7 @@ func TestConsoleInBrowser(t *testing.T) {
 				level = "warn"
 			}
 			mins, _ := w["window_minutes"].(json.Number).Int64()
-			reach := "Not at this rate"
+			reach := "At this rate the limit is not reached"
 			if (lim-spent-held)*60 <= burn*gpuproxy.Micros(mins) {
 				reach = "At this rate the limit is reached at"
 			}
@@ -160,7 +160,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.click("#nav-transactions")
 		b.shot("transactions")
 		b.do(chromedp.SetValue(chromedp.ID("f-type"), "charge"),
-			chromedp.SendKeys(chromedp.ID("f-provider"), "vast.ai"),
+			chromedp.SetValue(chromedp.ID("f-provider"), "vast.ai"),
 			chromedp.SetValue(chromedp.ID("f-limit"), "25"))
 		b.click("#apply")
 		loc, _ := url.Parse(b.location())

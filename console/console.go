@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,18 +123,18 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/login", c.login)
 	m.HandleFunc("GET /console/logout", c.logoutForm)
 	m.HandleFunc("POST /console/logout", c.logout)
-	m.HandleFunc("GET /console/{$}", c.signedIn(c.overview))
-	m.HandleFunc("GET /console/transactions", c.signedIn(c.transactions))
-	m.HandleFunc("GET /console/transactions.csv", c.signedIn(c.transactionsCSV))
-	m.HandleFunc("GET /console/instances", c.signedIn(c.instances))
-	m.HandleFunc("GET /console/instances/{id}", c.signedIn(c.instance))
-	m.HandleFunc("POST /console/instances/{id}/destroy", c.signedIn(c.destroyInstance))
-	m.HandleFunc("GET /console/accounts", c.signedIn(c.accounts))
-	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(c.setLimits))
-	m.HandleFunc("GET /console/oauth/authorize", c.signedIn(c.oauthConsent))
+	m.HandleFunc("GET /console/{$}", c.signedIn(takes(c.overview, "account", "range")))
+	m.HandleFunc("GET /console/transactions", c.signedIn(takes(c.transactions, ledgerParams...)))
+	m.HandleFunc("GET /console/transactions.csv", c.signedIn(takes(c.transactionsCSV, append(ledgerParams, "all")...)))
+	m.HandleFunc("GET /console/instances", c.signedIn(takes(c.instances, "account", "status")))
+	m.HandleFunc("GET /console/instances/{id}", c.signedIn(takes(c.instance, "account", "done")))
+	m.HandleFunc("POST /console/instances/{id}/destroy", c.signedIn(takes(c.destroyInstance, "account")))
+	m.HandleFunc("GET /console/accounts", c.signedIn(takes(c.accounts, "saved")))
+	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(takes(c.setLimits)))
+	m.HandleFunc("GET /console/oauth/authorize", c.signedIn(takes(c.oauthConsent, "id")))
 	m.HandleFunc("POST /console/oauth/authorize", c.signedIn(c.oauthAnswer))
-	m.HandleFunc("GET /console/apps", c.signedIn(c.apps))
-	m.HandleFunc("POST /console/apps/{grant}/revoke", c.signedIn(c.revokeApp))
+	m.HandleFunc("GET /console/apps", c.signedIn(takes(c.apps, "revoked")))
+	m.HandleFunc("POST /console/apps/{grant}/revoke", c.signedIn(takes(c.revokeApp)))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "there is no such page"))
 	})
@@ -149,6 +150,33 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
 	c.mux.ServeHTTP(w, r)
+}
+
+// takes runs h only when the request's query names no parameter outside
+// names: a mistyped filter (acount=, key_id=) is refused with a message
+// naming it and what the page takes, never silently ignored.
+func takes(h func(q *req) error, names ...string) func(q *req) error {
+	return func(q *req) error {
+		var unknown []string
+		for k := range q.r.URL.Query() {
+			if !slices.Contains(names, k) {
+				unknown = append(unknown, strconv.Quote(k))
+			}
+		}
+		if len(unknown) == 0 {
+			return h(q)
+		}
+		slices.Sort(unknown)
+		what := "this page takes no query parameters"
+		if len(names) > 0 {
+			what = "this page takes " + strings.Join(names, ", ")
+		}
+		s := ""
+		if len(unknown) > 1 {
+			s = "s"
+		}
+		return gpuproxy.Invalid("query", "unknown parameter%s %s: %s", s, strings.Join(unknown, ", "), what)
+	}
 }
 
 // req is one signed-in request.

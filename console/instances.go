@@ -14,6 +14,9 @@ type instancesData struct {
 	Statuses  []fleet.Status
 	Instances []fleet.View
 	Total     gpuproxy.Micros
+	// PricePlaces and CostPlaces are the decimals of the price and cost
+	// columns: one precision per column.
+	PricePlaces, CostPlaces int
 }
 
 // needFleet refuses instance pages without instances:read, or when the
@@ -48,9 +51,12 @@ func (c *Console) instances(q *req) error {
 	}
 	d := instancesData{Status: status, Instances: vs, Statuses: []fleet.Status{fleet.Pending, fleet.Starting,
 		fleet.Running, fleet.Terminating, fleet.Terminated, fleet.Failed}}
+	var prices, costs []gpuproxy.Micros
 	for _, v := range vs {
 		d.Total += v.CostToDate
+		prices, costs = append(prices, v.PricePerHour), append(costs, v.CostToDate)
 	}
+	d.PricePlaces, d.CostPlaces = amountPlaces(prices...), amountPlaces(costs...)
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "instances", pg)
 	return nil
@@ -58,11 +64,14 @@ func (c *Console) instances(q *req) error {
 
 type instanceData struct {
 	fleet.View
-	Live    bool // not terminated or failed: may be destroyed
-	Entries []billing.Entry
-	Totals  billing.Totals
-	More    bool   // more transactions than shown
-	TxLink  string // the instance's transactions on the transactions page
+	Live        bool // not terminated or failed: may be destroyed
+	Entries     []billing.Entry
+	Totals      billing.Totals
+	Cost        costTotals
+	Places      int    // decimals of the transactions' amounts
+	TotalPlaces int    // decimals of their totals
+	More        bool   // more transactions than shown
+	TxLink      string // the instance's transactions on the transactions page
 }
 
 func (c *Console) instance(q *req) error {
@@ -87,6 +96,9 @@ func (c *Console) instance(q *req) error {
 			return err
 		}
 		d.Entries, d.Totals, d.More = p.Entries, p.Totals, p.Next != ""
+		d.Cost = newCostTotals(p.Totals)
+		d.Places = entryPlaces(d.Entries)
+		d.TotalPlaces = amountPlaces(d.Cost.Charges, d.Cost.Refunds, d.Cost.Adjustments, d.Cost.Net)
 		l := url.Values{"instance_id": {v.ID}}
 		if name != q.p.AccountName {
 			l.Set("account", name)

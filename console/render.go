@@ -38,6 +38,9 @@ var cssVersion = func() string {
 
 var funcs = template.FuncMap{
 	"usd":       usd,
+	"usdp":      usdPlaces,
+	"plural":    plural,
+	"int":       func(n int64) int { return int(n) },
 	"time":      fmtTime,
 	"date":      func(t time.Time) string { return fmtDate(t) },
 	"ago":       func(t, now time.Time) string { return fmtDuration(now.Sub(t)) },
@@ -159,6 +162,45 @@ func usd(m gpuproxy.Micros) string {
 		out = "-" + out
 	}
 	return out
+}
+
+// usdPlaces renders m as usd does, with exactly places decimals: a
+// column's amounts are all printed at the precision its most precise one
+// needs (places from amountPlaces), so they line up and none is rounded.
+func usdPlaces(places int, m gpuproxy.Micros) string {
+	s := usd(m)
+	whole, frac, _ := strings.Cut(s, ".")
+	for len(frac) < places {
+		frac += "0"
+	}
+	return whole + "." + frac
+}
+
+// amountPlaces is the number of decimals (2 to 6) that prints every one
+// of ms exactly: one precision for a column of amounts.
+func amountPlaces(ms ...gpuproxy.Micros) int {
+	places := 2
+	for _, m := range ms {
+		if m < 0 {
+			m = -m
+		}
+		frac := m % 1_000_000
+		n := 6
+		for n > places && frac%10 == 0 {
+			frac /= 10
+			n--
+		}
+		places = max(places, n)
+	}
+	return places
+}
+
+// plural is "1 row", "2 rows": n with one or many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // fmtTime renders a time in UTC to the second.

@@ -257,6 +257,8 @@ func apiUSD(t *testing.T, v any) gpuproxy.Micros {
 	return m
 }
 
+func abs(m gpuproxy.Micros) gpuproxy.Micros { return max(m, -m) }
+
 // compareLedger checks that the ledger table and totals on the page are
 // the API's page: the same ids in order, amounts and totals.
 func (b *tab) compareLedger(api map[string]any) {
@@ -283,10 +285,23 @@ func (b *tab) compareLedger(api map[string]any) {
 	if !b.has("#totals") {
 		return
 	}
+	// The totals follow the table's sign rule: credits and refunds
+	// negative, net cost the sum of every matching entry's amount.
 	tot := api["totals"].(map[string]any)
 	for _, f := range []string{"charges", "credits", "refunds", "adjustments", "net"} {
-		if got := shownUSD(t, b.text("#totals [data-field="+f+"]")); got != apiUSD(t, tot[f]) {
-			t.Errorf("totals %s shown %s, API %v", f, got, tot[f])
+		var want gpuproxy.Micros
+		switch {
+		case f == "credits" || f == "refunds":
+			want = -abs(apiUSD(t, tot[f]))
+		case f == "net" && tot["amount"] != nil: // the API's sum of signed amounts
+			want = apiUSD(t, tot["amount"])
+		case f == "net": // the API's change in balance
+			want = -apiUSD(t, tot[f])
+		default:
+			want = apiUSD(t, tot[f])
+		}
+		if got := shownUSD(t, b.text("#totals [data-field="+f+"]")); got != want {
+			t.Errorf("totals %s shown %s, API %v, want %s", f, got, tot[f], want)
 		}
 	}
 	if got := b.text("#totals [data-field=count]"); got != tot["count"].(json.Number).String() {

@@ -3,29 +3,65 @@ package console
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/providers"
 )
 
 // filterKeys are the API's ledger filters, kept in links and forms.
 var filterKeys = []string{"from", "to", "type", "provider", "instance_id"}
 
+// ledgerParams are the query parameters the transactions page takes.
+var ledgerParams = append([]string{"account", "limit", "cursor"}, filterKeys...)
+
 type transactionsData struct {
-	Filter    map[string]string
-	Limit     int
-	Types     []billing.Type
-	Providers []string
-	Entries   []billing.Entry
-	Totals    billing.Totals
-	Paged     bool   // a page after the first
-	NextLink  string // "" on the last page
-	FirstLink string
-	PageCSV   string // this page as CSV
-	AllCSV    string // every matching entry as CSV
+	Filter      map[string]string
+	Limit       int
+	Types       []billing.Type
+	Providers   []string
+	Entries     []billing.Entry
+	Totals      billing.Totals
+	Cost        costTotals // the totals under the page's sign rule
+	Places      int        // decimals of the table's Amount column
+	TotalPlaces int        // decimals of the totals
+	Paged       bool       // a page after the first
+	NextLink    string     // "" on the last page
+	FirstLink   string
+	PageCSV     string // this page as CSV
+	AllCSV      string // every matching entry as CSV
 }
+
+// costTotals are a ledger's totals signed as each type counts toward what
+// the account is charged — the one rule of every amount the console shows
+// (and of billing.Entry.Signed, the CSV's rule): charges positive, credits
+// and refunds negative, adjustments with their own sign. Net sums them: the
+// sum of the table's Amount column over every matching entry.
+type costTotals struct {
+	Charges, Credits, Refunds, Adjustments, Net gpuproxy.Micros
+}
+
+func newCostTotals(t billing.Totals) costTotals {
+	return costTotals{Charges: t.Charges, Credits: -t.Credits, Refunds: -t.Refunds, Adjustments: t.Adjustments,
+		Net: -t.Net()}
+}
+
+// entryPlaces is the precision of an Amount column listing es.
+func entryPlaces(es []billing.Entry) int {
+	ms := make([]gpuproxy.Micros, len(es))
+	for i, e := range es {
+		ms[i] = e.Signed()
+	}
+	return amountPlaces(ms...)
+}
+
+// ledgerProviders are the providers the provider filter offers: a ledger
+// entry names one of them or none.
+var ledgerProviders = []string{providers.VastAI, providers.IONet}
 
 // ledgerQuery parses the API's filters (from, to, type, provider,
 // instance_id, limit, cursor) with the API's own parser, for the account
@@ -38,6 +74,10 @@ func (c *Console) ledgerQuery(q *req) (billing.Filter, string, error) {
 	f, err := httpapi.LedgerFilter(v.Get)
 	if err != nil {
 		return f, "", err
+	}
+	if f.Provider != "" && !slices.Contains(ledgerProviders, f.Provider) {
+		return f, "", gpuproxy.Invalid("provider", "%q is not a provider: choose %s", f.Provider,
+			strings.Join(ledgerProviders, " or "))
 	}
 	var name string
 	if f.AccountID, name, err = c.target(q); err != nil {
@@ -68,11 +108,10 @@ func (c *Console) transactions(q *req) error {
 	}
 	v := q.r.URL.Query()
 	d := transactionsData{Filter: map[string]string{}, Limit: f.Limit, Entries: pageRes.Entries,
-		Totals: pageRes.Totals, Paged: f.After != nil,
-		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}}
-	if c.svc.Fleet != nil {
-		d.Providers = c.svc.Fleet.ProviderNames()
-	}
+		Totals: pageRes.Totals, Cost: newCostTotals(pageRes.Totals), Paged: f.After != nil,
+		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}, Providers: ledgerProviders}
+	d.TotalPlaces = amountPlaces(d.Cost.Charges, d.Cost.Credits, d.Cost.Refunds, d.Cost.Adjustments, d.Cost.Net)
+	d.Places = entryPlaces(d.Entries)
 	keep := url.Values{}
 	for _, k := range filterKeys {
 		if s := v.Get(k); s != "" {
