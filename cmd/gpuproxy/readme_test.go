@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readmeCommand is one curl example of the README: its text with
+// continuation lines joined, and the line it starts on.
+type readmeCommand struct {
+	line int
+	text string
+}
+
+// isLocalCurl tells a curl example that talks to the local server.
+func isLocalCurl(s string) bool {
+	return strings.HasPrefix(s, "curl ") && (strings.Contains(s, "localhost:8080") || strings.Contains(s, "127.0.0.1:8080"))
+}
+
+// isAdminCLI tells a CLI example that administers the store (accounts,
+// keys, limits, credits, alerts), which the test runs in-process.
+func isAdminCLI(s string) bool {
+	f := strings.Fields(s)
+	if len(f) < 2 || f[0] != "gpuproxy" {
+		return false
+	}
+	switch f[1] {
+	case "accounts", "keys", "limits", "credits", "alerts":
+		return true
+	}
+	return false
+}
+
+// shellWords splits a command line as a POSIX shell would for the
+// README's simple commands: words, '…' and "…" quoting, and a trailing
+// # comment.
+func shellWords(s string) []string {
+	var out []string
+	var w strings.Builder
+	inWord := false
+	var quote rune
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			w.WriteRune(r)
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == '#' && !inWord:
+			return out
+		case r == ' ' || r == '\t':
+			if inWord {
+				out = append(out, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, w.String())
+	}
+	return out
+}
+
+// readmeCurls returns every curl command in the README's ```sh blocks
+// that talks to the local server, and every administering CLI command, in
+// order.
+func readmeCurls(t *testing.T, path string) []readmeCommand {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []readmeCommand
+	var cur readmeCommand
+	inBlock := false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "```"):
+			inBlock = l == "```sh" && !inBlock
+			cur = readmeCommand{}
+			continue
+		case !inBlock:
+			continue
+		}
+		if cur.text == "" {
+			cur.line = n
+		}
+		cur.text += strings.TrimSpace(l)
+		if strings.HasSuffix(cur.text, `\`) {
+			cur.text = strings.TrimSuffix(cur.text, `\`) + " "
+			continue
+		}
+		if isLocalCurl(cur.text) || isAdminCLI(cur.text) {
+			out = append(out, cur)
+		}
+		cur = readmeCommand{}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestREADMEExamples runs the README's curl examples and its
+// administering CLI commands, in order and as written, against `serve
+// --sandbox` with the keys it prints: each curl must answer a 2xx (curl
+// --fail-with-body), each CLI command succeed. Placeholders the README explains
+// (OFFER_ID, gpi_…, KEY_ID) are filled with live ids; an example still
+// holding "…" (a cursor, a token) is skipped.
+func TestREADMEExamples(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed")
+	}
+	cmds := readmeCurls(t, filepath.Join("..", "..", "README.md"))
+	if len(cmds) < 30 {
+		t.Fatalf("found %d curl examples in the README, expected many more: is the parser broken?", len(cmds))
+	}
+	dir := t.TempDir()
+	env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(dir, "sb.db"), "GPUPROXY_LOG_LEVEL": "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--sandbox", "--listen", "127.0.0.1:0"}, envFunc(env), strings.NewReader(""), stdout, stderr)
+	}()
+	defer func() { cancel(); <-done }()
+	base := waitListening(t, stdout, done)
+	admin, api := sandboxKeys(t, stdout)
+	host := strings.TrimPrefix(base, "http://")
+	c := client{t: t, base: base}
+
+	// The cheapest live offer of each provider, for OFFER_ID.
+	offers := map[string]string{}
+	_, m := c.call("GET", "/api/v1/gpu/offers?limit=100", api, "")
+	list, _ := m["offers"].([]any)
+	for _, o := range list {
+		o := o.(map[string]any)
+		p := o["provider"].(string)
+		if _, ok := offers[p]; !ok {
+			offers[p] = o["offer_id"].(string)
+		}
+	}
+	if offers["vast.ai"] == "" || offers["io.net"] == "" {
+		t.Fatalf("no offer of each provider: %v", m)
+	}
+
+	idRE := regexp.MustCompile(`"id":\s*"(gpi_[0-9a-f]+)"`)
+	keyRE := regexp.MustCompile(`"id":\s*"([0-9a-f]{16})"`)
+	var instances []string // created by earlier examples, in order
+	var keyID string
+	ran := 0
+	for _, cmd := range cmds {
+		text := strings.NewReplacer("localhost:8080", host, "http://127.0.0.1:8080", base).Replace(cmd.text)
+		switch {
+		case strings.Contains(text, `"provider":"io.net"`):
+			text = strings.ReplaceAll(text, "OFFER_ID", offers["io.net"])
+		default:
+			text = strings.ReplaceAll(text, "OFFER_ID", offers["vast.ai"])
+		}
+		if strings.Contains(text, "gpi_…") && len(instances) > 0 {
+			// A destroy takes the last instance created, everything else
+			// the first, which the later proxy examples need running.
+			id := instances[0]
+			if strings.Contains(text, "DELETE") {
+				id = instances[len(instances)-1]
+			}
+			if strings.Contains(text, "/proxy/") {
+				waitRunning(t, c, api, id)
+			}
+			text = strings.ReplaceAll(text, "gpi_…", id)
+		}
+		if keyID != "" {
+			text = strings.ReplaceAll(text, "KEY_ID", keyID)
+		}
+		if strings.Contains(text, "…") || strings.Contains(text, "KEY_ID") {
+			t.Logf("README:%d skipped (placeholder): %s", cmd.line, text)
+			continue
+		}
+		if isAdminCLI(text) {
+			var out strings.Builder
+			err := run(ctx, shellWords(text)[1:], envFunc(map[string]string{"DATABASE_URL": env["DATABASE_URL"]}),
+				strings.NewReader(""), &out, &out)
+			if err != nil {
+				t.Errorf("README:%d failed (%v):\n  %s\n  => %s", cmd.line, err, cmd.text, out.String())
+			}
+			ran++
+			continue
+		}
+		sh := exec.Command("bash", "-c", `set -o pipefail; curl() { command curl --fail-with-body --max-time 20 "$@"; }; `+text)
+		sh.Dir = dir
+		sh.Env = append(os.Environ(), "GPUPROXY_API_KEY="+api, "GPUPROXY_ADMIN_KEY="+admin)
+		out, err := sh.CombinedOutput()
+		if err != nil {
+			t.Errorf("README:%d failed (%v):\n  %s\n  => %s", cmd.line, err, cmd.text, out)
+			continue
+		}
+		ran++
+		if strings.Contains(text, "POST") && strings.Contains(text, "/gpu/instances") {
+			if m := idRE.FindSubmatch(out); m != nil {
+				instances = append(instances, string(m[1]))
+			}
+		}
+		if strings.Contains(text, "/keys") && strings.Contains(text, "POST") {
+			if m := keyRE.FindSubmatch(out); m != nil {
+				keyID = string(m[1])
+			}
+		}
+	}
+	if ran < len(cmds)*3/4 {
+		t.Fatalf("ran %d of %d README examples; too many skipped", ran, len(cmds))
+	}
+	t.Logf("ran %d of %d README curl examples", ran, len(cmds))
+}
+
+// waitRunning waits until instance id is running.
+func waitRunning(t *testing.T, c client, key, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, m := c.call("GET", "/api/v1/gpu/instances/"+id, key, "")
+		if st == http.StatusOK && m["status"] == "running" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, _ := json.Marshal(id)
+	t.Fatalf("instance %s is not running after 30s", b)
+}
