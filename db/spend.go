@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -286,4 +287,65 @@ func (s *Store) OpenHolds(ctx context.Context, accountID int64) (map[int64]gpupr
 		out[v.id] = v.a
 	}
 	return out, nil
+}
+
+// limitsBatch is how many ids one CurrentLimits query names.
+const limitsBatch = 500
+
+// CurrentLimits returns the own windows of each of accountIDs and of each
+// of keyIDs that has any (absent: the account uses the defaults, the key
+// only its account's). The proxy gate polls it for the accounts and keys
+// it holds leases or snapshots for, so a limit changed on another replica
+// reaches its calls within the poll interval.
+func (s *Store) CurrentLimits(ctx context.Context, accountIDs []int64, keyIDs []string) (map[int64][]guardrails.Window, map[string][]guardrails.Window, error) {
+	accts := map[int64][]guardrails.Window{}
+	keys := map[string][]guardrails.Window{}
+	type row struct {
+		acct int64
+		key  string
+		w    guardrails.Window
+	}
+	read := func(q string, ids []any, scan func(r rows) (row, error)) ([]row, error) {
+		marks := make([]string, len(ids))
+		for i := range ids {
+			marks[i] = fmt.Sprintf("$%d", i+1)
+		}
+		r, err := s.pool().query(ctx, strings.Replace(q, "?", strings.Join(marks, ", "), 1), ids...)
+		return scanAll(r, err, scan)
+	}
+	for i := 0; i < len(accountIDs); i += limitsBatch {
+		ids := make([]any, 0, limitsBatch)
+		for _, id := range accountIDs[i:min(i+limitsBatch, len(accountIDs))] {
+			ids = append(ids, id)
+		}
+		rs, err := read("SELECT account_id, window_minutes, limit_micros FROM account_limits WHERE account_id IN (?)", ids,
+			func(r rows) (row, error) {
+				var v row
+				return v, r.Scan(&v.acct, &v.w.Minutes, &v.w.Limit)
+			})
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading accounts' limits: %w", translate(err))
+		}
+		for _, v := range rs {
+			accts[v.acct] = append(accts[v.acct], v.w)
+		}
+	}
+	for i := 0; i < len(keyIDs); i += limitsBatch {
+		ids := make([]any, 0, limitsBatch)
+		for _, id := range keyIDs[i:min(i+limitsBatch, len(keyIDs))] {
+			ids = append(ids, id)
+		}
+		rs, err := read("SELECT key_id, window_minutes, limit_micros FROM api_key_limits WHERE key_id IN (?)", ids,
+			func(r rows) (row, error) {
+				var v row
+				return v, r.Scan(&v.key, &v.w.Minutes, &v.w.Limit)
+			})
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading keys' limits: %w", translate(err))
+		}
+		for _, v := range rs {
+			keys[v.key] = append(keys[v.key], v.w)
+		}
+	}
+	return accts, keys, nil
 }

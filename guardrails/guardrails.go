@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -35,6 +36,10 @@ type Store interface {
 	SettleLease(ctx context.Context, accountID, holdID int64, charges []LeaseCharge, now time.Time) error
 	// ExpireLeases releases open proxy lease holds created before before.
 	ExpireLeases(ctx context.Context, before, now time.Time) (int, error)
+	// CurrentLimits returns the own windows of those of accountIDs and
+	// keyIDs that have any: the proxy gate polls it to see limits set on
+	// other replicas (limitwatch.go).
+	CurrentLimits(ctx context.Context, accountIDs []int64, keyIDs []string) (map[int64][]Window, map[string][]Window, error)
 }
 
 // DefaultWindows are the limits an account without its own gets:
@@ -74,6 +79,9 @@ type Options struct {
 type Service struct {
 	store Store
 	opts  Options
+
+	hooksMu sync.Mutex
+	hooks   []func(accountID int64, keyID string) // told of limits set here (proxy gates)
 }
 
 // New returns a Service with defaults filled in.
@@ -176,7 +184,11 @@ func (s *Service) SetLimits(ctx context.Context, accountID int64, windows []Wind
 	if onExceed != "" && onExceed != gpuproxy.OnExceedBlock && onExceed != gpuproxy.OnExceedDestroy {
 		return gpuproxy.Invalid("on_exceed", "must be block or destroy")
 	}
-	return s.storeErr(s.store.SetLimits(ctx, accountID, windows, onExceed))
+	if err := s.storeErr(s.store.SetLimits(ctx, accountID, windows, onExceed)); err != nil {
+		return err
+	}
+	s.limitsSet(accountID, "")
+	return nil
 }
 
 // SetKeyLimits replaces an API key's own windows; an empty list removes
@@ -187,7 +199,29 @@ func (s *Service) SetKeyLimits(ctx context.Context, accountID int64, keyID strin
 			return err
 		}
 	}
-	return s.storeErr(s.store.SetKeyLimits(ctx, accountID, keyID, windows))
+	if err := s.storeErr(s.store.SetKeyLimits(ctx, accountID, keyID, windows)); err != nil {
+		return err
+	}
+	s.limitsSet(accountID, keyID)
+	return nil
+}
+
+// onLimits registers f to be told of every limit set through s: a proxy
+// gate over s drops its state for them at once.
+func (s *Service) onLimits(f func(accountID int64, keyID string)) {
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.hooks = append(s.hooks, f)
+}
+
+// limitsSet tells the registered gates that limits changed.
+func (s *Service) limitsSet(accountID int64, keyID string) {
+	s.hooksMu.Lock()
+	hooks := s.hooks
+	s.hooksMu.Unlock()
+	for _, f := range hooks {
+		f(accountID, keyID)
+	}
 }
 
 // KeyLimits returns the own windows of the account's keys that have any.

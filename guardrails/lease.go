@@ -175,6 +175,7 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 	v, ok := g.lz.accounts.Load(lk)
 	if !ok {
 		v, _ = g.lz.accounts.LoadOrStore(lk, &leaseAcct{id: accountID, key: lk.key})
+		g.watchLimits()
 	}
 	la := v.(*leaseAcct)
 	// Every lease admitted grants at least one call, and every refusal
@@ -442,7 +443,9 @@ func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now t
 func (g *ProxyGate) Close(ctx context.Context) error {
 	g.lz.closeOnce.Do(func() { close(g.lz.stop) })
 	g.lz.startOnce.Do(func() { close(g.lz.stopped) }) // never started
+	g.limitsOnce.Do(func() { close(g.limitsDone) })
 	<-g.lz.stopped
+	<-g.limitsDone
 	for {
 		err := g.settleDue(true)
 		if err == nil {

@@ -29,6 +29,13 @@ type ProxyGateOptions struct {
 	// an outcome before it is settled with them counted as charged
 	// (default 10s).
 	LeaseSettleWait time.Duration
+	// LimitsPoll is how often the gate reads the current limits of the
+	// accounts and keys it holds leases, refusals or snapshots for, so a
+	// raise or a lowering made on another replica reaches this one's calls
+	// within LimitsPoll plus one store read (default DefaultLimitsPoll;
+	// limits set through this gate's own Service apply at once). See
+	// limitwatch.go.
+	LimitsPoll time.Duration
 }
 
 // ProxyGate admits proxy calls (DESIGN.md: every window has
@@ -45,6 +52,10 @@ type ProxyGate struct {
 	now      func() time.Time
 	accounts sync.Map // leaseKey → *gateEntry (an account, or a key with windows of its own)
 	lz       leases
+
+	limitsPoll time.Duration
+	limitsOnce sync.Once     // starts runLimits with the first state kept
+	limitsDone chan struct{} // closed when runLimits ends
 }
 
 // gateEntry is one account's cached snapshot and its in-flight refresh.
@@ -84,8 +95,19 @@ func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
 	if o.LeaseSettleWait <= 0 {
 		o.LeaseSettleWait = 10 * time.Second
 	}
-	return &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
-		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait)}
+	if o.LimitsPoll <= 0 {
+		o.LimitsPoll = DefaultLimitsPoll
+	}
+	g := &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
+		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll, limitsDone: make(chan struct{})}
+	svc.onLimits(g.limitsChanged)
+	return g
+}
+
+// watchLimits starts the limits poll (runLimits) once the gate keeps
+// state.
+func (g *ProxyGate) watchLimits() {
+	g.limitsOnce.Do(func() { go g.runLimits() })
 }
 
 // Check refuses a proxy call of cost for the account unless it fits every
@@ -149,6 +171,7 @@ func (g *ProxyGate) snapshot(ctx context.Context, lk leaseKey) (*gateSnap, error
 	v, ok := g.accounts.Load(lk)
 	if !ok {
 		v, _ = g.accounts.LoadOrStore(lk, &gateEntry{})
+		g.watchLimits()
 	}
 	e := v.(*gateEntry)
 	if gs := e.cur.Load(); gs != nil && g.fresh(gs) {

@@ -59,6 +59,20 @@ func (s *spendStore) KeyLimits(context.Context, int64) (map[string][]guardrails.
 }
 func (s *spendStore) ExpireLeases(context.Context, time.Time, time.Time) (int, error) { return 0, nil }
 
+// CurrentLimits serves the windows of the snapshot it serves, for every
+// account.
+func (s *spendStore) CurrentLimits(_ context.Context, accts []int64, _ []string) (map[int64][]guardrails.Window, map[string][]guardrails.Window, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int64][]guardrails.Window{}
+	for _, id := range accts {
+		for _, u := range s.windows {
+			out[id] = append(out[id], u.Window)
+		}
+	}
+	return out, nil, s.err
+}
+
 func (s *spendStore) set(spent, held gpuproxy.Micros, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,7 +110,10 @@ func newGate(t *testing.T, maxAge time.Duration) (*guardrails.ProxyGate, *spendS
 	c := teststack.NewClock(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
 	d := &decisions{}
 	svc := guardrails.New(st, guardrails.Options{Now: c.Now, OnDecision: d.observe})
-	return guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{MaxAge: maxAge}), st, c, d
+	g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{MaxAge: maxAge})
+	// Its goroutines end with it (inside a synctest bubble too).
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g, st, c, d
 }
 
 func TestProxyGateMaxAge(t *testing.T) {
