@@ -2,26 +2,31 @@ package billing
 
 import (
 	"encoding/csv"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/aiserve/gpuproxy"
 )
 
 // Exports (CSV) are for people and spreadsheets:
 //
 //   - times are UTC date-times in CSVTimeLayout, which spreadsheets read as
 //     date-times, and the header says UTC (time_utc, day_utc);
-//   - money is signed by what it cost the account: charges positive,
+//   - money is signed as it counts toward spend: charges positive,
 //     credits and refunds negative, adjustments as recorded (Entry.Signed),
-//     in USD (amount, exact to six places) and micro-dollars
-//     (amount_micros), so a column's sum is the net cost;
+//     in USD always printed with six decimals (amount, "-100.000000") and
+//     in micro-dollars (amount_micros), so a column's sum is its total;
+//   - each entry names the API key it is attributed to (key_id, key_name;
+//     empty for entries of no key);
 //   - free text that a spreadsheet would run as a formula is defused.
 
 // CSVTimeLayout is how exports write times: UTC, to the second.
 const CSVTimeLayout = "2006-01-02 15:04:05"
 
 // TransactionsCSVHeader is the header row of a transactions export.
-var TransactionsCSVHeader = []string{"id", "time_utc", "account", "type", "amount", "amount_micros",
+var TransactionsCSVHeader = []string{"id", "time_utc", "account", "key_id", "key_name", "type", "amount", "amount_micros",
 	"provider", "instance_id", "gpu", "gpu_count", "basis", "description"}
 
 // TransactionsCSV writes ledger entries as CSV, header first.
@@ -46,7 +51,7 @@ func (t *TransactionsCSV) Write(e Entry) error {
 	}
 	amt := e.Signed()
 	return t.w.Write([]string{strconv.FormatInt(e.ID, 10), e.At.UTC().Format(CSVTimeLayout), safeText(e.Account),
-		string(e.Type), amt.String(), strconv.FormatInt(int64(amt), 10), safeText(e.Provider),
+		safeText(e.KeyID), safeText(e.KeyName), string(e.Type), usd6(amt), strconv.FormatInt(int64(amt), 10), safeText(e.Provider),
 		safeText(e.InstanceID), safeText(e.GPUName), gpus, string(e.Basis), safeText(e.Description)})
 }
 
@@ -69,8 +74,8 @@ func (t *TransactionsCSV) writeHeader() error {
 
 // SummaryCSVHeader is the header row of a summary export grouped by g: the
 // group's column (day_utc, provider, instance_id with gpu and gpu_count,
-// or account), the account column unless grouped by account, then the
-// signed totals and the entry count.
+// account, or key_id with key_name), the account column unless grouped by
+// account, then the signed totals and the entry count.
 func SummaryCSVHeader(g Group) []string {
 	var h []string
 	switch g {
@@ -78,6 +83,8 @@ func SummaryCSVHeader(g Group) []string {
 		h = []string{"day_utc"}
 	case ByInstance:
 		h = []string{"instance_id", "gpu", "gpu_count"}
+	case ByKey:
+		h = []string{"key_id", "key_name"}
 	default:
 		h = []string{string(g)}
 	}
@@ -90,8 +97,8 @@ func SummaryCSVHeader(g Group) []string {
 // WriteSummaryCSV writes summary rows grouped by g as CSV. account names
 // what the summary covers (an account's name, or "all") unless grouped by
 // account. Money is signed as in transaction exports: credits and refunds
-// negative, and amount is the row's net cost (charges + adjustments −
-// credits − refunds).
+// negative, and amount is the row's total (Totals.Amount: the sum of its
+// entries' signed amounts).
 func WriteSummaryCSV(w io.Writer, g Group, account string, rows []SummaryRow) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(SummaryCSVHeader(g)); err != nil {
@@ -106,21 +113,34 @@ func WriteSummaryCSV(w io.Writer, g Group, account string, rows []SummaryRow) er
 				gpus = strconv.Itoa(r.NumGPUs)
 			}
 			rec = []string{safeText(r.Key), safeText(r.GPUName), gpus}
+		case ByKey:
+			rec = []string{safeText(r.Key), safeText(r.KeyName)}
 		default:
 			rec = []string{safeText(r.Key)}
 		}
 		if g != ByAccount {
 			rec = append(rec, safeText(account))
 		}
-		net := -r.Net()
-		rec = append(rec, r.Charges.String(), (-r.Credits).String(), (-r.Refunds).String(), r.Adjustments.String(),
-			net.String(), strconv.FormatInt(int64(net), 10), strconv.FormatInt(r.Count, 10))
+		sg := r.Signed()
+		rec = append(rec, usd6(sg.Charges), usd6(sg.Credits), usd6(sg.Refunds), usd6(sg.Adjustments),
+			usd6(r.Amount()), strconv.FormatInt(int64(r.Amount()), 10), strconv.FormatInt(r.Count, 10))
 		if err := cw.Write(rec); err != nil {
 			return err
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// usd6 renders m as US dollars with exactly six decimals ("-100.000000"),
+// so a column reads at one precision.
+func usd6(m gpuproxy.Micros) string {
+	neg := ""
+	u := uint64(m)
+	if m < 0 {
+		neg, u = "-", -u
+	}
+	return fmt.Sprintf("%s%d.%06d", neg, u/gpuproxy.MicrosPerUSD, u%gpuproxy.MicrosPerUSD)
 }
 
 // safeText defuses spreadsheet formula injection in text: a value that

@@ -84,9 +84,10 @@ func (e Entry) Spend() gpuproxy.Micros {
 	return 0
 }
 
-// Signed returns the entry's amount as exports show it: what it cost the
-// account, so charges are positive, credits and refunds negative, and
-// adjustments keep their sign. A column of these sums to the net cost.
+// Signed returns the entry's amount as finance views show it (API JSON,
+// CSV, MCP): signed as it counts toward spend, so charges
+// are positive, credits and refunds negative, and adjustments keep their
+// sign. A column of these sums to its total (Totals.Amount).
 func (e Entry) Signed() gpuproxy.Micros {
 	switch e.Type {
 	case Credit, Refund:
@@ -115,8 +116,10 @@ type Filter struct {
 	After       *Cursor // continue after this entry
 }
 
-// Totals sums a set of entries by type. Net is the change in the account's
-// balance: credits + refunds − charges − adjustments.
+// Totals sums a set of entries by type, each type's sum of the entries'
+// Amount as stored (credits and refunds positive). Finance views show
+// them signed (Signed, Amount); Net is the change in the account's
+// balance.
 type Totals struct {
 	Charges     gpuproxy.Micros
 	Credits     gpuproxy.Micros
@@ -125,9 +128,24 @@ type Totals struct {
 	Count       int64
 }
 
-// Net is credits + refunds − charges − adjustments.
+// Net is the change in the account's balance: credits + refunds − charges
+// − adjustments (the negative of Amount).
 func (t Totals) Net() gpuproxy.Micros {
 	return t.Credits + t.Refunds - t.Charges - t.Adjustments
+}
+
+// Signed returns the totals signed as finance views show amounts
+// (Entry.Signed): credits and refunds negative, so each is the sum of its
+// entries' signed amounts.
+func (t Totals) Signed() Totals {
+	t.Credits, t.Refunds = -t.Credits, -t.Refunds
+	return t
+}
+
+// Amount is the sum of the entries' signed amounts (Entry.Signed):
+// charges + adjustments − credits − refunds.
+func (t Totals) Amount() gpuproxy.Micros {
+	return -t.Net()
 }
 
 // Group is a summary dimension.

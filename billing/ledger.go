@@ -24,6 +24,9 @@ type Store interface {
 	// Balance is what remains of the account's credit: Totals.Net of all
 	// its entries (may be negative).
 	Balance(ctx context.Context, accountID int64) (gpuproxy.Micros, error)
+	// KeyByID returns an API key (not found when there is none), for
+	// checking that a key filter names one of the filtered account's keys.
+	KeyByID(ctx context.Context, id string) (gpuproxy.APIKey, error)
 }
 
 // Ledger is the ledger service.
@@ -84,9 +87,36 @@ type Page struct {
 	Totals  Totals
 }
 
+// CheckKey refuses a filter whose KeyID is not a key of the filtered
+// account (of any account, for AllAccounts) with not found naming key_id,
+// so a mistyped key reads as a mistake rather than as no spend, and
+// another account's keys are as unknown as keys that never existed.
+// Transactions and Summary check; callers of Each check first.
+func (l *Ledger) CheckKey(ctx context.Context, f Filter) error {
+	if f.KeyID == "" {
+		return nil
+	}
+	k, err := l.store.KeyByID(ctx, f.KeyID)
+	if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND || err == nil && !f.AllAccounts && k.AccountID != f.AccountID {
+		where := " in this account"
+		if f.AllAccounts {
+			where = ""
+		}
+		return &gpuproxy.Error{Code: gpuproxy.ENOTFOUND, Message: fmt.Sprintf("key_id: no key %q%s", f.KeyID, where),
+			Details: map[string]any{"field": "key_id"}}
+	}
+	if err != nil {
+		return fmt.Errorf("reading key: %w", err)
+	}
+	return nil
+}
+
 // Transactions returns one page of f (newest first) and the totals of
 // everything f matches.
 func (l *Ledger) Transactions(ctx context.Context, f Filter) (Page, error) {
+	if err := l.CheckKey(ctx, f); err != nil {
+		return Page{}, err
+	}
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -142,6 +172,9 @@ func (l *Ledger) Balance(ctx context.Context, accountID int64) (gpuproxy.Micros,
 
 // Summary groups f's entries by day, provider, instance, account or key.
 func (l *Ledger) Summary(ctx context.Context, f Filter, g Group) ([]SummaryRow, error) {
+	if err := l.CheckKey(ctx, f); err != nil {
+		return nil, err
+	}
 	rows, err := l.store.Summary(ctx, f, g)
 	if err != nil {
 		return nil, err

@@ -85,21 +85,53 @@ func checkText(c checkOutput) string {
 	return b.String()
 }
 
+// usdColumn renders a column of amounts at one precision: the most
+// decimal places any of them needs, at least two.
+func usdColumn(ms []gpuproxy.Micros) []string {
+	places := 2
+	for _, m := range ms {
+		s := m.String()
+		if _, frac, ok := strings.Cut(s, "."); ok {
+			places = max(places, len(frac))
+		}
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		sign, u := "", int64(m)
+		if u < 0 {
+			sign, u = "-", -u
+		}
+		frac := fmt.Sprintf("%06d", u%gpuproxy.MicrosPerUSD)[:places]
+		out[i] = fmt.Sprintf("%s$%d.%s", sign, u/gpuproxy.MicrosPerUSD, frac)
+	}
+	return out
+}
+
 func transactionsText(t transactionsOutput) string {
 	var b strings.Builder
 	if len(t.Transactions) == 0 {
 		b.WriteString("No ledger entries match.\n")
 	} else {
-		rows := [][]string{{"time", "type", "amount", "provider", "instance", "description"}}
-		for _, e := range t.Transactions {
-			rows = append(rows, []string{e.CreatedAt.UTC().Format("2006-01-02 15:04:05"), string(e.Type), usd(e.Amount),
-				e.Provider, e.InstanceID, clip(e.Description, 60)})
+		rows := [][]string{{"time", "type", "amount", "key", "provider", "instance", "description"}}
+		amounts := make([]gpuproxy.Micros, len(t.Transactions))
+		for i, e := range t.Transactions {
+			amounts[i] = e.Amount
+		}
+		amountText := usdColumn(amounts)
+		for i, e := range t.Transactions {
+			key := e.KeyID
+			if e.KeyName != "" {
+				key += " (" + e.KeyName + ")"
+			}
+			rows = append(rows, []string{e.CreatedAt.UTC().Format("2006-01-02 15:04:05"), string(e.Type), amountText[i],
+				key, e.Provider, e.InstanceID, clip(e.Description, 60)})
 		}
 		table(&b, rows)
 	}
 	tt := t.Totals
-	fmt.Fprintf(&b, "\nTotals (%d entries): charges %s, credits %s, refunds %s, adjustments %s, net %s\n", tt.Count,
-		usd(tt.Charges), usd(tt.Credits), usd(tt.Refunds), usd(tt.Adjustments), usd(tt.Net))
+	b.WriteString("\nAmounts count toward spend: charges positive, credits and refunds negative.\n")
+	fmt.Fprintf(&b, "Totals (%d entries): charges %s, credits %s, refunds %s, adjustments %s, total %s\n", tt.Count,
+		usd(tt.Charges), usd(tt.Credits), usd(tt.Refunds), usd(tt.Adjustments), usd(tt.Amount))
 	if t.NextCursor != nil {
 		fmt.Fprintf(&b, "More entries: call again with cursor %q.\n", *t.NextCursor)
 	}

@@ -109,13 +109,16 @@ func (s *Server) toolSpecs() []toolSpec {
 			Name:  "get_billing_transactions",
 			Title: "Billing ledger",
 			Description: "List the caller's ledger entries (charges, credits, refunds, adjustments), newest first, with " +
-				"totals of everything the filters match. Page with next_cursor.",
+				"totals of everything the filters match, and the API key each entry is attributed to. Amounts are signed " +
+				"as they count toward spend: charges positive, credits and refunds negative, adjustments with their sign, " +
+				"so totals.amount is the sum of the rows. Page with next_cursor.",
 			InputSchema: object(
 				optional("from", str("start of the range, inclusive: an RFC 3339 time (2026-11-25T12:00:00Z) or a date (2026-11-25)", 40)),
 				optional("to", str("end of the range, exclusive: an RFC 3339 time or a date", 40)),
 				optional("type", enum("only entries of this type", "charge", "credit", "refund", "adjustment")),
 				optional("provider", str("only entries of this provider (vast.ai, io.net)", 100)),
 				optional("instance_id", str("only entries of this instance (our id)", 200)),
+				optional("key_id", str("only entries attributed to this API key of your account (its id, as in key_id of an entry)", 100)),
 				optional("limit", withDefault(integer("entries per page", 1, billing.MaxPage), 25)),
 				optional("cursor", str("next_cursor from the previous page", 200)),
 			),
@@ -210,6 +213,7 @@ type billingInput struct {
 	Type       string `json:"type"`
 	Provider   string `json:"provider"`
 	InstanceID string `json:"instance_id"`
+	KeyID      string `json:"key_id"`
 	Limit      int    `json:"limit"`
 	Cursor     string `json:"cursor"`
 }
@@ -227,7 +231,7 @@ func (s *Server) transactions(ctx context.Context, p gpuproxy.Principal, in bill
 		in.Limit = 25
 	}
 	vals := map[string]string{"from": in.From, "to": in.To, "type": in.Type, "provider": in.Provider,
-		"instance_id": in.InstanceID, "limit": strconv.Itoa(in.Limit), "cursor": in.Cursor}
+		"instance_id": in.InstanceID, "key_id": in.KeyID, "limit": strconv.Itoa(in.Limit), "cursor": in.Cursor}
 	f, err := httpapi.LedgerFilter(func(k string) string { return vals[k] })
 	if err != nil {
 		return transactionsOutput{}, err

@@ -25,6 +25,11 @@ func (s *Server) listTransactions(c echo.Context) error {
 		return err
 	}
 	if csv {
+		// Checked before the headers go out: a wrong key_id answers in
+		// the error shape.
+		if err := s.svc.Ledger.CheckKey(c.Request().Context(), f); err != nil {
+			return err
+		}
 		return s.transactionsCSV(c, f)
 	}
 	page, err := s.svc.Ledger.Transactions(c.Request().Context(), f)
@@ -114,7 +119,7 @@ func (s *Server) billingSummary(c echo.Context) error {
 		g = billing.ByDay
 	}
 	if !billing.ValidGroup(g) {
-		return gpuproxy.Invalid("group_by", "must be day, instance, account or provider")
+		return gpuproxy.Invalid("group_by", "must be %s", billing.GroupNames)
 	}
 	csv, err := wantsCSV(c)
 	if err != nil {
@@ -138,15 +143,10 @@ func (s *Server) billingSummary(c echo.Context) error {
 		_, _ = c.Response().Write(buf.Bytes())
 		return nil
 	}
-	out := make([]map[string]any, 0, len(rows))
+	out := make([]httpapi.SummaryRowJSON, 0, len(rows))
 	var all billing.Totals
 	for _, r := range rows {
-		row := map[string]any{"key": r.Key, "charges": r.Charges, "credits": r.Credits,
-			"refunds": r.Refunds, "adjustments": r.Adjustments, "net": r.Net(), "count": r.Count}
-		if g == billing.ByInstance {
-			row["gpu_name"], row["num_gpus"] = r.GPUName, r.NumGPUs
-		}
-		out = append(out, row)
+		out = append(out, httpapi.NewSummaryRowJSON(g, r))
 		all.Charges += r.Charges
 		all.Credits += r.Credits
 		all.Refunds += r.Refunds

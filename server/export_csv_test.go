@@ -86,7 +86,7 @@ func TestExports(t *testing.T) {
 			"time_utc":      {"2026-11-21 01:30:00", "2026-11-21 00:30:00", "2026-11-20 23:30:00"},
 			"account":       {"acme", "acme", "acme"},
 			"type":          {"refund", "charge", "credit"},
-			"amount":        {"-0.25", "1.25", "-100"},
+			"amount":        {"-0.250000", "1.250000", "-100.000000"},
 			"amount_micros": {"-250000", "1250000", "-100000000"},
 			"instance_id":   {inst.ID, inst.ID, ""},
 			"gpu":           {"H100 SXM", "H100 SXM", ""},
@@ -137,11 +137,11 @@ func TestExports(t *testing.T) {
 			keys       []string
 			amounts    []string
 		}{
-			{"group_by=day", "day_utc", []string{"2026-11-20", "2026-11-21"}, []string{"-100", "1"}},
-			{"group_by=instance", "instance_id", []string{"", inst.ID}, []string{"-100", "1"}},
-			{"group_by=provider", "provider", []string{"", "vast.ai"}, []string{"-100", "1"}},
-			{"group_by=account&account=all", "account", []string{"acme", "beta"}, []string{"-99", "3"}},
-			{"group_by=day&account=all", "day_utc", []string{"2026-11-20", "2026-11-21"}, []string{"-100", "4"}},
+			{"group_by=day", "day_utc", []string{"2026-11-20", "2026-11-21"}, []string{"-100.000000", "1.000000"}},
+			{"group_by=instance", "instance_id", []string{"", inst.ID}, []string{"-100.000000", "1.000000"}},
+			{"group_by=provider", "provider", []string{"", "vast.ai"}, []string{"-100.000000", "1.000000"}},
+			{"group_by=account&account=all", "account", []string{"acme", "beta"}, []string{"-99.000000", "3.000000"}},
+			{"group_by=day&account=all", "day_utc", []string{"2026-11-20", "2026-11-21"}, []string{"-100.000000", "4.000000"}},
 		} {
 			key := fin
 			if strings.Contains(tc.query, "account=all") {

@@ -89,11 +89,16 @@ func (s *Server) getSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := s.svc.Guard.KeySpending(c.Request().Context(), id, s.ownKey(c, id))
+	ctx := c.Request().Context()
+	snap, err := s.svc.Guard.KeySpending(ctx, id, s.ownKey(c, id))
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(name, snap))
+	bal, err := s.svc.Ledger.Balance(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(name, snap).WithBalance(bal))
 }
 
 func (s *Server) checkSpending(c echo.Context) error {

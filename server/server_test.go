@@ -380,7 +380,7 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 			j := e.do("GET", path, finKey, "").JSON(t)
 			seen += len(j["transactions"].([]any))
 			tot := j["totals"].(map[string]any)
-			if tot["count"].(float64) != 31 || tot["credits"].(float64) != 250.25 || tot["charges"].(float64) != 3.00003 {
+			if tot["count"].(float64) != 31 || tot["credits"].(float64) != -250.25 || tot["charges"].(float64) != 3.00003 {
 				t.Fatalf("totals = %v", tot)
 			}
 			if j["next_cursor"] == nil {
@@ -405,7 +405,7 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 			r := e.do("GET", p, finKey, "", hdr...)
 			lines := strings.Split(strings.TrimSpace(string(r.Body)), "\n")
 			if r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/csv") || len(lines) != 31 ||
-				!strings.HasPrefix(lines[0], "id,time_utc,account,type,amount") {
+				!strings.HasPrefix(lines[0], "id,time_utc,account,key_id,key_name,type,amount") {
 				t.Fatalf("csv: %d %q, %d lines", r.Status, r.Header.Get("Content-Type"), len(lines))
 			}
 			if !strings.Contains(lines[1], ",'=cmd()") {
@@ -417,8 +417,8 @@ func TestAdminFlowAndLedgerViews(t *testing.T) {
 		if len(rows) != 3 || rows[0].(map[string]any)["key"] != "2026-11-20" || rows[1].(map[string]any)["count"].(float64) != 16 {
 			t.Fatalf("summary by day = %v", rows)
 		}
-		if tot := s["totals"].(map[string]any); tot["net"].(float64) != 250.25-3.00003 {
-			t.Fatalf("summary net = %v", tot["net"])
+		if tot := s["totals"].(map[string]any); tot["amount"].(float64) != 3.00003-250.25 {
+			t.Fatalf("summary amount = %v", tot["amount"])
 		}
 		// Admin can look at another account explicitly; keys list and revoke.
 		if r := e.do("GET", "/api/v1/spending?account=team-a", admin, ""); r.Status != 200 || r.JSON(t)["account"] != "team-a" {

@@ -1,7 +1,11 @@
 package httpapi
 
 import (
+	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -45,8 +49,41 @@ func TimeRange(get func(string) string) (from, to time.Time, err error) {
 	return from, to, nil
 }
 
+// LedgerParams are the query parameters LedgerFilter reads.
+var LedgerParams = []string{"from", "to", "type", "provider", "instance_id", "key_id", "limit", "cursor"}
+
+// KnownQuery refuses a query that has parameters outside known with an
+// invalid error naming each unknown one and listing the known ones, so a
+// mistyped filter (acount=acme) is an error rather than an unfiltered
+// answer.
+func KnownQuery(q url.Values, known []string) error {
+	var unknown []string
+	for k := range q {
+		if !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	msg := "unknown query parameter"
+	if len(unknown) > 1 {
+		msg += "s"
+	}
+	msg += " " + strings.Join(unknown, ", ")
+	if len(known) == 0 {
+		msg += " (this endpoint takes none)"
+	} else {
+		msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
+	}
+	return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: msg,
+		Details: map[string]any{"field": unknown[0], "unknown": unknown, "known": known}}
+}
+
 // LedgerFilter builds a ledger filter from query-style values (from, to,
-// type, provider, instance_id, limit, cursor), validating each.
+// type, provider, instance_id, key_id, limit, cursor: LedgerParams),
+// validating each.
 func LedgerFilter(get func(string) string) (billing.Filter, error) {
 	var f billing.Filter
 	var err error
@@ -59,9 +96,14 @@ func LedgerFilter(get func(string) string) (billing.Filter, error) {
 		}
 		f.Type = billing.Type(t)
 	}
-	f.Provider, f.InstanceID = get("provider"), get("instance_id")
-	if len(f.Provider) > 100 || len(f.InstanceID) > 200 {
-		return f, gpuproxy.Invalid("provider", "filter is too long")
+	f.Provider, f.InstanceID, f.KeyID = get("provider"), get("instance_id"), get("key_id")
+	for _, c := range []struct {
+		field, v string
+		max      int
+	}{{"provider", f.Provider, 100}, {"instance_id", f.InstanceID, 200}, {"key_id", f.KeyID, 100}} {
+		if len(c.v) > c.max {
+			return f, gpuproxy.Invalid(c.field, "must be at most %d characters", c.max)
+		}
 	}
 	if l := get("limit"); l != "" {
 		n, err := strconv.Atoi(l)

@@ -35,6 +35,19 @@ type SpendingJSON struct {
 	// Key is the calling key's own windows, beside the account's, when it
 	// has any.
 	Key *KeySpendingJSON `json:"key,omitempty"`
+	// BalanceUSD and BalanceMicros are what remains of the account's
+	// credit (credits and refunds less charges and adjustments, over its
+	// whole ledger; negative when it spent more than it was credited),
+	// when the view includes it (REST's GET /api/v1/spending).
+	BalanceUSD    *gpuproxy.Micros `json:"balance_usd,omitempty"`
+	BalanceMicros *int64           `json:"balance_micros,omitempty"`
+}
+
+// WithBalance returns sp showing the account's credit balance b.
+func (sp SpendingJSON) WithBalance(b gpuproxy.Micros) SpendingJSON {
+	m := int64(b)
+	sp.BalanceUSD, sp.BalanceMicros = &b, &m
+	return sp
 }
 
 // KeySpendingJSON is an API key's own windows: what the key caused.
@@ -64,6 +77,10 @@ func NewSpendingJSON(account string, snap guardrails.Snapshot) SpendingJSON {
 	return out
 }
 
+// Ledger amounts in every view are signed as they count toward spend
+// (billing.Entry.Signed): charges positive, credits and refunds negative,
+// adjustments with their sign; so any total is the sum of its rows.
+
 // TransactionJSON is one ledger entry as the API shows it.
 type TransactionJSON struct {
 	ID           int64           `json:"id"`
@@ -75,32 +92,64 @@ type TransactionJSON struct {
 	InstanceID   string          `json:"instance_id"`
 	Description  string          `json:"description"`
 	Basis        billing.Basis   `json:"basis"`
-	Account      string          `json:"account,omitempty"`
-	GPUName      string          `json:"gpu_name,omitempty"`
-	NumGPUs      int             `json:"num_gpus,omitempty"`
+	// KeyID is the API key the entry is attributed to ("" for none);
+	// KeyName is that key's name.
+	KeyID   string `json:"key_id"`
+	KeyName string `json:"key_name"`
+	Account string `json:"account,omitempty"`
+	GPUName string `json:"gpu_name,omitempty"`
+	NumGPUs int    `json:"num_gpus,omitempty"`
 }
 
-// NewTransactionJSON renders an entry.
+// NewTransactionJSON renders an entry, its amount signed.
 func NewTransactionJSON(e billing.Entry) TransactionJSON {
-	return TransactionJSON{ID: e.ID, Type: e.Type, Amount: e.Amount, AmountMicros: int64(e.Amount), CreatedAt: e.At,
+	amt := e.Signed()
+	return TransactionJSON{ID: e.ID, Type: e.Type, Amount: amt, AmountMicros: int64(amt), CreatedAt: e.At,
 		Provider: e.Provider, InstanceID: e.InstanceID, Description: e.Description, Basis: e.Basis,
-		Account: e.Account, GPUName: e.GPUName, NumGPUs: e.NumGPUs}
+		KeyID: e.KeyID, KeyName: e.KeyName, Account: e.Account, GPUName: e.GPUName, NumGPUs: e.NumGPUs}
 }
 
-// TotalsJSON is the totals of the ledger entries a filter matches.
+// TotalsJSON is the totals of the ledger entries a filter matches, each
+// the sum of its entries' signed amounts (credits and refunds negative);
+// Amount is the sum of all of them.
 type TotalsJSON struct {
-	Charges     gpuproxy.Micros `json:"charges"`
-	Credits     gpuproxy.Micros `json:"credits"`
-	Refunds     gpuproxy.Micros `json:"refunds"`
-	Adjustments gpuproxy.Micros `json:"adjustments"`
-	Net         gpuproxy.Micros `json:"net"`
-	Count       int64           `json:"count"`
+	Charges      gpuproxy.Micros `json:"charges"`
+	Credits      gpuproxy.Micros `json:"credits"`
+	Refunds      gpuproxy.Micros `json:"refunds"`
+	Adjustments  gpuproxy.Micros `json:"adjustments"`
+	Amount       gpuproxy.Micros `json:"amount"`
+	AmountMicros int64           `json:"amount_micros"`
+	Count        int64           `json:"count"`
 }
 
-// NewTotalsJSON renders totals.
+// NewTotalsJSON renders totals, signed.
 func NewTotalsJSON(t billing.Totals) TotalsJSON {
-	return TotalsJSON{Charges: t.Charges, Credits: t.Credits, Refunds: t.Refunds, Adjustments: t.Adjustments,
-		Net: t.Net(), Count: t.Count}
+	sg := t.Signed()
+	return TotalsJSON{Charges: sg.Charges, Credits: sg.Credits, Refunds: sg.Refunds, Adjustments: sg.Adjustments,
+		Amount: t.Amount(), AmountMicros: int64(t.Amount()), Count: t.Count}
+}
+
+// SummaryRowJSON is one group of a ledger summary: its key (day, provider,
+// instance id, account name or key id), the group's description (the
+// instance's GPU, the key's name) and its signed totals.
+type SummaryRowJSON struct {
+	Key     string `json:"key"`
+	GPUName string `json:"gpu_name,omitempty"`
+	NumGPUs int    `json:"num_gpus,omitempty"`
+	KeyName string `json:"key_name,omitempty"`
+	TotalsJSON
+}
+
+// NewSummaryRowJSON renders a summary row grouped by g.
+func NewSummaryRowJSON(g billing.Group, r billing.SummaryRow) SummaryRowJSON {
+	out := SummaryRowJSON{Key: r.Key, TotalsJSON: NewTotalsJSON(r.Totals)}
+	switch g {
+	case billing.ByInstance:
+		out.GPUName, out.NumGPUs = r.GPUName, r.NumGPUs
+	case billing.ByKey:
+		out.KeyName = r.KeyName
+	}
+	return out
 }
 
 // OfferJSON is one offer as the API shows it.
