@@ -17,7 +17,7 @@ func (s *Server) routes() {
 	}
 	s.svc.Metrics.ops.setSource(s.opsSnapshot, s.opts.GaugeMaxAge)
 
-	api := e.Group("/api/v1", s.limitBody, s.authn)
+	api := e.Group("/api/v1", s.limitBody, s.authn, s.knownQuery)
 
 	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
 	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))
