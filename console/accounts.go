@@ -15,7 +15,9 @@ type accountView struct {
 	Name     string
 	OnExceed string
 	Burn     gpuproxy.Micros
-	Windows  []windowView
+	// Balance is what remains of the account's credit (billing.Ledger.Balance).
+	Balance gpuproxy.Micros
+	Windows []windowView
 	// Rows are the limit form's rows: every window, plus blank rows to add.
 	Rows   []limitRow
 	Error  string // the last submission's error, shown by its form
@@ -32,7 +34,11 @@ type alertView struct {
 
 type limitRow struct{ Minutes, Limit string }
 
-type accountsData struct{ Accounts []accountView }
+type accountsData struct {
+	Accounts []accountView
+	// BalancePlaces and BurnPlaces are the decimals of the list's columns.
+	BalancePlaces, BurnPlaces int
+}
 
 // blankRows is how many empty rows each limits form offers for new windows.
 const blankRows = 2
@@ -60,6 +66,9 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 			return err
 		}
 		v := accountView{Name: a.Name, OnExceed: snap.OnExceed, Burn: snap.Burn}
+		if v.Balance, err = c.svc.Ledger.Balance(ctx, a.ID); err != nil {
+			return err
+		}
 		for _, u := range snap.Windows {
 			v.Windows = append(v.Windows, newWindowView(u, snap.Burn, snap.At))
 			v.Rows = append(v.Rows, limitRow{Minutes: strconv.Itoa(u.Minutes), Limit: u.Limit.String()})
@@ -77,6 +86,11 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 		}
 		d.Accounts = append(d.Accounts, v)
 	}
+	var bals, burns []gpuproxy.Micros
+	for _, v := range d.Accounts {
+		bals, burns = append(bals, v.Balance), append(burns, v.Burn)
+	}
+	d.BalancePlaces, d.BurnPlaces = amountPlaces(bals...), amountPlaces(burns...)
 	if done := q.r.URL.Query().Get("saved"); failed == "" {
 		for _, a := range as {
 			if a.Name == done {

@@ -37,6 +37,10 @@ type overviewData struct {
 	Running    []fleet.View
 	RunningErr string
 
+	// Balance is what remains of the account's credit: credits and
+	// refunds less charges and adjustments, over its whole ledger.
+	Balance gpuproxy.Micros
+
 	Range      string
 	Ranges     []string
 	From       string // the chart's first bar starts here (RFC 3339)
@@ -95,6 +99,9 @@ func (c *Console) overview(q *req) error {
 		}
 	}
 	if pg.Billing {
+		if d.Balance, err = c.svc.Ledger.Balance(ctx, acct); err != nil {
+			return err
+		}
 		bs, err := c.spendSeries(ctx, acct, d.Range, c.opts.Now())
 		if err != nil {
 			return err

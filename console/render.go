@@ -41,6 +41,7 @@ var funcs = template.FuncMap{
 	"usdp":      usdPlaces,
 	"plural":    plural,
 	"int":       func(n int64) int { return int(n) },
+	"neg":       func(m gpuproxy.Micros) gpuproxy.Micros { return -m },
 	"time":      fmtTime,
 	"date":      func(t time.Time) string { return fmtDate(t) },
 	"ago":       func(t, now time.Time) string { return fmtDuration(now.Sub(t)) },
@@ -50,6 +51,7 @@ var funcs = template.FuncMap{
 	"plain":     func(m gpuproxy.Micros) string { return m.String() },
 	"pathq":     pathEscape,
 	"withAcct":  withAccount,
+	"acctLink":  accountLink,
 	"list":      func(xs ...string) []string { return xs },
 	"scopeText": func(s gpuproxy.Scope) string { return scopeText[s] },
 }
@@ -83,6 +85,7 @@ type page struct {
 	KeyID     string
 	Target    string // the account the page shows (admins may pick another)
 	Accounts  []string
+	AllOption bool // the account picker offers "All accounts" (account=all)
 	CSRF      string
 	Spending  bool // what the key's scopes let it see and do
 	Billing   bool
@@ -243,12 +246,23 @@ func windowLabel(minutes int) string {
 	return s
 }
 
+// accountLink adds ?account= to a link about something of account (an
+// entry's instance) when that is not the key's own account.
+func accountLink(link, account string, p *page) string {
+	if account == "" || account == p.Account {
+		return link
+	}
+	return link + "?account=" + url.QueryEscape(account)
+}
+
 func pathEscape(s string) string { return url.PathEscape(s) }
 
 // withAccount adds ?account= to a console link when the page shows
-// another account than the key's own.
+// another account than the key's own. Only the transactions page shows
+// all accounts: other links lead to the key's own account then.
 func withAccount(link string, p *page) string {
-	if p == nil || p.Target == "" || p.Target == p.Account {
+	if p == nil || p.Target == "" || p.Target == p.Account ||
+		p.Target == allAccounts && !strings.HasPrefix(link, "/console/transactions") {
 		return link
 	}
 	sep := "?"

@@ -14,7 +14,11 @@ import (
 )
 
 // filterKeys are the API's ledger filters, kept in links and forms.
-var filterKeys = []string{"from", "to", "type", "provider", "instance_id"}
+var filterKeys = []string{"from", "to", "type", "provider", "instance_id", "key_id"}
+
+// allAccounts is the account=all of an admin's ledger of every account,
+// as in the API.
+const allAccounts = "all"
 
 // ledgerParams are the query parameters the transactions page takes.
 var ledgerParams = append([]string{"account", "limit", "cursor"}, filterKeys...)
@@ -29,6 +33,8 @@ type transactionsData struct {
 	Cost        costTotals // the totals under the page's sign rule
 	Places      int        // decimals of the table's Amount column
 	TotalPlaces int        // decimals of the totals
+	All         bool       // every account's entries (admins): an Account column
+	Keys        []keyGroup // the key filter's choices
 	Paged       bool       // a page after the first
 	NextLink    string     // "" on the last page
 	FirstLink   string
@@ -63,34 +69,77 @@ func entryPlaces(es []billing.Entry) int {
 // entry names one of them or none.
 var ledgerProviders = []string{providers.VastAI, providers.IONet}
 
+// keyGroup is one account's keys in the key filter.
+type keyGroup struct {
+	Account string
+	Keys    []gpuproxy.APIKey
+}
+
 // ledgerQuery parses the API's filters (from, to, type, provider,
-// instance_id, limit, cursor) with the API's own parser, for the account
-// the page shows.
-func (c *Console) ledgerQuery(q *req) (billing.Filter, string, error) {
+// instance_id, key_id, limit, cursor) with the API's own parser, for the
+// account the page shows, or for every account (account=all, admins). It
+// returns the keys the key filter offers: the account's, or every
+// account's.
+func (c *Console) ledgerQuery(q *req) (billing.Filter, string, []keyGroup, error) {
 	if !q.p.Has(gpuproxy.ScopeBillingRead) {
-		return billing.Filter{}, "", q.p.Require(gpuproxy.ScopeBillingRead)
+		return billing.Filter{}, "", nil, q.p.Require(gpuproxy.ScopeBillingRead)
 	}
 	v := q.r.URL.Query()
 	f, err := httpapi.LedgerFilter(v.Get)
 	if err != nil {
-		return f, "", err
+		return f, "", nil, err
+	}
+	if f.KeyID == "" {
+		f.KeyID = v.Get("key_id")
 	}
 	if f.Provider != "" && !slices.Contains(ledgerProviders, f.Provider) {
-		return f, "", gpuproxy.Invalid("provider", "%q is not a provider: choose %s", f.Provider,
+		return f, "", nil, gpuproxy.Invalid("provider", "%q is not a provider: choose %s", f.Provider,
 			strings.Join(ledgerProviders, " or "))
 	}
+	ctx := q.r.Context()
 	var name string
-	if f.AccountID, name, err = c.target(q); err != nil {
-		return f, "", err
+	var accounts []gpuproxy.Account
+	if v.Get("account") == allAccounts {
+		if !q.p.Has(gpuproxy.ScopeAdmin) {
+			return f, "", nil, gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "all accounts (account=all) needs an admin key")
+		}
+		f.AllAccounts, name = true, allAccounts
+		if accounts, err = c.svc.Auth.Accounts(ctx); err != nil {
+			return f, "", nil, err
+		}
+	} else {
+		if f.AccountID, name, err = c.target(q); err != nil {
+			return f, "", nil, err
+		}
+		accounts = []gpuproxy.Account{{ID: f.AccountID, Name: name}}
+	}
+	var keys []keyGroup
+	known := f.KeyID == ""
+	for _, a := range accounts {
+		ks, err := c.svc.Auth.Keys(ctx, a.Name)
+		if err != nil {
+			return f, "", nil, err
+		}
+		for _, k := range ks {
+			known = known || k.ID == f.KeyID
+		}
+		keys = append(keys, keyGroup{Account: a.Name, Keys: ks})
+	}
+	if !known {
+		where := " of account " + name
+		if f.AllAccounts {
+			where = ""
+		}
+		return f, "", nil, gpuproxy.Invalid("key_id", "%q is not a key%s: pick one from the Key filter", f.KeyID, where)
 	}
 	if f.Limit == 0 {
 		f.Limit = c.opts.PageSize
 	}
-	return f, name, nil
+	return f, name, keys, nil
 }
 
 func (c *Console) transactions(q *req) error {
-	f, name, err := c.ledgerQuery(q)
+	f, name, keys, err := c.ledgerQuery(q)
 	if err != nil {
 		return err
 	}
@@ -101,6 +150,7 @@ func (c *Console) transactions(q *req) error {
 		if pg.Accounts, err = c.accountNames(ctx); err != nil {
 			return err
 		}
+		pg.AllOption = true
 	}
 	pageRes, err := c.svc.Ledger.Transactions(ctx, f)
 	if err != nil {
@@ -109,7 +159,8 @@ func (c *Console) transactions(q *req) error {
 	v := q.r.URL.Query()
 	d := transactionsData{Filter: map[string]string{}, Limit: f.Limit, Entries: pageRes.Entries,
 		Totals: pageRes.Totals, Cost: newCostTotals(pageRes.Totals), Paged: f.After != nil,
-		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}, Providers: ledgerProviders}
+		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}, Providers: ledgerProviders,
+		All: f.AllAccounts, Keys: keys}
 	d.TotalPlaces = amountPlaces(d.Cost.Charges, d.Cost.Credits, d.Cost.Refunds, d.Cost.Adjustments, d.Cost.Net)
 	d.Places = entryPlaces(d.Entries)
 	keep := url.Values{}
@@ -157,7 +208,7 @@ func cloneValues(v url.Values) url.Values {
 // filters, size and cursor), or with all=1 every entry the filters match,
 // read in pages so memory stays flat.
 func (c *Console) transactionsCSV(q *req) error {
-	f, name, err := c.ledgerQuery(q)
+	f, name, _, err := c.ledgerQuery(q)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,14 @@ package console_test
 import (
 	"context"
 	"html"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
@@ -176,5 +179,166 @@ func TestOneSignRule(t *testing.T) {
 	// One row: the plural is right.
 	if _, body := s.get(c, "/console/transactions?limit=1"); !strings.Contains(body, "this page (1 row)") {
 		t.Error(`one row is not "this page (1 row)"`)
+	}
+}
+
+// TestSpendPerKey: finance sees which key caused each entry (its name, or
+// its id, or "—" for none), filters by one of the account's keys from a
+// select, and is told when a key_id is none of them; an admin reads the
+// ledger of every account (account=all) with an Account column, others
+// never; each account's credit balance is on its overview and on the
+// accounts page.
+func TestSpendPerKey(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	ctx := context.Background()
+	keyID := func(k string) string {
+		t.Helper()
+		p, err := s.auth.Authenticate(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.KeyID
+	}
+	eng, fin := keyID(s.keys["engineer"]), keyID(s.keys["finance"])
+	otherKey, _, err := s.auth.CreateKey(ctx, "other", "other's robot", gpuproxy.Presets["engineer"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherID := keyID(otherKey)
+	for _, e := range []billing.Entry{
+		{AccountID: s.demo.ID, Type: billing.Charge, Amount: 1_250_000, KeyID: eng, Description: "engineer's call 1"},
+		{AccountID: s.demo.ID, Type: billing.Charge, Amount: 2_000_001, KeyID: eng, Description: "engineer's call 2"},
+		{AccountID: s.demo.ID, Type: billing.Charge, Amount: 500_000, KeyID: fin, Description: "finance's call"},
+		{AccountID: s.other.ID, Type: billing.Charge, Amount: 700_000, KeyID: otherID, Description: "other robot's call"},
+	} {
+		e.At, e.Basis = time.Now(), billing.Metered
+		if _, err := s.ledger.Append(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyCells := func(body string) map[string]string { // entry id → Key cell
+		out := map[string]string{}
+		for _, m := range regexp.MustCompile(`(?s)<tr data-id="(\d+)">.*?<td data-field="key"[^>]*>([^<]*)</td>`).FindAllStringSubmatch(body, -1) {
+			out[m[1]] = html.UnescapeString(m[2])
+		}
+		return out
+	}
+	c := s.signIn(s.keys["finance"])
+	st, body := s.get(c, "/console/transactions?key_id="+eng)
+	if st != 200 {
+		t.Fatalf("key filter: %d %s", st, errorMessage(body))
+	}
+	cells := keyCells(body)
+	if len(cells) != 2 || !strings.Contains(body, `data-field="count">2<`) {
+		t.Fatalf("key_id=%s shows %d rows: %v", eng, len(cells), cells)
+	}
+	for id, k := range cells {
+		if k != "engineer key" {
+			t.Errorf("entry %s's key shows %q, want engineer key", id, k)
+		}
+	}
+	if got, _ := regexp.MustCompile(`data-field="charges" data-micros="(\d+)"`).FindStringSubmatch(body), 0; got == nil || got[1] != "3250001" {
+		t.Errorf("charges of the engineer key: %v, want 3250001 micros", got)
+	}
+	sel := regexp.MustCompile(`(?s)<select name="key_id" id="f-key">(.*?)</select>`).FindStringSubmatch(body)
+	if sel == nil {
+		t.Fatal("no key select")
+	}
+	for _, k := range []string{eng, fin} {
+		if !strings.Contains(sel[1], `value="`+k+`"`) {
+			t.Errorf("the key select lacks %s", k)
+		}
+	}
+	if !strings.Contains(sel[1], `<option value="`+eng+`" selected>engineer key · `+eng) || strings.Contains(sel[1], otherID) {
+		t.Errorf("key select: %s", sel[1])
+	}
+	// Unfiltered: credits have no key ("—"); the seeded instance's entries
+	// are nobody's here either, and the keyed ones show their key.
+	_, body = s.get(c, "/console/transactions?limit=500")
+	cells = keyCells(body)
+	var dash, named int
+	for _, k := range cells {
+		switch k {
+		case "—":
+			dash++
+		case "engineer key", "finance key":
+			named++
+		}
+	}
+	if named != 3 || dash == 0 {
+		t.Errorf("key cells: %d named (want 3), %d dashes", named, dash)
+	}
+	// Another account's key, or no key at all: refused, naming key_id.
+	for _, k := range []string{otherID, "nosuchkey"} {
+		st, body := s.get(c, "/console/transactions?key_id="+k)
+		if msg := errorMessage(body); st != http.StatusBadRequest || !strings.HasPrefix(msg, `key_id: "`+k+`" is not a key of account demo`) {
+			t.Errorf("key_id=%s: %d %q", k, st, msg)
+		}
+		if strings.Contains(body, "other robot") {
+			t.Error("another account's entry shows")
+		}
+	}
+	// All accounts: admins only.
+	for _, p := range []string{"finance", "engineer"} {
+		st, body := s.get(s.signIn(s.keys[p]), "/console/transactions?account=all")
+		if st != http.StatusForbidden || strings.Contains(body, "other robot") || strings.Contains(body, "other&#39;s") {
+			t.Errorf("%s key, account=all: %d", p, st)
+		}
+		if st, _ := s.get(s.signIn(s.keys[p]), "/console/transactions.csv?account=all&all=1"); st != http.StatusForbidden {
+			t.Errorf("%s key, CSV of account=all: %d", p, st)
+		}
+	}
+	adm := s.signIn(s.keys["admin"])
+	st, body = s.get(adm, "/console/transactions?account=all&limit=500")
+	if st != 200 {
+		t.Fatalf("admin account=all: %d %s", st, errorMessage(body))
+	}
+	if !strings.Contains(body, `<option value="all" selected>All accounts</option>`) || !strings.Contains(body, "<th>Account</th>") {
+		t.Error("the all-accounts page lacks the picker's choice or the Account column")
+	}
+	accts := map[string]int{}
+	for _, m := range regexp.MustCompile(`<td data-field="account">(\w+)</td>`).FindAllStringSubmatch(body, -1) {
+		accts[m[1]]++
+	}
+	var want billing.Totals
+	for _, a := range []int64{s.demo.ID, s.other.ID} {
+		tt, err := s.store.Totals(ctx, billing.Filter{AccountID: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Count += tt.Count
+	}
+	if accts["other"] != 3 || int64(accts["demo"]+accts["other"]) != want.Count ||
+		!strings.Contains(body, `data-field="count">`+strconv.FormatInt(want.Count, 10)+`<`) {
+		t.Errorf("all accounts: rows per account %v, want %d in all", accts, want.Count)
+	}
+	if cells := keyCells(body); !slices.Contains(slices.Collect(maps.Values(cells)), "other's robot") {
+		t.Error("all accounts: other's key does not show")
+	}
+	// Filtered by another account's key, and as CSV.
+	if st, body := s.get(adm, "/console/transactions?account=all&key_id="+otherID); st != 200 || len(keyCells(body)) != 1 {
+		t.Errorf("all accounts by other's key: %d, %d rows", st, len(keyCells(body)))
+	}
+	st, csvBody := s.get(adm, "/console/transactions.csv?account=all&all=1")
+	if rows := strings.Count(csvBody, "\n") - 1; st != 200 || int64(rows) != want.Count || !strings.Contains(csvBody, "other robot's call") {
+		t.Errorf("CSV of all accounts: %d, %d rows, want %d", st, rows, want.Count)
+	}
+	// Credit balances: the overview's and the accounts page's.
+	for _, a := range []gpuproxy.Account{s.demo, s.other} {
+		bal, err := s.ledger.Balance(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body := s.get(adm, "/console/?account="+a.Name)
+		if !strings.Contains(body, `id="balance" data-micros="`+strconv.FormatInt(int64(bal), 10)+`"`) {
+			t.Errorf("%s overview: no balance of %d micros", a.Name, bal)
+		}
+		_, body = s.get(adm, "/console/accounts")
+		if !regexp.MustCompile(`<tr data-account="` + a.Name + `">.*\n.*data-field="balance" data-micros="` + strconv.FormatInt(int64(bal), 10) + `"`).MatchString(body) {
+			t.Errorf("accounts page: no %s balance of %d micros", a.Name, bal)
+		}
+	}
+	if _, body := s.get(c, "/console/"); !strings.Contains(body, `id="balance"`) {
+		t.Error("finance's overview has no credit balance")
 	}
 }
