@@ -288,7 +288,7 @@ func TestUsageAPI(t *testing.T) {
 		t.Fatalf("offers key: %d %s", r.Status, r.Body)
 	}
 	for _, q := range []string{"?from=yesterday", "?limit=0", "?limit=5000", "?cursor=abc",
-		"?from=2026-01-02&to=2026-01-01"} {
+		"?from=2026-01-02&to=2026-01-01", "?instance=gpi_x"} {
 		if r := e.do(e.key, "GET", "/api/v1/proxy/usage"+q, nil, nil); r.Status != 400 || r.ErrCode() != gpuproxy.EINVALID {
 			t.Errorf("%s: %d %s", q, r.Status, r.Body)
 		}

@@ -66,6 +66,10 @@ func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	if err := httpapi.KnownQuery(q, []string{"from", "to", "instance_id", "limit", "cursor"}); err != nil {
+		writeError(w, r, p.log, err)
+		return
+	}
 	f := UsageFilter{AccountID: pr.AccountID, InstanceID: q.Get("instance_id"), Limit: 100}
 	var err error
 	if f.From, f.To, err = httpapi.TimeRange(q.Get); err != nil {
