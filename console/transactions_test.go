@@ -334,7 +334,7 @@ func TestSpendPerKey(t *testing.T) {
 			t.Errorf("%s overview: no balance of %d micros", a.Name, bal)
 		}
 		_, body = s.get(adm, "/console/accounts")
-		if !regexp.MustCompile(`<tr data-account="` + a.Name + `">.*\n.*data-field="balance" data-micros="` + strconv.FormatInt(int64(bal), 10) + `"`).MatchString(body) {
+		if !regexp.MustCompile(`<tr id="list-` + a.Name + `">.*\n.*data-field="balance" data-micros="` + strconv.FormatInt(int64(bal), 10) + `"`).MatchString(body) {
 			t.Errorf("accounts page: no %s balance of %d micros", a.Name, bal)
 		}
 	}
