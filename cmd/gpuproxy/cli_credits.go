@@ -59,16 +59,16 @@ func creditsAdd(ctx context.Context, f *cliFlags, account, amount, desc string, 
 	if err != nil {
 		return cliErr(err)
 	}
-	bal, err := balances(ctx, svc.Ledger, billing.Filter{AccountID: a.ID})
+	bal, err := svc.Ledger.Balance(ctx, a.ID)
 	if err != nil {
 		return cliErr(err)
 	}
-	fmt.Fprintf(stdout, "credited %s to %s (ledger entry %d); balance %s\n", usd(en.Amount), a.Name, en.ID, usd(bal[a.Name].Net()))
+	fmt.Fprintf(stdout, "credited %s to %s (ledger entry %d); credit balance %s\n", usd(en.Amount), a.Name, en.ID, usd(bal))
 	return nil
 }
 
-// creditsList prints the account's balance and its credit entries,
-// newest first.
+// creditsList prints the account's credit balance, how it adds up, and
+// its credit entries, newest first (each credit as the amount credited).
 func creditsList(ctx context.Context, f *cliFlags, account string, getenv func(string) string, stdout, stderr io.Writer) error {
 	svc, err := openCLI(ctx, *f.config, getenv, true, stderr)
 	if err != nil {
@@ -84,9 +84,9 @@ func creditsList(ctx context.Context, f *cliFlags, account string, getenv func(s
 		return cliErr(err)
 	}
 	t := bal[a.Name]
-	fmt.Fprintf(stdout, "%s: balance %s = credits %s + refunds %s - charges %s - adjustments %s\n", a.Name,
+	fmt.Fprintf(stdout, "%s: credit balance %s = credits %s + refunds %s - charges %s - adjustments %s\n", a.Name,
 		usd(t.Net()), usd(t.Credits), usd(t.Refunds), usd(t.Charges), usd(t.Adjustments))
-	rows := [][]any{{"ID", "DATE", "AMOUNT", "DESCRIPTION"}}
+	rows := [][]any{{"ID", "DATE", "CREDITED", "DESCRIPTION"}}
 	err = svc.Ledger.Each(ctx, billing.Filter{AccountID: a.ID, Type: billing.Credit}, func(e billing.Entry) error {
 		rows = append(rows, []any{e.ID, e.At.UTC().Format("2006-01-02 15:04"), e.Amount, e.Description})
 		return nil
@@ -98,9 +98,10 @@ func creditsList(ctx context.Context, f *cliFlags, account string, getenv func(s
 }
 
 // balances is the ledger's totals per account name over everything f
-// matches; an account's balance is their Net: credits + refunds - charges
-// - adjustments, what is left of its credit (negative once it spent more
-// than it was credited). An account without entries is absent (zero).
+// matches, in one query; an account's credit balance is their Net (as
+// billing.Ledger.Balance): credits + refunds - charges - adjustments, what
+// is left of its credit (negative once it spent more than it was
+// credited). An account without entries is absent (zero).
 func balances(ctx context.Context, l *billing.Ledger, f billing.Filter) (map[string]billing.Totals, error) {
 	rows, err := l.Summary(ctx, f, billing.ByAccount)
 	if err != nil {

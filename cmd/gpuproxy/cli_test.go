@@ -329,7 +329,7 @@ func TestCreditsListAndBalances(t *testing.T) {
 			env := map[string]string{"DATABASE_URL": testDatabaseURL(t, k, "cr.db")}
 			cli(t, env, "accounts", "create", "acme")
 			cli(t, env, "accounts", "create", "zeta")
-			if out := cli(t, env, "credits", "add", "--account", "acme", "--amount", "12.5"); !strings.Contains(out, "balance $12.50") {
+			if out := cli(t, env, "credits", "add", "--account", "acme", "--amount", "12.5"); !strings.Contains(out, "credit balance $12.50") {
 				t.Fatalf("add: %s", out)
 			}
 			cli(t, env, "credits", "add", "--account", "acme", "--amount", "0.125", "--description", "small top-up")
@@ -341,7 +341,7 @@ func TestCreditsListAndBalances(t *testing.T) {
 			// 12.625 + 1 - 3 - (-0.5)
 			out := cli(t, env, "credits", "list", "--account", "acme")
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != 4 || lines[0] != "acme: balance $11.125 = credits $12.625 + refunds $1.00 - charges $3.00 - adjustments -$0.50" {
+			if len(lines) != 4 || lines[0] != "acme: credit balance $11.125 = credits $12.625 + refunds $1.00 - charges $3.00 - adjustments -$0.50" {
 				t.Fatalf("credits list:\n%s", out)
 			}
 			if f := strings.Fields(lines[2]); f[3] != "$0.125" || strings.Join(f[4:], " ") != "small top-up" {
@@ -350,7 +350,7 @@ func TestCreditsListAndBalances(t *testing.T) {
 			if f := strings.Fields(lines[3]); f[3] != "$12.500" {
 				t.Errorf("first credit: %q (one precision per column)", lines[3])
 			}
-			if out := cli(t, env, "credits", "list", "zeta"); !strings.HasPrefix(out, "zeta: balance -$2.00 = credits $0.00") {
+			if out := cli(t, env, "credits", "list", "zeta"); !strings.HasPrefix(out, "zeta: credit balance -$2.00 = credits $0.00") {
 				t.Errorf("credits list zeta: %s", out)
 			}
 			out = cli(t, env, "accounts", "list")

@@ -111,8 +111,8 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
                                               replaces all the account's windows with those given;
                                               a unit is required: 60m, 24h, 7d
   credits add --account NAME --amount USD [--description TEXT]
-  credits list --account NAME                 the account's credits and its balance: credits + refunds
-                                              - charges - adjustments over the whole ledger
+  credits list --account NAME                 the account's credits and its credit balance: credits
+                                              + refunds - charges - adjustments over the whole ledger
   alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret]
                                               budget alert webhook; prints the signing secret once
   alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]
