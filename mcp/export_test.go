@@ -1,5 +1,7 @@
 package mcp
 
+import "github.com/aiserve/gpuproxy"
+
 // SpendWatchedForTest reports whether the account's spending://current
 // subscription is in place with its baseline snapshot taken, so that any
 // change from now on is notified.
@@ -9,3 +11,7 @@ func (s *Server) SpendWatchedForTest(accountID int64) bool {
 	_, ok := s.spend.last[accountID]
 	return ok && s.spend.subs[accountID] > 0
 }
+
+// SessionOwnerForTest is the owner a stateful session opened by p is
+// bound to.
+func SessionOwnerForTest(p gpuproxy.Principal) string { return sessionOwner(p) }

@@ -157,8 +157,18 @@ func (s *Server) serveStreamable(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if ew, ok := w.(*rpcErrorWriter); ok && r.Header.Get("Mcp-Session-Id") != "" {
+		ew.inSession = true
+	}
 	s.stateful.ServeHTTP(w, r)
 }
+
+// sessionNotFound answers a request naming a session that does not exist
+// or belongs to another credential (the SDK answers that one 403): the
+// same answer for both, as the SSE transport gives, so that a session id
+// reveals nothing to anyone but its owner, and a client whose credential
+// changed starts a new session, as the spec tells it to on a 404.
+const sessionNotFound = "session not found: start a new one with an initialize request without Mcp-Session-Id"
 
 // hasInitialize reports whether a POST body is (or holds) an initialize
 // request.
@@ -207,6 +217,7 @@ type rpcErrorWriter struct {
 	http.ResponseWriter
 	id          jsonrpc.ID
 	notFound404 bool
+	inSession   bool // the request names a stateful session
 	retried     bool // the SSE retry field was written
 	wrote       bool
 	capture     bool
@@ -290,6 +301,9 @@ func (w *rpcErrorWriter) finish() {
 		e = statusError(w.status, strings.TrimSpace(w.buf.String()))
 	}
 	status := w.status
+	if w.inSession && !w.asJSON && (status == http.StatusForbidden || status == http.StatusNotFound) {
+		status, e = http.StatusNotFound, rpcErr(CodeNotFound, sessionNotFound)
+	}
 	if e.Code == jsonrpc.CodeMethodNotFound && w.id.IsValid() {
 		status = http.StatusOK // a JSON-RPC answer to a well-formed request
 		if w.notFound404 {

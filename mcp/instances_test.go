@@ -269,7 +269,7 @@ func TestCrossAccount(t *testing.T) {
 	}
 
 	// Sessions are bound to their owner: a stateful Streamable session and
-	// an SSE session of acme refuse other's key.
+	// an SSE session of acme refuse other's key as if they did not exist.
 	init := s.post(mcp.StreamablePath, acmeKey,
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
 		"Content-Type", "application/json", "Accept", "application/json, text/event-stream")
@@ -280,7 +280,7 @@ func TestCrossAccount(t *testing.T) {
 	hijack := s.post(mcp.StreamablePath, otherKey, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_my_instances","arguments":{}}}`,
 		"Content-Type", "application/json", "Accept", "application/json, text/event-stream", "Mcp-Session-Id", sid,
 		"Mcp-Protocol-Version", "2025-06-18")
-	if hijack.status != http.StatusForbidden || hijack.errCode() == 0 || strings.Contains(string(hijack.raw), inst.ID) {
+	if hijack.status != http.StatusNotFound || hijack.errCode() != mcp.CodeNotFound || strings.Contains(string(hijack.raw), inst.ID) {
 		t.Fatalf("stateful session hijack: %d %s", hijack.status, hijack.raw)
 	}
 	endpoint := openSSE(t, s, acmeKey)

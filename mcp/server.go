@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,15 +247,30 @@ func principalOf(ctx context.Context, req sdk.Request) (gpuproxy.Principal, bool
 }
 
 // tokenInfo carries p through the go-sdk: it copies TokenInfo into every
-// request's Extra, and binds stateful sessions to UserID (the account), so
-// another account's key cannot use a session it learned the id of.
+// request's Extra, and binds stateful sessions to UserID (sessionOwner), so
+// that no other credential — another account's key, or another key of the
+// same account — can use a session it learned the id of.
 func tokenInfo(p gpuproxy.Principal) *auth.TokenInfo {
 	scopes := make([]string, len(p.Scopes))
 	for i, sc := range p.Scopes {
 		scopes[i] = string(sc)
 	}
-	return &auth.TokenInfo{Scopes: scopes, UserID: "account:" + itoa64(p.AccountID),
+	return &auth.TokenInfo{Scopes: scopes, UserID: sessionOwner(p),
 		Expiration: time.Now().Add(time.Hour), Extra: map[string]any{tokenPrincipal: p}}
+}
+
+// sessionOwner names the credential a stateful session is bound to: the
+// account, the key (an OAuth access token acts for the key that approved
+// its client, a JWT for its own id) and the scopes it holds. So a session
+// outlives an OAuth token refresh (same key, same scopes) but not a switch
+// to another key, or to a token granted other scopes than the opener's.
+func sessionOwner(p gpuproxy.Principal) string {
+	scopes := make([]string, len(p.Scopes))
+	for i, sc := range p.Scopes {
+		scopes[i] = string(sc)
+	}
+	slices.Sort(scopes)
+	return "account:" + itoa64(p.AccountID) + " key:" + p.KeyID + " scopes:" + strings.Join(scopes, ",")
 }
 
 // gate is every account server's receiving middleware: it shows each caller

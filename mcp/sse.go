@@ -16,7 +16,8 @@ import (
 )
 
 // sseSession is one legacy HTTP+SSE session: the go-sdk transport and the
-// principal whose GET opened it. Only that same credential may post to it.
+// principal whose GET opened it. Only that same credential (sessionOwner)
+// may post to it.
 type sseSession struct {
 	t *sdk.SSEServerTransport
 	p gpuproxy.Principal
@@ -63,7 +64,7 @@ func (s *Server) serveSSE(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveSSEMessage(w http.ResponseWriter, r *http.Request) {
 	p, _ := principalFromContext(r.Context())
 	v, ok := s.sse.Load(r.URL.Query().Get("sessionId"))
-	if sess, _ := v.(*sseSession); !ok || sess.p.AccountID != p.AccountID || sess.p.KeyID != p.KeyID {
+	if sess, _ := v.(*sseSession); !ok || sessionOwner(sess.p) != sessionOwner(p) {
 		// Another credential's session looks exactly like a missing one.
 		writeRPCError(w, http.StatusNotFound, jsonrpc.ID{}, rpcErr(CodeNotFound,
 			"session not found: open a new one with GET %s", SSEPath))
