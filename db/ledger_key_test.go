@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +96,62 @@ func TestLedgerByKey(t *testing.T) {
 				t.Fatalf("Balance(%d) = %v, %v; want %v", c.acct, got, err, c.want)
 			}
 		}
+	})
+}
+
+// TestBalanceKeptAndBackfilled: the balance the ledger trigger keeps on the
+// account row equals the sum of the account's ledger (Totals.Net) after
+// every kind of entry, and the migration that adds it fills it from a
+// ledger written before it.
+func TestBalanceKeptAndBackfilled(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *db.Store) {
+		ctx := context.Background()
+		var accts []int64
+		for _, n := range []string{"a", "b", "c"} {
+			accts = append(accts, mustAccount(t, s, n).ID)
+		}
+		types := []billing.Type{billing.Credit, billing.Charge, billing.Refund, billing.Adjustment}
+		for i := range 60 {
+			amt := gpuproxy.Micros(1_000_003 * (i%7 + 1))
+			typ := types[i%len(types)]
+			if typ == billing.Adjustment && i%8 == 3 {
+				amt = -amt
+			}
+			charge(t, s, accts[i%3], typ, amt, t0.Add(time.Duration(i)*time.Minute))
+		}
+		check := func(when string) {
+			t.Helper()
+			for _, id := range accts {
+				tot, err := s.Totals(ctx, billing.Filter{AccountID: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := s.Balance(ctx, id); err != nil || got != tot.Net() {
+					t.Fatalf("%s: Balance(%d) = %v, %v; the ledger sums to %v", when, id, got, err, tot.Net())
+				}
+			}
+		}
+		check("kept by the trigger")
+		if _, err := s.Balance(ctx, 9999); gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
+			t.Fatalf("unknown account: %v", err)
+		}
+
+		// Undo the migration (as a database from before it), then migrate.
+		undo := "ALTER TABLE accounts DROP COLUMN balance_micros; DELETE FROM schema_migrations WHERE version = 14"
+		if s.Dialect() == "sqlite" {
+			undo = "DROP TRIGGER ledger_balance; ALTER TABLE accounts DROP COLUMN balance_micros; DELETE FROM schema_migrations WHERE version = 11"
+		}
+		for _, q := range strings.Split(undo, "; ") {
+			if err := s.ExecForTest(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("filled by the migration")
+		charge(t, s, accts[0], billing.Credit, 5*usd, t0.Add(time.Hour))
+		charge(t, s, accts[0], billing.Charge, 2*usd, t0.Add(time.Hour))
+		check("kept after the migration")
 	})
 }
