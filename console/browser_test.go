@@ -139,7 +139,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 			from := eval[string](b, `document.querySelector("#range-spend").dataset.from`)
 			tot := s.api(eng, "/api/v1/billing/transactions?limit=1&from="+url.QueryEscape(from))["totals"].(map[string]any)
-			want := apiUSD(t, tot["charges"]) - apiUSD(t, tot["refunds"]) + apiUSD(t, tot["adjustments"])
+			want := apiUSD(t, tot["charges"]) + apiUSD(t, tot["refunds"]) + apiUSD(t, tot["adjustments"]) // refunds signed negative
 			if got := shownUSD(t, b.text("#range-spend")); got != want || got == 0 {
 				t.Errorf("%s spend shown %s, API totals since %s give %s", rc.rng, got, from, want)
 			}
@@ -186,12 +186,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		if len(rows) != len(ids)+1 || rows[0][0] != "id" || !slices.Contains(rows[0], "account") {
 			t.Fatalf("page CSV: %d rows, header %v; %d shown", len(rows), rows[0], len(ids))
 		}
+		col := csvColumns(t, rows[0])
 		for i, r := range rows[1:] {
-			if r[0] != ids[i] || r[2] != "demo" || r[3] != "charge" || r[6] != "vast.ai" {
+			if r[0] != ids[i] || r[col["account"]] != "demo" || r[col["type"]] != "charge" || r[col["provider"]] != "vast.ai" {
 				t.Errorf("CSV row %d %v, shown id %s", i, r, ids[i])
 			}
-			if m, _ := gpuproxy.ParseUSD(r[4]); m != shownUSD(t, amounts[i]) {
-				t.Errorf("CSV row %d amount %s, shown %s", i, r[4], amounts[i])
+			if m, _ := gpuproxy.ParseUSD(r[col["amount"]]); m != shownUSD(t, amounts[i]) {
+				t.Errorf("CSV row %d amount %s, shown %s", i, r[col["amount"]], amounts[i])
 			}
 		}
 		all := b.download("#csv-all")
@@ -201,7 +202,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		var sum gpuproxy.Micros
 		for _, r := range all[1:] {
-			m, _ := strconv.ParseInt(r[5], 10, 64)
+			m, _ := strconv.ParseInt(r[col["amount_micros"]], 10, 64)
 			sum += gpuproxy.Micros(m)
 		}
 		if want := shownUSD(t, b.text("#totals [data-field=charges]")); sum != want {

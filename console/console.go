@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,29 +152,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // takes runs h only when the request's query names no parameter outside
-// names: a mistyped filter (acount=, key_id=) is refused with a message
-// naming it and what the page takes, never silently ignored.
+// names: a mistyped filter (acount=, rnage=) is refused with the API's
+// message naming it and what the page takes, never silently ignored.
 func takes(h func(q *req) error, names ...string) func(q *req) error {
 	return func(q *req) error {
-		var unknown []string
-		for k := range q.r.URL.Query() {
-			if !slices.Contains(names, k) {
-				unknown = append(unknown, strconv.Quote(k))
-			}
+		if err := httpapi.KnownQuery(q.r.URL.Query(), names); err != nil {
+			return err
 		}
-		if len(unknown) == 0 {
-			return h(q)
-		}
-		slices.Sort(unknown)
-		what := "this page takes no query parameters"
-		if len(names) > 0 {
-			what = "this page takes " + strings.Join(names, ", ")
-		}
-		s := ""
-		if len(unknown) > 1 {
-			s = "s"
-		}
-		return gpuproxy.Invalid("query", "unknown parameter%s %s: %s", s, strings.Join(unknown, ", "), what)
+		return h(q)
 	}
 }
 

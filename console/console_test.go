@@ -377,7 +377,8 @@ func TestCSVIsWhatIsShown(t *testing.T) {
 		t.Fatalf("csv header or length: %d rows, %v", len(rows), rows[0])
 	}
 	for i, r := range rows[1:] {
-		if r[0] != shown[i][1] || r[2] != "demo" || r[3] != "charge" || r[6] != "vast.ai" {
+		if col := csvColumns(t, rows[0]); r[0] != shown[i][1] || r[col["account"]] != "demo" || r[col["type"]] != "charge" ||
+			r[col["provider"]] != "vast.ai" {
 			t.Errorf("csv row %d: %v, page row id %s", i, r, shown[i][1])
 		}
 	}

@@ -67,11 +67,11 @@ type instanceData struct {
 	Live        bool // not terminated or failed: may be destroyed
 	Entries     []billing.Entry
 	Totals      billing.Totals
-	Cost        costTotals
-	Places      int    // decimals of the transactions' amounts
-	TotalPlaces int    // decimals of their totals
-	More        bool   // more transactions than shown
-	TxLink      string // the instance's transactions on the transactions page
+	Signed      billing.Totals // Totals signed as the amounts
+	Places      int            // decimals of the transactions' amounts
+	TotalPlaces int            // decimals of their totals
+	More        bool           // more transactions than shown
+	TxLink      string         // the instance's transactions on the transactions page
 }
 
 func (c *Console) instance(q *req) error {
@@ -96,9 +96,9 @@ func (c *Console) instance(q *req) error {
 			return err
 		}
 		d.Entries, d.Totals, d.More = p.Entries, p.Totals, p.Next != ""
-		d.Cost = newCostTotals(p.Totals)
+		d.Signed = p.Totals.Signed()
 		d.Places = entryPlaces(d.Entries)
-		d.TotalPlaces = amountPlaces(d.Cost.Charges, d.Cost.Refunds, d.Cost.Adjustments, d.Cost.Net)
+		d.TotalPlaces = amountPlaces(d.Signed.Charges, d.Signed.Refunds, d.Signed.Adjustments, d.Totals.Amount())
 		l := url.Values{"instance_id": {v.ID}}
 		if name != q.p.AccountName {
 			l.Set("account", name)

@@ -145,8 +145,8 @@ func reach(u guardrails.Usage, burn gpuproxy.Micros, at time.Time) string {
 	d := time.Duration(secs) * time.Second
 	if d > time.Duration(u.Minutes)*time.Minute {
 		full := burn * gpuproxy.Micros(u.Minutes) / 60
-		return fmt.Sprintf("At this rate the limit is not reached: %s per hour for the whole %d-minute window "+
-			"costs %s, less than the %s left.", usd(burn), u.Minutes, usd(full), usd(left))
+		return fmt.Sprintf("At this rate the limit is not reached: a whole %d-minute window at %s per hour "+
+			"costs %s, less than the %s between spent + held and the limit.", u.Minutes, usd(burn), usd(full), usd(left))
 	}
 	return fmt.Sprintf("At this rate the limit is reached at %s UTC (in %s) at the earliest.",
 		at.Add(d).UTC().Format("2006-01-02 15:04"), fmtDuration(d))

@@ -110,8 +110,8 @@ func TestReach(t *testing.T) {
 		// $50 left at $5/h: 10 h, inside the 24 h window.
 		{w(50*u, 0), 5 * u, "At this rate the limit is reached at 2026-11-25 22:00 UTC (in 10h 0m) at the earliest."},
 		// $50 left at $2/h: 25 h, beyond the window; a whole window of it is $48.
-		{w(50*u, 0), 2 * u, "At this rate the limit is not reached: $2.00 per hour for the whole 1440-minute window " +
-			"costs $48.00, less than the $50.00 left."},
+		{w(50*u, 0), 2 * u, "At this rate the limit is not reached: a whole 1440-minute window at $2.00 per hour " +
+			"costs $48.00, less than the $50.00 between spent + held and the limit."},
 	} {
 		if got := reach(tc.u, tc.burn, at); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("spent %s held %s burn %s: %q, want %q", tc.u.Spent, tc.u.Held, tc.burn, got, tc.want)

@@ -232,6 +232,22 @@ func (b *tab) download(sel string) [][]string {
 	return nil
 }
 
+// csvColumns maps a CSV header's names to their columns; the names the
+// tests read must be there.
+func csvColumns(t *testing.T, header []string) map[string]int {
+	t.Helper()
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	for _, need := range []string{"account", "type", "amount", "amount_micros", "provider"} {
+		if _, ok := col[need]; !ok {
+			t.Fatalf("CSV header %v lacks %s", header, need)
+		}
+	}
+	return col
+}
+
 // shownUSD parses an amount as the console shows it ("-$1,234.50").
 func shownUSD(t *testing.T, s string) gpuproxy.Micros {
 	t.Helper()
@@ -257,8 +273,6 @@ func apiUSD(t *testing.T, v any) gpuproxy.Micros {
 	return m
 }
 
-func abs(m gpuproxy.Micros) gpuproxy.Micros { return max(m, -m) }
-
 // compareLedger checks that the ledger table and totals on the page are
 // the API's page: the same ids in order, amounts and totals.
 func (b *tab) compareLedger(api map[string]any) {
@@ -272,12 +286,9 @@ func (b *tab) compareLedger(api map[string]any) {
 	}
 	for i, tx := range txs {
 		tx := tx.(map[string]any)
-		// The console shows what an entry cost the account, as CSV
-		// exports do: credits and refunds negative.
+		// The console signs amounts as the API does: credits and
+		// refunds negative.
 		want := apiUSD(t, tx["amount"])
-		if tx["type"] == "credit" || tx["type"] == "refund" {
-			want = -want
-		}
 		if rows[i]["id"] != tx["id"].(json.Number).String() || shownUSD(t, rows[i]["amount"]) != want {
 			t.Errorf("row %d shown %v, API %v %v %v", i, rows[i], tx["id"], tx["type"], tx["amount"])
 		}
@@ -285,24 +296,16 @@ func (b *tab) compareLedger(api map[string]any) {
 	if !b.has("#totals") {
 		return
 	}
-	// The totals follow the table's sign rule: credits and refunds
-	// negative, net cost the sum of every matching entry's amount.
+	// The totals follow the table's sign rule, as the API's do: credits
+	// and refunds negative, the total the sum of every matching amount.
 	tot := api["totals"].(map[string]any)
-	for _, f := range []string{"charges", "credits", "refunds", "adjustments", "net"} {
-		var want gpuproxy.Micros
-		switch {
-		case f == "credits" || f == "refunds":
-			want = -abs(apiUSD(t, tot[f]))
-		case f == "net" && tot["amount"] != nil: // the API's sum of signed amounts
-			want = apiUSD(t, tot["amount"])
-		case f == "net": // the API's change in balance
-			want = -apiUSD(t, tot[f])
-		default:
-			want = apiUSD(t, tot[f])
+	for _, f := range []string{"charges", "credits", "refunds", "adjustments", "amount"} {
+		if got := shownUSD(t, b.text("#totals [data-field="+f+"]")); got != apiUSD(t, tot[f]) {
+			t.Errorf("totals %s shown %s, API %v", f, got, tot[f])
 		}
-		if got := shownUSD(t, b.text("#totals [data-field="+f+"]")); got != want {
-			t.Errorf("totals %s shown %s, API %v, want %s", f, got, tot[f], want)
-		}
+	}
+	if apiUSD(t, tot["credits"]) > 0 || apiUSD(t, tot["refunds"]) > 0 {
+		t.Errorf("API credits %v, refunds %v: positive", tot["credits"], tot["refunds"])
 	}
 	if got := b.text("#totals [data-field=count]"); got != tot["count"].(json.Number).String() {
 		t.Errorf("count shown %s, API %v", got, tot["count"])

@@ -21,7 +21,7 @@ var filterKeys = []string{"from", "to", "type", "provider", "instance_id", "key_
 const allAccounts = "all"
 
 // ledgerParams are the query parameters the transactions page takes.
-var ledgerParams = append([]string{"account", "limit", "cursor"}, filterKeys...)
+var ledgerParams = append([]string{"account"}, httpapi.LedgerParams...)
 
 type transactionsData struct {
 	Filter      map[string]string
@@ -30,30 +30,16 @@ type transactionsData struct {
 	Providers   []string
 	Entries     []billing.Entry
 	Totals      billing.Totals
-	Cost        costTotals // the totals under the page's sign rule
-	Places      int        // decimals of the table's Amount column
-	TotalPlaces int        // decimals of the totals
-	All         bool       // every account's entries (admins): an Account column
-	Keys        []keyGroup // the key filter's choices
-	Paged       bool       // a page after the first
-	NextLink    string     // "" on the last page
+	Signed      billing.Totals // Totals signed as the table's amounts (Totals.Signed)
+	Places      int            // decimals of the table's Amount column
+	TotalPlaces int            // decimals of the totals
+	All         bool           // every account's entries (admins): an Account column
+	Keys        []keyGroup     // the key filter's choices
+	Paged       bool           // a page after the first
+	NextLink    string         // "" on the last page
 	FirstLink   string
 	PageCSV     string // this page as CSV
 	AllCSV      string // every matching entry as CSV
-}
-
-// costTotals are a ledger's totals signed as each type counts toward what
-// the account is charged — the one rule of every amount the console shows
-// (and of billing.Entry.Signed, the CSV's rule): charges positive, credits
-// and refunds negative, adjustments with their own sign. Net sums them: the
-// sum of the table's Amount column over every matching entry.
-type costTotals struct {
-	Charges, Credits, Refunds, Adjustments, Net gpuproxy.Micros
-}
-
-func newCostTotals(t billing.Totals) costTotals {
-	return costTotals{Charges: t.Charges, Credits: -t.Credits, Refunds: -t.Refunds, Adjustments: t.Adjustments,
-		Net: -t.Net()}
 }
 
 // entryPlaces is the precision of an Amount column listing es.
@@ -89,9 +75,6 @@ func (c *Console) ledgerQuery(q *req) (billing.Filter, string, []keyGroup, error
 	if err != nil {
 		return f, "", nil, err
 	}
-	if f.KeyID == "" {
-		f.KeyID = v.Get("key_id")
-	}
 	if f.Provider != "" && !slices.Contains(ledgerProviders, f.Provider) {
 		return f, "", nil, gpuproxy.Invalid("provider", "%q is not a provider: choose %s", f.Provider,
 			strings.Join(ledgerProviders, " or "))
@@ -113,24 +96,18 @@ func (c *Console) ledgerQuery(q *req) (billing.Filter, string, []keyGroup, error
 		}
 		accounts = []gpuproxy.Account{{ID: f.AccountID, Name: name}}
 	}
+	// A key of another account, or none, is refused as the API refuses it
+	// (the CSV of every page reads with Each, which does not check).
+	if err := c.svc.Ledger.CheckKey(ctx, f); err != nil {
+		return f, "", nil, err
+	}
 	var keys []keyGroup
-	known := f.KeyID == ""
 	for _, a := range accounts {
 		ks, err := c.svc.Auth.Keys(ctx, a.Name)
 		if err != nil {
 			return f, "", nil, err
 		}
-		for _, k := range ks {
-			known = known || k.ID == f.KeyID
-		}
 		keys = append(keys, keyGroup{Account: a.Name, Keys: ks})
-	}
-	if !known {
-		where := " of account " + name
-		if f.AllAccounts {
-			where = ""
-		}
-		return f, "", nil, gpuproxy.Invalid("key_id", "%q is not a key%s: pick one from the Key filter", f.KeyID, where)
 	}
 	if f.Limit == 0 {
 		f.Limit = c.opts.PageSize
@@ -158,10 +135,10 @@ func (c *Console) transactions(q *req) error {
 	}
 	v := q.r.URL.Query()
 	d := transactionsData{Filter: map[string]string{}, Limit: f.Limit, Entries: pageRes.Entries,
-		Totals: pageRes.Totals, Cost: newCostTotals(pageRes.Totals), Paged: f.After != nil,
+		Totals: pageRes.Totals, Signed: pageRes.Totals.Signed(), Paged: f.After != nil,
 		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}, Providers: ledgerProviders,
 		All: f.AllAccounts, Keys: keys}
-	d.TotalPlaces = amountPlaces(d.Cost.Charges, d.Cost.Credits, d.Cost.Refunds, d.Cost.Adjustments, d.Cost.Net)
+	d.TotalPlaces = amountPlaces(d.Signed.Charges, d.Signed.Credits, d.Signed.Refunds, d.Signed.Adjustments, d.Totals.Amount())
 	d.Places = entryPlaces(d.Entries)
 	keep := url.Values{}
 	for _, k := range filterKeys {

@@ -26,13 +26,13 @@ func TestUnknownParametersAreRefused(t *testing.T) {
 		path string
 		want []string // in the message; nil: the page opens
 	}{
-		{"/console/transactions?acount=other", []string{`query: unknown parameter "acount"`, "this page takes account, limit, cursor, from"}},
-		{"/console/transactions?type=charge&zz=1&aa=2", []string{`unknown parameters "aa", "zz"`}},
-		{"/console/transactions.csv?acount=other", []string{`"acount"`}},
-		{"/console/?rnage=7d", []string{`"rnage"`, "this page takes account, range"}},
-		{"/console/instances?state=running", []string{`"state"`, "account, status"}},
-		{"/console/instances/" + s.running.ID + "?x=1", []string{`"x"`}},
-		{"/console/accounts?acount=other", []string{`"acount"`, "this page takes saved"}},
+		{"/console/transactions?acount=other", []string{"unknown query parameter acount (known: account, from, to, type, provider, instance_id, key_id, limit, cursor)"}},
+		{"/console/transactions?type=charge&zz=1&aa=2", []string{"unknown query parameters aa, zz"}},
+		{"/console/transactions.csv?acount=other", []string{"parameter acount (known: account, from", ", all)"}},
+		{"/console/?rnage=7d", []string{"parameter rnage (known: account, range)"}},
+		{"/console/instances?state=running", []string{"parameter state (known: account, status)"}},
+		{"/console/instances/" + s.running.ID + "?x=1", []string{"parameter x (known: account, done)"}},
+		{"/console/accounts?acount=other", []string{"parameter acount (known: saved)"}},
 		{"/console/transactions?account=other&type=charge&provider=vast.ai&from=&to=&instance_id=&limit=25", nil},
 		{"/console/?account=other&range=7d", nil},
 		{"/console/instances?account=demo&status=running", nil},
@@ -98,8 +98,8 @@ func TestProviderFilterIsAChoice(t *testing.T) {
 // TestOneSignRule: every amount on the transactions page is signed as it
 // counts toward what the account is charged — charges positive, credits
 // and refunds negative — in the totals cards as in the table (the CSV's
-// rule too); net cost is the sum of the Amount column over every matching
-// entry; the page says the rule; and each column prints its amounts at
+// rule too); the total is the sum of the Amount column over every matching
+// entry (Total); the page says the rule; and each column prints its amounts at
 // one precision.
 func TestOneSignRule(t *testing.T) {
 	s := newStack(t, stackOpts{})
@@ -144,7 +144,7 @@ func TestOneSignRule(t *testing.T) {
 	for _, tc := range []struct {
 		field string
 		want  gpuproxy.Micros
-	}{{"credits", -tot.Credits}, {"refunds", -tot.Refunds}, {"net", net}} {
+	}{{"credits", -tot.Credits}, {"refunds", -tot.Refunds}, {"amount", net}} {
 		if got, shown := card(tc.field); got != tc.want || !strings.HasPrefix(shown, "-$") {
 			t.Errorf("%s card: %d micros shown as %q, want %d, negative", tc.field, got, shown, tc.want)
 		}
@@ -184,7 +184,7 @@ func TestOneSignRule(t *testing.T) {
 
 // TestSpendPerKey: finance sees which key caused each entry (its name, or
 // its id, or "—" for none), filters by one of the account's keys from a
-// select, and is told when a key_id is none of them; an admin reads the
+// select, and is told when a key_id is none of them (404, as the API); an admin reads the
 // ledger of every account (account=all) with an Account column, others
 // never; each account's credit balance is on its overview and on the
 // accounts page.
@@ -271,7 +271,7 @@ func TestSpendPerKey(t *testing.T) {
 	// Another account's key, or no key at all: refused, naming key_id.
 	for _, k := range []string{otherID, "nosuchkey"} {
 		st, body := s.get(c, "/console/transactions?key_id="+k)
-		if msg := errorMessage(body); st != http.StatusBadRequest || !strings.HasPrefix(msg, `key_id: "`+k+`" is not a key of account demo`) {
+		if msg := errorMessage(body); st != http.StatusNotFound || msg != `key_id: no key "`+k+`" in this account` {
 			t.Errorf("key_id=%s: %d %q", k, st, msg)
 		}
 		if strings.Contains(body, "other robot") {
