@@ -4,7 +4,8 @@
 // transport:
 //
 //   - stdio (ServeStdio, behind `gpuproxy mcp`): newline-delimited JSON-RPC
-//     acting as one principal, 1 MB per message, nothing but MCP on stdout;
+//     acting as one principal, Options.MaxMessage (1 MiB) per message,
+//     nothing but MCP on stdout;
 //   - Streamable HTTP on /mcp: a stateless handler for the 2026-07-28
 //     revision and sessionless calls, stateful sessions for clients of
 //     2025-03-26 … 2025-11-25 that initialize;

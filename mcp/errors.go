@@ -20,7 +20,7 @@ const (
 	CodeUnauthorized = -32001 // missing or invalid API key or token (HTTP 401)
 	CodeForbidden    = -32003 // cross-origin request or wrong session owner (HTTP 403)
 	CodeNotFound     = -32004 // unknown session (HTTP 404)
-	CodeTooLarge     = -32013 // message over the 1 MB limit (HTTP 413)
+	CodeTooLarge     = -32013 // message over the body limit (HTTP 413)
 	CodeRateLimited  = -32029 // per-key rate limit (HTTP 429)
 	CodeUnavailable  = -32050 // the server cannot serve the request now (HTTP 503)
 )

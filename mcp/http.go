@@ -135,7 +135,7 @@ func isLoopback(hostport string) bool {
 // generic 400.
 func (s *Server) serveStreamable(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
-		body, err := io.ReadAll(r.Body)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxMessage))
 		if err != nil {
 			writeBodyError(w, err)
 			return
@@ -193,12 +193,13 @@ func hasInitialize(body []byte) bool {
 }
 
 // writeBodyError answers a body that could not be read: over the limit
-// (413) or broken.
+// (413, printing the limit in force: REST's body limit or
+// Options.MaxMessage, whichever is lower) or broken.
 func writeBodyError(w http.ResponseWriter, err error) {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		writeRPCError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{},
-			rpcErr(CodeTooLarge, "request body is larger than the 1 MB limit"))
+			rpcErr(CodeTooLarge, "%s", httpapi.BodyLimitMessage(mbe.Limit)))
 		return
 	}
 	writeRPCError(w, http.StatusBadRequest, jsonrpc.ID{}, rpcErr(jsonrpc.CodeInvalidRequest, "could not read the request body"))

@@ -65,7 +65,7 @@ type Options struct {
 	// public Host header).
 	DisableLocalhostProtection bool
 	// MaxMessage bounds one JSON-RPC message on every transport (default
-	// 1 MB, like REST bodies).
+	// DefaultMaxMessage, like REST bodies); refusals print it.
 	MaxMessage int64
 	// StartWait is how long create_gpu_instance waits for the new instance
 	// to run, sending progress notifications, before it returns the
@@ -79,6 +79,9 @@ type Options struct {
 	// (default 30m).
 	SessionTimeout time.Duration
 }
+
+// DefaultMaxMessage is the default bound of one JSON-RPC message (1 MiB).
+const DefaultMaxMessage = 1 << 20
 
 // Server is the MCP surface. Create it with New, mount its HTTP transports
 // with Mount, serve stdio with ServeStdio, and Close it when done.
@@ -108,7 +111,7 @@ func New(svc Services, o Options) *Server {
 		o.Logger = slog.Default()
 	}
 	if o.MaxMessage <= 0 {
-		o.MaxMessage = 1 << 20
+		o.MaxMessage = DefaultMaxMessage
 	}
 	if o.StartWait <= 0 {
 		o.StartWait = 3 * time.Minute

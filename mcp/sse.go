@@ -1,10 +1,12 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -70,6 +72,14 @@ func (s *Server) serveSSEMessage(w http.ResponseWriter, r *http.Request) {
 			"session not found: open a new one with GET %s", SSEPath))
 		return
 	}
+	// Read here, so that an oversize message gets the body-limit message
+	// every transport gives (the SDK's would differ).
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxMessage))
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	v.(*sseSession).t.ServeHTTP(w, r)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+	"github.com/aiserve/gpuproxy/server"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -60,6 +61,8 @@ type stackOpts struct {
 	quiet         bool
 	dbFile        string
 	authCache     time.Duration // auth cache TTL (default: none, so revocations apply at once)
+	maxMessage    int64         // mcp.Options.MaxMessage (default: its default)
+	maxBody       int64         // REST's body limit, server.Options.MaxBody (default: its default)
 }
 
 func newStack(t testing.TB, o stackOpts) *stack {
@@ -96,7 +99,8 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		Guard:          guardrails.Options{Defaults: o.limits},
 		VastAI:         vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond},
 		Fleet:          fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1},
-		MCP:            mcp.Options{SpendPoll: o.spendPoll, StartWait: 20 * time.Second},
+		MCP:            mcp.Options{SpendPoll: o.spendPoll, StartWait: 20 * time.Second, MaxMessage: o.maxMessage},
+		Server:         server.Options{MaxBody: o.maxBody},
 		InferenceProxy: o.proxy, NoInferenceProxy: o.proxy == nil,
 	}
 	if o.dbFile != "" {

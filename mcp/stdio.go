@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // ServeStdio serves one MCP session on stdin/stdout as principal p (the
@@ -71,7 +72,7 @@ func (c *lineConn) readLoop(br *bufio.Reader, max int) {
 		switch {
 		case tooLong:
 			c.writeRaw(encodeRPCError(jsonrpc.ID{}, rpcErr(jsonrpc.CodeInvalidRequest,
-				"invalid request: message is larger than the %d-byte limit", max)))
+				"invalid request: message is larger than the limit of %s", httpapi.HumanBytes(int64(max)))))
 		case len(line) > 0 && !isBlank(line):
 			msg, id, rerr := decodeMessage(line, true)
 			if rerr != nil {
