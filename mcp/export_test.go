@@ -15,3 +15,6 @@ func (s *Server) SpendWatchedForTest(accountID int64) bool {
 // SessionOwnerForTest is the owner a stateful session opened by p is
 // bound to.
 func SessionOwnerForTest(p gpuproxy.Principal) string { return sessionOwner(p) }
+
+// VRAMTextForTest is how offer tables show GB per GPU.
+var VRAMTextForTest = vramText

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -138,6 +139,16 @@ func transactionsText(t transactionsOutput) string {
 	return b.String()
 }
 
+// vramText is GB per GPU exactly as the offer (and REST's vram_gb) gives
+// it — 24.576 GB, never rounded to 25 — or "-" when the provider does not
+// say.
+func vramText(gb float64) string {
+	if gb <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(gb, 'f', -1, 64) + " GB"
+}
+
 func offersText(o offersOutput) string {
 	var b strings.Builder
 	if len(o.Offers) == 0 {
@@ -150,7 +161,7 @@ func offersText(o offersOutput) string {
 				rel = fmt.Sprintf("%.1f%%", x.Reliability*100)
 			}
 			rows = append(rows, []string{x.Provider, x.InstanceID, x.GPUName, fmt.Sprint(x.NumGPUs),
-				fmt.Sprintf("%.0f GB", x.VRAMGB), usd(x.PricePerHour), clip(x.Location, 30), rel})
+				vramText(x.VRAMGB), usd(x.PricePerHour), clip(x.Location, 30), rel})
 		}
 		table(&b, rows)
 	}
