@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -207,6 +209,84 @@ func TestBodiesAreBounded(t *testing.T) {
 			t.Fatalf("oversize stream: read %d bytes, err %v; want a cut stream", len(b), err)
 		}
 	}
+}
+
+// countingListener counts the connections a server accepted.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestChunkedOversizeBodySendsNothing: a chunked (no declared length)
+// 20 MB body against the default 1 MiB bound is refused with 413 before
+// anything is sent upstream: the instance never accepts a connection for
+// it, let alone runs a handler with 1 MiB of it (issue 18: 1 MiB went
+// upstream before the 413). A chunked body within the bound still goes
+// through whole.
+func TestChunkedOversizeBodySendsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	var handled, got atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handled.Add(1)
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Add(n)
+		w.Header().Set("X-Got", strconv.FormatInt(n, 10))
+	}))
+	ln := &countingListener{Listener: up.Listener}
+	up.Listener = ln
+	up.Start()
+	t.Cleanup(up.Close)
+	e.fleet.add(e.acct.ID, "gpi_chunked", up.URL)
+	send := func(body io.Reader) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", e.url+"/api/v1/proxy/gpi_chunked/v1/upload", body)
+		req.Header.Set("X-API-Key", e.key)
+		// A connection of its own (see TestBodiesAreBounded).
+		res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res, b
+	}
+	// io.MultiReader hides the length: the client sends it chunked.
+	res, b := send(io.MultiReader(io.LimitReader(zeros{}, 20<<20)))
+	if res.StatusCode != 413 || !strings.Contains(string(b), gpuproxy.ETOOLARGE) {
+		t.Fatalf("chunked 20 MB body: %d %s", res.StatusCode, b)
+	}
+	// A request after it reaches the instance; connections are accepted
+	// in the order they were made, so one made for the refused body would
+	// have been accepted first.
+	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_chunked/v1/models", nil, nil); r.Status != 200 {
+		t.Fatalf("after: %d %s", r.Status, r.Body)
+	}
+	if n, h := ln.accepted.Load(), handled.Load(); n != 1 || h != 1 {
+		t.Fatalf("the instance accepted %d connections and ran %d handlers (read %d body bytes); want 1 and 1: "+
+			"the refused body's request reached it", n, h, got.Load())
+	}
+	// Within the bound, chunked: sent whole.
+	res, b = send(io.MultiReader(io.LimitReader(zeros{}, 300<<10)))
+	if res.StatusCode != 200 || res.Header.Get("X-Got") != strconv.Itoa(300<<10) {
+		t.Fatalf("chunked 300 KiB body: %d (instance read %q bytes) %s", res.StatusCode, res.Header.Get("X-Got"), b)
+	}
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
 }
 
 func TestServerBodyLimitApplies(t *testing.T) {

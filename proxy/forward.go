@@ -20,8 +20,18 @@ import (
 // routePrefix is where Mount puts the reverse proxy.
 const routePrefix = "/api/v1/proxy/"
 
-// smallBody is the largest request body read whole before sending.
+// smallBody is the largest request body of declared length read whole
+// before sending.
 const smallBody = 64 << 10
+
+// maxHeldChunked is the largest MaxRequestBody up to which a request body
+// of unknown length (chunked) is read whole before anything is sent, so
+// one past the bound is refused (413) with nothing sent to the instance
+// and one within it leaves with a Content-Length. Over it, such a body is
+// streamed, and one that passes the bound is cut off mid-request: the
+// instance's connection is closed before the body's last chunk, so it
+// never gets a complete request, but its handler may have started.
+const maxHeldChunked = 8 << 20
 
 // maxPathLen bounds the path kept in a usage record.
 const maxPathLen = 512
@@ -190,8 +200,10 @@ func (p *Proxy) checkRoute(id, rest string, length int64) error {
 	return nil
 }
 
-// attachBody gives x the body of r: a small one read whole, a larger or
-// unknown one streamed, bounded and counted (returned). The caller
+// attachBody gives x the body of r: a small one, or one of unknown length
+// while MaxRequestBody is at most maxHeldChunked, read whole (past the
+// bound: 413, nothing sent); a larger one streamed, bounded and counted
+// (returned). The caller
 // hanging up mid-body is context.Canceled.
 func (p *Proxy) attachBody(x *exchange, r *http.Request, u *Usage) (*countingBody, error) {
 	switch {
@@ -212,6 +224,21 @@ func (p *Proxy) attachBody(x *exchange, r *http.Request, u *Usage) (*countingBod
 			return nil, context.Canceled
 		}
 		x.data = b
+	case r.ContentLength < 0 && p.opts.MaxRequestBody <= maxHeldChunked:
+		b, err := io.ReadAll(io.LimitReader(r.Body, p.opts.MaxRequestBody+1))
+		u.BytesIn = int64(len(b))
+		var mbe *http.MaxBytesError
+		switch {
+		case int64(len(b)) > p.opts.MaxRequestBody:
+			return nil, tooLarge("request body", p.opts.MaxRequestBody)
+		case errors.As(err, &mbe):
+			return nil, tooLarge("request body", mbe.Limit)
+		case err != nil && r.Context().Err() != nil:
+			return nil, context.Canceled
+		case err != nil:
+			return nil, gpuproxy.Invalid("body", "the request body could not be read to its end")
+		}
+		x.data, x.length = b, int64(len(b))
 	case r.ContentLength != 0:
 		x.stream = &countingBody{r: r.Body, max: p.opts.MaxRequestBody}
 		return x.stream, nil

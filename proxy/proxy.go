@@ -56,9 +56,11 @@ type Options struct {
 	// when the instance answered, as the lease is settled.
 	Cost gpuproxy.Micros
 	// MaxRequestBody bounds a request body (default 1 MiB): a larger
-	// declared length is refused (413) before anything is sent; a chunked
-	// body that passes it is cut off (413) and the instance's connection
-	// closed. The server caps mounted routes' bodies too
+	// declared length is refused (413) before anything is sent; so is a
+	// chunked body that passes it while the bound is at most 8 MiB (such a
+	// body is read whole before sending, see maxHeldChunked); over 8 MiB a
+	// chunked body that passes it is cut off (413) and the instance's
+	// connection closed before its last chunk. The server caps mounted routes' bodies too
 	// (server.Options.MaxBody, default 1 MiB) but only as they are read:
 	// keep MaxRequestBody at or below it (raise both to proxy larger
 	// bodies), or a body between the two is refused only mid-stream.
