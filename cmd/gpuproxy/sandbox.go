@@ -4,39 +4,92 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/internal/app"
 )
 
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.
 const sandboxDB = "data/sandbox.db"
 
-// startSandbox starts both simulators on loopback, points the providers'
-// configuration at them and the store at a fresh SQLite file unless
-// DATABASE_URL is set. Close the simulators when done.
-func startSandbox(cfg *config) (*simulators, error) {
-	if cfg.DatabaseURL == "" {
+// sandbox is a running serve --sandbox's hold on its database: the lock
+// that keeps a second sandbox off it, the simulators, and the state file
+// that tells `gpuproxy mcp` where they are. Close releases all three.
+type sandbox struct {
+	sims      *simulators
+	statePath string
+	unlock    func()
+}
+
+// startSandbox takes the sandbox's database for this process, then starts
+// both simulators on loopback and points the providers' configuration at
+// them. The database is a fresh SQLite file (sandboxDB) unless
+// DATABASE_URL is set. Call it once the listener is bound: nothing is
+// deleted before this process holds the lock that every sandbox on the
+// same database takes, so a second sandbox (same port or another) never
+// touches the running one's data. Resetting the file is said in one line
+// on stdout.
+func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
+	fresh := cfg.DatabaseURL == ""
+	if fresh {
 		// Absolute, so that the printed DATABASE_URL works from any folder.
 		path, err := filepath.Abs(sandboxDB)
 		if err != nil {
 			return nil, err
 		}
-		for _, suffix := range []string{"", "-wal", "-shm"} {
-			if err := os.Remove(path + suffix); err != nil && !os.IsNotExist(err) {
-				return nil, fmt.Errorf("resetting %s: %w", path, err)
-			}
-		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, err
 		}
 		cfg.DatabaseURL = "sqlite:" + path
+	}
+	statePath, lockPath, err := sandboxFiles(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(lockPath), 0o750); err != nil {
+		return nil, err
+	}
+	unlock, err := lockSandbox(lockPath)
+	if errors.Is(err, errSandboxBusy) {
+		who := "it is starting"
+		if s, err := readSandboxState(statePath); err == nil {
+			who = s.describe()
+		}
+		return nil, fmt.Errorf("another sandbox is running on %s (%s): stop it first, or give this one "+
+			"a DATABASE_URL of its own; nothing was changed", databaseName(cfg.DatabaseURL), who)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sb := &sandbox{statePath: statePath, unlock: unlock}
+	if fresh {
+		path := strings.TrimPrefix(cfg.DatabaseURL, "sqlite:")
+		reset := false
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			err := os.Remove(path + suffix)
+			if err != nil && !os.IsNotExist(err) {
+				sb.Close()
+				return nil, fmt.Errorf("resetting %s: %w", path, err)
+			}
+			reset = reset || err == nil
+		}
+		if reset {
+			fmt.Fprintf(stdout, "sandbox: fresh database at %s (the previous sandbox's data was reset)\n", path)
+		} else {
+			fmt.Fprintf(stdout, "sandbox: fresh database at %s\n", path)
+		}
+	} else {
+		fmt.Fprintf(stdout, "sandbox: the database of DATABASE_URL, %s, as it is (nothing reset)\n",
+			databaseName(cfg.DatabaseURL))
 	}
 	if cfg.Fleet.PollInterval == 0 {
 		cfg.Fleet.PollInterval = time.Second
@@ -47,16 +100,52 @@ func startSandbox(cfg *config) (*simulators, error) {
 	if cfg.Fleet.PendingGrace == 0 {
 		cfg.Fleet.PendingGrace = 30 * time.Second
 	}
-	sims, err := startSimulators(simOptions{})
-	if err != nil {
+	if sb.sims, err = startSimulators(simOptions{}); err != nil {
+		sb.Close()
 		return nil, err
 	}
 	// The simulators replace any configured provider.
-	cfg.Providers = providersConf{
-		VastAI: providerConf{BaseURL: sims.vastURL, APIKey: sims.vastKey, Timeout: 10 * time.Second},
-		IONet:  providerConf{BaseURL: sims.ioURL, APIKey: sims.ioKey, Timeout: 10 * time.Second},
+	cfg.Providers = sandboxState{VastAIURL: sb.sims.vastURL, VastAIKey: sb.sims.vastKey,
+		IONetURL: sb.sims.ioURL, IONetKey: sb.sims.ioKey}.providers()
+	return sb, nil
+}
+
+// publish writes the state file once the sandbox serves at base on the
+// store at location; Close removes it.
+func (sb *sandbox) publish(base, location string) error {
+	return writeSandboxState(sb.statePath, sandboxState{PID: os.Getpid(), URL: base, Database: location,
+		VastAIURL: sb.sims.vastURL, VastAIKey: sb.sims.vastKey, IONetURL: sb.sims.ioURL, IONetKey: sb.sims.ioKey,
+		StartedAt: time.Now().UTC().Truncate(time.Second)})
+}
+
+// Close removes the state file, stops the simulators and releases the
+// lock, in that order.
+func (sb *sandbox) Close() {
+	if sb.sims != nil {
+		_ = os.Remove(sb.statePath)
+		sb.sims.Close()
 	}
-	return sims, nil
+	sb.unlock()
+}
+
+// databaseName names the database of a DATABASE_URL for people: a SQLite
+// file's absolute path, or Postgres's host, port and database without
+// credentials.
+func databaseName(databaseURL string) string {
+	if strings.HasPrefix(databaseURL, "postgres://") || strings.HasPrefix(databaseURL, "postgresql://") {
+		if u, err := url.Parse(databaseURL); err == nil {
+			return "postgres " + u.Host + u.Path
+		}
+		return "a Postgres database"
+	}
+	path := strings.TrimPrefix(strings.TrimPrefix(databaseURL, "sqlite:"), "//")
+	if path == "" {
+		path = db.DefaultSQLitePath
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	return path
 }
 
 // seedSandbox creates the demo account (default limits, $500 credit) and

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/app"
@@ -27,7 +28,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 // cmdServe runs the HTTP API, MCP and the proxy until ctx ends: it opens
 // the services, listens, serves, and shuts down gracefully.
 func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, sandbox, err := serveConfig(args, getenv)
+	cfg, sandboxed, err := serveConfig(args, getenv)
 	if err != nil {
 		return err
 	}
@@ -37,38 +38,67 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer lw.Close()
 	log := newLogger(lw, cfg.LogLevel)
 	raiseFileLimit(log)
-	if sandbox {
-		sims, err := startSandbox(&cfg)
-		if err != nil {
+	// Bind first: a busy port fails before anything else is touched (a
+	// sandbox's database above all).
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return listenError(err, cfg, sandboxed)
+	}
+	served := false
+	defer func() {
+		if !served {
+			_ = ln.Close()
+		}
+	}()
+	var sb *sandbox
+	if sandboxed {
+		if sb, err = startSandbox(&cfg, stdout); err != nil {
 			return err
 		}
-		defer sims.Close()
+		defer sb.Close()
 	}
-	a, err := openApp(ctx, cfg, sandbox, log)
+	a, err := openApp(ctx, cfg, sandboxed, log)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening: %w", err)
+	base := "http://" + ln.Addr().String()
+	if sb != nil {
+		if err := sb.publish(base, a.Store.Location()); err != nil {
+			return err
+		}
 	}
 	stopBG := runInBackground(context.Background(), a)
 	defer stopBG()
 	announce(a, ln, log, stdout)
-	if sandbox {
-		if err := seedSandbox(ctx, a, stdout, "http://"+ln.Addr().String(), cfg.DatabaseURL); err != nil {
-			_ = ln.Close()
+	if sandboxed {
+		if err := seedSandbox(ctx, a, stdout, base, cfg.DatabaseURL); err != nil {
 			return err
 		}
 	}
+	served = true
 	err = serve(ctx, a, ln, cfg.Metrics, log)
 	stopBG()
 	if ctx.Err() != nil {
 		log.Info("stopped")
 	}
 	return err
+}
+
+// listenError is serve's error for a listener it could not bind; when a
+// sandbox on the same database holds the address, it says so.
+func listenError(err error, cfg config, sandboxed bool) error {
+	if sandboxed && cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = "sqlite:" + sandboxDB
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err // "bind: address already in use", without repeating the address
+	}
+	if s, ok := sandboxFor(cfg.DatabaseURL); ok && strings.HasSuffix(s.URL, "/"+cfg.Listen) {
+		return fmt.Errorf("listening on %s: %w (%s uses it); nothing was changed", cfg.Listen, err, s.describe())
+	}
+	return fmt.Errorf("listening on %s: %w; nothing was changed", cfg.Listen, err)
 }
 
 // raiseFileLimit raises the soft open-files limit to the hard one (every
