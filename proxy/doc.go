@@ -20,8 +20,9 @@
 //     tests) admits the addresses of the networks it lists, literal or
 //     resolved; metadata addresses never;
 //   - the spending guard rail (guardrails.ProxyGate: spent + held + request
-//     cost ≤ limit in every window, from a snapshot at most 1 s old) — a
-//     refusal is 402 with the window numbers;
+//     cost ≤ limit in every window, from a snapshot at most 1 s old; a
+//     limit set on any replica applies within 250 ms) — a refusal is 402
+//     with the window numbers;
 //   - the instance's circuit breaker (gobreaker, per instance): transport
 //     failures, timeouts and 5xx answers count as failures, 4xx do not.
 //
