@@ -118,7 +118,7 @@ func TestServeEndToEnd(t *testing.T) {
 				t.Fatalf("spending = %v", sp)
 			}
 			tx := get("/api/v1/billing/transactions")
-			if tx["totals"].(map[string]any)["credits"].(float64) != 42.5 {
+			if tx["totals"].(map[string]any)["credits"].(float64) != -42.5 { // signed toward spend
 				t.Fatalf("transactions = %v", tx)
 			}
 			if get("/ready")["status"] != "ready" {
