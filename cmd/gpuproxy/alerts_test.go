@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/alerts"
+	"github.com/aiserve/gpuproxy/internal/poll"
 )
 
 // TestAlertsCLI: alerts set prints the signing secret once (again only
@@ -165,5 +166,47 @@ func TestSandboxAlerts(t *testing.T) {
 		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("no shutdown")
+	}
+}
+
+// TestAlertsSetLoopbackInSandbox: alerts set accepts a loopback webhook on
+// the database of a running serve --sandbox (which allows loopback, and
+// the CLI says it is the sandbox's), and refuses it again once the sandbox
+// has stopped.
+func TestAlertsSetLoopbackInSandbox(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "sbal.db")
+	env := map[string]string{"DATABASE_URL": url, "GPUPROXY_LOG_LEVEL": "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--sandbox", "--listen", "127.0.0.1:0"}, envFunc(env), strings.NewReader(""), stdout, stderr)
+	}()
+	waitListening(t, stdout, done)
+	if !poll.Wait(10*time.Second, func() bool { _, ok := sandboxFor(url); return ok }) {
+		t.Fatal("the sandbox never said it runs")
+	}
+	set := []string{"alerts", "set", "--account", "demo", "--webhook", "http://127.0.0.1:9/hook"}
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), set, envFunc(env), strings.NewReader(""), &out, &errb); err != nil {
+		t.Fatalf("loopback webhook on the sandbox's database: %v", err)
+	}
+	if !strings.Contains(out.String(), "POST http://127.0.0.1:9/hook") || !strings.Contains(errb.String(), "the sandbox at http://127.0.0.1:") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errb.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("no shutdown")
+	}
+	err := run(context.Background(), set, envFunc(env), strings.NewReader(""), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--webhook: 127.0.0.1 is a loopback address") {
+		t.Errorf("after the sandbox stopped: %v", err)
 	}
 }

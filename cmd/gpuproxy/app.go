@@ -99,7 +99,10 @@ func openCLI(ctx context.Context, configPath string, getenv func(string) string,
 	if err != nil {
 		return nil, err
 	}
-	ac, err := cfg.appConfig(false, slog.New(slog.DiscardHandler))
+	// On a running sandbox's database, the CLI allows what the sandbox
+	// does: webhooks on loopback.
+	sb, inSandbox := sandboxFor(cfg.DatabaseURL)
+	ac, err := cfg.appConfig(inSandbox, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +116,9 @@ func openCLI(ctx context.Context, configPath string, getenv func(string) string,
 		return nil, cliErr(err)
 	}
 	c := &cliApp{App: a, where: a.Store.Location() + " " + databaseSource(configPath, cfg, getenv)}
+	if inSandbox {
+		c.where += ", " + sb.describe()
+	}
 	fmt.Fprintf(stderr, "database: %s\n", c.where)
 	return c, nil
 }
