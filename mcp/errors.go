@@ -71,11 +71,12 @@ func (s *Server) toolError(ctx context.Context, tool string, err error) *sdk.Cal
 }
 
 // alreadyAdvises reports whether a service message already ends with advice
-// (e.g. the guard rails' refusal or a provider's "try again later").
+// (e.g. the guard rails' refusal, a provider's "try again later", or "no GPU
+// provider is configured … and restart it", which waiting does not fix).
 func alreadyAdvises(msg string) bool {
 	m := strings.ToLower(msg)
 	return strings.Contains(m, "try again") || strings.Contains(m, "ask an admin") ||
-		strings.Contains(m, "pick another")
+		strings.Contains(m, "pick another") || strings.Contains(m, "restart it")
 }
 
 // unknownTool is the SDK's own answer for a tool it does not have; a tool
