@@ -91,7 +91,9 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
 
   serve [--listen ADDR] [--sandbox]           run the HTTP API and MCP (default 127.0.0.1:8080);
                                               --sandbox: simulated vast.ai and io.net, a demo account
-  mcp                                         MCP on stdio as the account of GPUPROXY_API_KEY
+  mcp [--sandbox]                             MCP on stdio as the account of GPUPROXY_API_KEY, on
+                                              DATABASE_URL's database (it never creates one);
+                                              --sandbox: the running sandbox's, and its providers
   sim [--listen HOST:PORT] [--vastai-key K] [--ionet-key K] [--start-delay 3s] [--env-file PATH]
                                               serve simulated vast.ai (PORT) and io.net (PORT+1) for
                                               other processes; prints VASTAI_BASE_URL, VASTAI_API_KEY,

@@ -177,3 +177,14 @@ func TestMCPNoProviderSaysOneThing(t *testing.T) {
 		t.Errorf("stderr:\n%s", errs)
 	}
 }
+
+// TestMCPHelp: gpuproxy mcp --help tells that it never creates a database
+// and what --sandbox does.
+func TestMCPHelp(t *testing.T) {
+	out := cli(t, nil, "mcp", "--help")
+	for _, want := range []string{"usage: gpuproxy mcp", "mcp [--sandbox]", "never creates one", "-sandbox"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mcp --help lacks %q:\n%s", want, out)
+		}
+	}
+}
