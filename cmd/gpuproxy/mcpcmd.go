@@ -61,6 +61,9 @@ func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 		cfg.Providers = state.providers()
 		via = ", simulated by " + state.describe()
 	}
+	if isSandbox {
+		via += "; the sandbox meters and polls the instances"
+	}
 	log := newLogger(stderr, cfg.LogLevel)
 	ac, err := cfg.appConfig(isSandbox, log)
 	if err != nil {
@@ -88,9 +91,11 @@ func cmdMCP(ctx context.Context, args []string, getenv func(string) string, stdi
 	}
 	// A standalone stdio process on its own database also keeps instances
 	// moving and metered; with a shared Postgres the leader locks make this
-	// safe beside running servers, and on SQLite the leader-only jobs of
-	// processes on one file are serialized by the store.
-	defer runInBackground(ctx, a)()
+	// safe beside running servers. A sandbox does that work for its own
+	// database (on SQLite, leader locks do not span processes).
+	if !isSandbox {
+		defer runInBackground(ctx, a)()
+	}
 	return a.MCP.ServeStdio(ctx, p, stdin, stdout)
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,9 @@ func TestMCPReachesSandbox(t *testing.T) {
 	if m == nil || m[1] != "sqlite:"+dbPath {
 		t.Fatalf("printed DATABASE_URL %v", m)
 	}
+	if !strings.Contains(sbOut.String(), `"gpuproxy mcp --sandbox"`) {
+		t.Errorf("the sandbox does not say how to use it over stdio MCP:\n%s", sbOut)
+	}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -92,10 +96,11 @@ func TestMCPReachesSandbox(t *testing.T) {
 				strings.Count(out, "io.net") < 2 {
 				t.Errorf("list_gpu_instances did not reach both simulators:\n%s", out)
 			}
-			wantErr := "gpuproxy mcp: database sqlite " + dbPath + "; providers: vast.ai, io.net, simulated by " +
-				"the sandbox at " + base + " (pid "
-			if !strings.Contains(errs, wantErr) {
-				t.Errorf("stderr lacks %q:\n%s", wantErr, errs)
+			wantErr := regexp.MustCompile(`(?m)^gpuproxy mcp: database sqlite ` + regexp.QuoteMeta(dbPath) +
+				`; providers: vast\.ai, io\.net, simulated by the sandbox at ` + regexp.QuoteMeta(base) +
+				` \(pid \d+\); the sandbox meters and polls the instances$`)
+			if !wantErr.MatchString(errs) {
+				t.Errorf("stderr lacks %s:\n%s", wantErr, errs)
 			}
 			if strings.Contains(strings.ToLower(errs), "console") || strings.Contains(errs, "WARNING") {
 				t.Errorf("stderr says something unrelated:\n%s", errs)

@@ -186,6 +186,8 @@ Then try:
   curl -s -H "X-API-Key: $GPUPROXY_ADMIN_KEY" %s/api/v1/billing/transactions
 
 Web console: %s/console/ (sign in by pasting either key)
+MCP on stdio (e.g. as Claude's command): with the exports above, "gpuproxy mcp" uses this sandbox's
+database and simulated providers; in this folder "gpuproxy mcp --sandbox" needs only GPUPROXY_API_KEY.
 
 `, admin, asst, shellQuote(databaseURL), base, base, base, base, base, base)
 	return nil
