@@ -42,6 +42,20 @@ func AmountRange(lo, hi Micros, above bool) string {
 	return "must be between " + lo.Dollars() + " and " + hi.Dollars()
 }
 
+// InvalidUSD is the invalid-input error for field whose text ParseUSD
+// refused with err: the places rule, the range [lo, hi] (AmountRange) when
+// the number is out of range, or else that it must be what (e.g. "a
+// number of US dollars").
+func InvalidUSD(field string, err error, lo, hi Micros, what string) error {
+	switch {
+	case errors.Is(err, ErrUSDPlaces):
+		return Invalid(field, "%v", ErrUSDPlaces)
+	case errors.Is(err, ErrUSDRange):
+		return Invalid(field, "%s", AmountRange(lo, hi, false))
+	}
+	return Invalid(field, "must be %s, e.g. 12.5", what)
+}
+
 // Dollars renders m for people, with a dollar sign and thousands
 // separators and every significant place: "$1,000,000,000", "-$5",
 // "$0.000001", "$12.5".

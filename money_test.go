@@ -282,3 +282,24 @@ func TestMulMillis(t *testing.T) {
 		}
 	}
 }
+
+// InvalidUSD says why ParseUSD refused a field's text: the places rule,
+// the field's own range, or what it must be — never "not a number" for a
+// number that is only out of range.
+func TestInvalidUSD(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"1.1234567", "invalid: max_price: must have at most 6 decimal places"},
+		{"1e12", "invalid: max_price: must be between $0 and $1,000,000,000"},
+		{"abc", "invalid: max_price: must be a number of USD per hour, e.g. 12.5"},
+	} {
+		_, err := gpuproxy.ParseUSD(tc.in)
+		if err == nil {
+			t.Fatalf("%q parsed", tc.in)
+		}
+		got := gpuproxy.InvalidUSD("max_price", err, 0, gpuproxy.MaxMicros, "a number of USD per hour")
+		if !strings.HasPrefix(got.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -55,11 +55,11 @@ func (l *Ledger) Append(ctx context.Context, e Entry) (Entry, error) {
 	if !ValidBasis(e.Basis) {
 		return e, gpuproxy.Invalid("basis", "must be metered, prepaid, provider or manual")
 	}
-	if e.Type != Adjustment && e.Amount <= 0 {
-		return e, gpuproxy.Invalid("amount", "must be greater than 0")
+	if e.Type != Adjustment && (e.Amount <= 0 || e.Amount > gpuproxy.MaxMicros) {
+		return e, gpuproxy.Invalid("amount", "%s", gpuproxy.AmountRange(0, gpuproxy.MaxMicros, true))
 	}
 	if e.Amount > gpuproxy.MaxMicros || e.Amount < -gpuproxy.MaxMicros {
-		return e, gpuproxy.Invalid("amount", "must be at most 1000000000")
+		return e, gpuproxy.Invalid("amount", "%s", gpuproxy.AmountRange(-gpuproxy.MaxMicros, gpuproxy.MaxMicros, false))
 	}
 	if len(e.Description) > 1000 {
 		return e, gpuproxy.Invalid("description", "must be at most 1000 characters")

@@ -264,11 +264,8 @@ func (s *Service) observe(kind string, allowed bool) {
 }
 
 func validCost(c gpuproxy.Micros) error {
-	if c < 0 {
-		return gpuproxy.Invalid("estimated_cost", "must not be negative")
-	}
-	if c > gpuproxy.MaxMicros {
-		return gpuproxy.Invalid("estimated_cost", "must be at most 1000000000")
+	if c < 0 || c > gpuproxy.MaxMicros {
+		return gpuproxy.Invalid("estimated_cost", "%s", gpuproxy.AmountRange(0, gpuproxy.MaxMicros, false))
 	}
 	return nil
 }

@@ -174,10 +174,7 @@ type checkInput struct {
 func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (result, error) {
 	cost, err := gpuproxy.ParseUSD(in.EstimatedCost.String())
 	if err != nil {
-		if errors.Is(err, gpuproxy.ErrUSDPlaces) {
-			return result{}, gpuproxy.Invalid("estimated_cost", "%v", err)
-		}
-		return result{}, gpuproxy.Invalid("estimated_cost", "must be a number of US dollars")
+		return result{}, gpuproxy.InvalidUSD("estimated_cost", err, 0, gpuproxy.MaxMicros, "a number of US dollars")
 	}
 	d, err := s.svc.Guard.KeyCheck(ctx, c.p.AccountID, c.p.KeyID, cost)
 	if err != nil {

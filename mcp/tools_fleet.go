@@ -156,10 +156,7 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 	if in.MaxPrice != "" {
 		p, err := gpuproxy.ParseUSD(in.MaxPrice.String())
 		if err != nil {
-			if errors.Is(err, gpuproxy.ErrUSDPlaces) {
-				return offersOutput{}, gpuproxy.Invalid("max_price", "%v", err)
-			}
-			return offersOutput{}, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
+			return offersOutput{}, gpuproxy.InvalidUSD("max_price", err, 0, gpuproxy.MaxMicros, "a number of USD per hour")
 		}
 		q.MaxPrice = p
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,10 +23,10 @@ func OfferQueryFrom(get func(string) string) (fleet.OfferQuery, error) {
 	}
 	if v := get("max_price"); v != "" {
 		if q.MaxPrice, err = gpuproxy.ParseUSD(v); err != nil {
-			if errors.Is(err, gpuproxy.ErrUSDPlaces) {
-				return q, gpuproxy.Invalid("max_price", "%v", err)
-			}
-			return q, gpuproxy.Invalid("max_price", "must be a number of USD per hour")
+			return q, gpuproxy.InvalidUSD("max_price", err, 0, gpuproxy.MaxMicros, "a number of USD per hour")
+		}
+		if q.MaxPrice < 0 {
+			return q, gpuproxy.Invalid("max_price", "%s", gpuproxy.AmountRange(0, gpuproxy.MaxMicros, false))
 		}
 	}
 	for _, f := range []struct {

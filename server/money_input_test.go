@@ -77,6 +77,8 @@ func TestOfferQueryMaxPrice(t *testing.T) {
 		{"abc", 0, false, false},
 		{" 2", 0, false, false},
 		{"+2", 0, false, false},
+		{"1e12", 0, false, false},
+		{"-1", 0, false, false},
 	} {
 		q, err := server.OfferQueryFrom(func(k string) string {
 			if k == "max_price" {
@@ -91,6 +93,11 @@ func TestOfferQueryMaxPrice(t *testing.T) {
 		if err != nil && (!strings.HasPrefix(err.Error(), "invalid: max_price: ") ||
 			strings.Contains(err.Error(), "at most 6 decimal places") != tc.places) {
 			t.Errorf("max_price=%q: error %v", tc.in, err)
+		}
+		// A number out of range is told the range, not that it is no number.
+		if err != nil && strings.ContainsAny(tc.in, "e-") && !tc.places &&
+			!strings.Contains(err.Error(), "must be between $0 and $1,000,000,000") {
+			t.Errorf("max_price=%q: error %v, want the range", tc.in, err)
 		}
 	}
 }
