@@ -440,6 +440,13 @@ func TestOAuthRefusals(t *testing.T) {
 		t.Errorf("an unregistered redirect_uri was redirected to: %s", loc)
 	}
 
+	// A registration over the body limit is refused with the limit's size,
+	// worded as every body-limit refusal is.
+	st, big := register(t, base, map[string]any{"client_name": strings.Repeat("x", 20<<10), "redirect_uris": []string{redirect}})
+	if st != http.StatusRequestEntityTooLarge || big["error_description"] != "request body is larger than the limit of 16 KiB" {
+		t.Errorf("20 KiB registration: %d %v", st, big)
+	}
+
 	// Deny.
 	_, id, csrf := consentPage(t, b, base, authorizeQuery(clientID, "v-0123456789-0123456789-0123456789-0123456789", "offers:read", "st-d"), key)
 	cb := answer(t, b, base, id, csrf, "deny")

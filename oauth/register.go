@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // registration is the part of RFC 7591's client metadata gpuproxy reads.
@@ -76,7 +77,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			regError(w, http.StatusRequestEntityTooLarge, "invalid_client_metadata", fmt.Sprintf("the body is over %d bytes", maxRegistration))
+			regError(w, http.StatusRequestEntityTooLarge, "invalid_client_metadata", httpapi.BodyLimitMessage(maxRegistration))
 			return
 		}
 		regError(w, http.StatusBadRequest, "invalid_client_metadata", "the body is not a JSON object of client metadata: "+err.Error())

@@ -154,7 +154,8 @@ func TestBodiesAreBounded(t *testing.T) {
 	// Over the bound with a declared length: 413 before anything is sent.
 	huge := chatBody(false, strings.Repeat("word ", 20_000)) // ~100 KB
 	r = e.do(e.key, "POST", "/api/v1/proxy/gpi_big/v1/chat/completions", huge, nil)
-	if r.Status != 413 || r.ErrCode() != gpuproxy.ETOOLARGE {
+	if r.Status != 413 || r.ErrCode() != gpuproxy.ETOOLARGE ||
+		!strings.Contains(string(r.Body), "request body is larger than the limit of 64 KiB") {
 		t.Fatalf("100 KB body: %d %s", r.Status, r.Body)
 	}
 	// Over the bound, chunked (no declared length): cut off and refused.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,13 +96,13 @@ func (c *countingBody) failed() bool { return c != nil && c.bad.Load() }
 
 func tooLarge(what string, max int64) error {
 	return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE,
-		Message: what + " is larger than the " + strconv.FormatInt(max, 10) + "-byte limit",
+		Message: what + " is larger than the limit of " + httpapi.HumanBytes(max),
 		Details: map[string]any{"limit_bytes": max}}
 }
 
 func responseTooLarge(id string, max int64) error {
 	return &gpuproxy.Error{Code: CodeUpstream,
-		Message: "the instance's response is larger than the " + strconv.FormatInt(max, 10) + "-byte limit",
+		Message: "the instance's response is larger than the limit of " + httpapi.HumanBytes(max),
 		Details: map[string]any{"instance_id": id, "limit_bytes": max}}
 }
 
