@@ -164,7 +164,9 @@ func TestREADMEExamples(t *testing.T) {
 	idRE := regexp.MustCompile(`"id":\s*"(gpi_[0-9a-f]+)"`)
 	keyRE := regexp.MustCompile(`"id":\s*"([0-9a-f]{16})"`)
 	var instances []string // created by earlier examples, in order
-	var keyID string
+	// KEY_ID: the API key's own id (gpx_<id>_<secret>) until an example
+	// creates another key.
+	keyID, _, _ := strings.Cut(strings.TrimPrefix(api, "gpx_"), "_")
 	ran := 0
 	for _, cmd := range cmds {
 		text := strings.NewReplacer("localhost:8080", host, "http://127.0.0.1:8080", base).Replace(cmd.text)
