@@ -17,8 +17,8 @@ import (
 
 // mcpStdio runs `gpuproxy args...` (an mcp command) in-process with env,
 // sends it initialize and then one tools/call per call (JSON of name and
-// arguments), and returns stdout and stderr once it answered the last one
-// and ended; err is the command's error.
+// arguments), and returns stdout and stderr once it answered them all and
+// ended; err is the command's error.
 func mcpStdio(t *testing.T, env map[string]string, args []string, calls ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
@@ -27,7 +27,11 @@ func mcpStdio(t *testing.T, env map[string]string, args []string, calls ...strin
 	for i, c := range calls {
 		in += `{"jsonrpc":"2.0","id":` + string(rune('2'+i)) + `,"method":"tools/call","params":` + c + "}\n"
 	}
-	last := `"id":` + string(rune('1'+len(calls)))
+	// Answers may come in any order: wait for each.
+	var ids []string
+	for i := range len(calls) + 1 {
+		ids = append(ids, `"id":`+string(rune('1'+i))+`,`)
+	}
 	var out, errb syncBuffer
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -39,7 +43,12 @@ func mcpStdio(t *testing.T, env map[string]string, args []string, calls ...strin
 			done <- err
 			return true
 		default:
-			return strings.Contains(out.String(), last)
+			for _, id := range ids {
+				if !strings.Contains(out.String(), id) {
+					return false
+				}
+			}
+			return true
 		}
 	})
 	pw.Close()
