@@ -43,6 +43,10 @@ func spendingText(sp httpapi.SpendingJSON) string {
 			usd(w.Committed), usd(w.Remaining)})
 	}
 	table(&b, rows)
+	if sp.BalanceUSD != nil {
+		fmt.Fprintf(&b, "\nCredit balance: %s (credits and refunds less charges and adjustments, over the whole ledger)\n",
+			usd(*sp.BalanceUSD))
+	}
 	if k := sp.Key; k != nil {
 		fmt.Fprintf(&b, "\nYour key %s has windows of its own (what this key caused) — burn rate %s/hour, held %s\n\n",
 			k.KeyID, usd(k.BurnRatePerHour), usd(k.Held))

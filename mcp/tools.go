@@ -156,6 +156,13 @@ func (s *Server) getSpending(ctx context.Context, c call, _ struct{}) (result, e
 	}
 	s.spend.observe(c.p.AccountID, snap)
 	out := httpapi.NewSpendingJSON(c.p.AccountName, snap)
+	if s.svc.Ledger != nil {
+		bal, err := s.svc.Ledger.Balance(ctx, c.p.AccountID)
+		if err != nil {
+			return result{}, err
+		}
+		out = out.WithBalance(bal)
+	}
 	return result{spendingText(out), out}, nil
 }
 

@@ -38,7 +38,8 @@ type SpendingJSON struct {
 	// BalanceUSD and BalanceMicros are what remains of the account's
 	// credit (credits and refunds less charges and adjustments, over its
 	// whole ledger; negative when it spent more than it was credited),
-	// when the view includes it (REST's GET /api/v1/spending).
+	// when the view includes it (REST's GET /api/v1/spending, MCP's
+	// get_spending_info).
 	BalanceUSD    *gpuproxy.Micros `json:"balance_usd,omitempty"`
 	BalanceMicros *int64           `json:"balance_micros,omitempty"`
 }
