@@ -107,7 +107,7 @@ func TestMCPReachesSandbox(t *testing.T) {
 			}
 			wantErr := regexp.MustCompile(`(?m)^gpuproxy mcp: database sqlite ` + regexp.QuoteMeta(dbPath) +
 				`; providers: vast\.ai, io\.net, simulated by the sandbox at ` + regexp.QuoteMeta(base) +
-				` \(pid \d+\); the sandbox meters and polls the instances$`)
+				`, pid \d+; the sandbox meters and polls the instances$`)
 			if !wantErr.MatchString(errs) {
 				t.Errorf("stderr lacks %s:\n%s", wantErr, errs)
 			}

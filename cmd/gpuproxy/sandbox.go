@@ -60,12 +60,12 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 	}
 	unlock, err := lockSandbox(lockPath)
 	if errors.Is(err, errSandboxBusy) {
-		who := "it is starting"
+		which := "another sandbox is starting on " + databaseName(cfg.DatabaseURL)
 		if s, err := readSandboxState(statePath); err == nil {
-			who = s.describe()
+			which = "another sandbox is running on " + databaseName(cfg.DatabaseURL) + ", " + s.describe()
 		}
-		return nil, fmt.Errorf("another sandbox is running on %s (%s): stop it first, or give this one "+
-			"a DATABASE_URL of its own; nothing was changed", databaseName(cfg.DatabaseURL), who)
+		return nil, fmt.Errorf("%s: stop it first, or give this one a DATABASE_URL of its own; nothing was changed",
+			which)
 	}
 	if err != nil {
 		return nil, err

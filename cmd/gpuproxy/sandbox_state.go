@@ -58,9 +58,9 @@ func (s sandboxState) providers() providersConf {
 	}
 }
 
-// describe names the sandbox for a person: "the sandbox at URL (pid N)".
+// describe names the sandbox for a person: "the sandbox at URL, pid N".
 func (s sandboxState) describe() string {
-	return fmt.Sprintf("the sandbox at %s (pid %d)", s.URL, s.PID)
+	return fmt.Sprintf("the sandbox at %s, pid %d", s.URL, s.PID)
 }
 
 // sandboxFiles are the state file and the lock file of a sandbox on the

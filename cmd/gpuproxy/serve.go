@@ -96,7 +96,7 @@ func listenError(err error, cfg config, sandboxed bool) error {
 		err = op.Err // "bind: address already in use", without repeating the address
 	}
 	if s, ok := sandboxFor(cfg.DatabaseURL); ok && strings.HasSuffix(s.URL, "/"+cfg.Listen) {
-		return fmt.Errorf("listening on %s: %w (%s uses it); nothing was changed", cfg.Listen, err, s.describe())
+		return fmt.Errorf("listening on %s: %w: %s holds it; nothing was changed", cfg.Listen, err, s.describe())
 	}
 	return fmt.Errorf("listening on %s: %w; nothing was changed", cfg.Listen, err)
 }
