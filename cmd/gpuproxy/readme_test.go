@@ -126,6 +126,9 @@ func readmeCurls(t *testing.T, path string) []readmeCommand {
 // holding "…" (a cursor, a token) is skipped.
 func TestREADMEExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("curl is not installed (scripts/test installs it)")
+		}
 		t.Skip("curl is not installed")
 	}
 	cmds := readmeCurls(t, filepath.Join("..", "..", "README.md"))
