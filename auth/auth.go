@@ -314,7 +314,7 @@ func (s *Service) Key(ctx context.Context, id string) (gpuproxy.APIKey, error) {
 // person's confirmation (nil removes it).
 func (s *Service) SetConfirmAbove(ctx context.Context, accountID int64, keyID string, above *gpuproxy.Micros) error {
 	if above != nil && (*above < 0 || *above > gpuproxy.MaxMicros) {
-		return gpuproxy.Invalid("confirm_above", "must be between 0 and 1000000000")
+		return gpuproxy.Invalid("confirm_above", "%s", gpuproxy.AmountRange(0, gpuproxy.MaxMicros, false))
 	}
 	return s.store.SetKeyConfirmAbove(ctx, accountID, keyID, above)
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -79,7 +80,7 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 			}
 		}
 		if a.Name == failed {
-			v.Error, v.Rows = gpuproxy.ErrorMessage(ferr), rows
+			v.Error, v.Rows = formError(ferr), rows
 		}
 		for range blankRows {
 			v.Rows = append(v.Rows, limitRow{})
@@ -163,14 +164,17 @@ func (c *Console) setLimits(q *req) error {
 		if perr != nil {
 			continue
 		}
+		// Named as the API names a window's parts, so that formError
+		// labels this row's fields as SetLimits's refusals are.
+		f := fmt.Sprintf("windows[%d]", len(ws))
 		m, err := strconv.Atoi(r.Minutes)
 		if err != nil {
-			perr = gpuproxy.Invalid("window_minutes", "%q is not a whole number of minutes", r.Minutes)
+			perr = gpuproxy.Invalid(f+".window_minutes", "%q is not a whole number of minutes", r.Minutes)
 			continue
 		}
 		lim, err := gpuproxy.ParseUSD(strings.ReplaceAll(r.Limit, ",", ""))
 		if err != nil {
-			perr = gpuproxy.Invalid("limit", "%q: %v", r.Limit, err)
+			perr = gpuproxy.Invalid(f+".limit", "%q: %v", r.Limit, err)
 			continue
 		}
 		ws = append(ws, guardrails.Window{Minutes: m, Limit: lim})
@@ -188,4 +192,36 @@ func (c *Console) setLimits(q *req) error {
 	}
 	http.Redirect(q.w, q.r, "/console/accounts?saved="+a.Name+"#acct-"+a.Name, http.StatusSeeOther)
 	return nil
+}
+
+// formError is err's message naming the limits form's own fields, as a
+// person sees them, instead of the API's field paths: "Window 2, Minutes:
+// duplicate window of 60 minutes" for windows[1].window_minutes.
+func formError(err error) string {
+	msg := gpuproxy.ErrorMessage(err)
+	field, _ := gpuproxy.ErrorDetails(err)["field"].(string)
+	rest, ok := strings.CutPrefix(msg, field+": ")
+	if !ok || field == "" {
+		return msg
+	}
+	return formLabel(field) + ": " + rest
+}
+
+// formLabel is the limits form's label for an API field path.
+func formLabel(field string) string {
+	parts := map[string]string{"window_minutes": "Minutes", "limit": "Limit (USD)", "on_exceed": "On exceed",
+		"windows": "Windows"}
+	if l, ok := parts[field]; ok {
+		return l
+	}
+	var i int
+	var part string
+	if n, _ := fmt.Sscanf(strings.Replace(field, "].", "] ", 1), "windows[%d] %s", &i, &part); n >= 1 {
+		l := fmt.Sprintf("Window %d", i+1)
+		if p, ok := parts[part]; ok && n == 2 {
+			l += ", " + p
+		}
+		return l
+	}
+	return field
 }

@@ -198,11 +198,12 @@ func TestLimitsFormRefusesBadInput(t *testing.T) {
 		mins, lims []string
 		want       string
 	}{
-		{[]string{"sixty"}, []string{"5"}, "whole number of minutes"},
-		{[]string{"60"}, []string{"5.0000001"}, "6 decimal places"},
-		{[]string{"60", "60"}, []string{"5", "6"}, "duplicate window"},
-		{[]string{"", ""}, []string{"", ""}, "at least one window"},
-		{[]string{"0"}, []string{"5"}, "between 1 and"},
+		{[]string{"sixty"}, []string{"5"}, "Window 1, Minutes: &#34;sixty&#34; is not a whole number of minutes"},
+		{[]string{"60"}, []string{"5.0000001"}, "Window 1, Limit (USD): &#34;5.0000001&#34;: must have at most 6 decimal places"},
+		{[]string{"60", "60"}, []string{"5", "6"}, "Window 2, Minutes: duplicate window"},
+		{[]string{"", ""}, []string{"", ""}, "Windows: give at least one window"},
+		{[]string{"0"}, []string{"5"}, "Window 1, Minutes: must be between 1 and"},
+		{[]string{"60", "1440"}, []string{"5", "-1"}, "Window 2, Limit (USD): must be between $0 and $1,000,000,000"},
 	} {
 		v := url.Values{"csrf": {tok}, "window_minutes": tc.mins, "limit": tc.lims, "on_exceed": {"block"}}
 		res, err := c.PostForm(s.url+"/console/accounts/other/limits", v)
@@ -213,6 +214,10 @@ func TestLimitsFormRefusesBadInput(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%v/%v: %d, want 400 saying %q", tc.mins, tc.lims, res.StatusCode, tc.want)
+		}
+		// The form's labels, never the API's field paths.
+		if strings.Contains(string(b), "windows[") {
+			t.Errorf("%v/%v: the page names an API field path", tc.mins, tc.lims)
 		}
 	}
 }

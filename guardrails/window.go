@@ -41,7 +41,7 @@ func ValidateWindows(ws []Window) error {
 			return gpuproxy.Invalid(f+".window_minutes", "must be between 1 and %d", 366*24*60)
 		}
 		if w.Limit < 0 || w.Limit > gpuproxy.MaxMicros {
-			return gpuproxy.Invalid(f+".limit", "must be between 0 and 1000000000")
+			return gpuproxy.Invalid(f+".limit", "%s", gpuproxy.AmountRange(0, gpuproxy.MaxMicros, false))
 		}
 		if seen[w.Minutes] {
 			return gpuproxy.Invalid(f+".window_minutes", "duplicate window of %d minutes", w.Minutes)
