@@ -15,6 +15,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
@@ -22,7 +23,6 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
@@ -80,7 +80,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 	if o.rateLimit == 0 {
 		o.rateLimit = 100000
 	}
-	// The service graph as the binary wires it (internal/app); only the
+	// The service graph as the binary wires it (app); only the
 	// fleet's polling runs in the background, not metering or alerts, so
 	// the seeded ledger stays as seeded.
 	a, err := app.New(ctx, app.Config{Store: st, Logger: quiet, Version: "test",

@@ -13,7 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -155,7 +155,7 @@ func TestProxyLeaseSettlement(t *testing.T) {
 				t.Fatalf("during the lease: spent %s, held %s; want a hold and nothing spent yet", u.Spent, u.Held)
 			}
 			clk.Add(1500 * time.Millisecond)
-			poll.Until(t, 10*time.Second, "the lease is settled", func() bool { u := st.spending(t); return u.Held == 0 })
+			testpoll.Until(t, 10*time.Second, "the lease is settled", func() bool { u := st.spending(t); return u.Held == 0 })
 			u := st.spending(t)
 			if u.Spent != 100_000 {
 				t.Fatalf("spent %s, want 5 charged calls × $0.02 = $0.10", u.Spent)

@@ -10,7 +10,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestProxyGateSeesLimitChanges: limits raised or lowered through one
@@ -74,7 +74,7 @@ func TestProxyGateSeesLimitChanges(t *testing.T) {
 				t.Helper()
 				start := time.Now()
 				for i, g := range st.gates {
-					poll.Until(t, bound-time.Since(start), fmt.Sprintf("replica %d refuses %s", i, what), func() bool {
+					testpoll.Until(t, bound-time.Since(start), fmt.Sprintf("replica %d refuses %s", i, what), func() bool {
 						return call(g, key) != nil && (!checks || check(g, key) != nil)
 					})
 					for range 20 {
@@ -103,7 +103,7 @@ func TestProxyGateSeesLimitChanges(t *testing.T) {
 			}
 			start := time.Now()
 			for i, g := range st.gates {
-				poll.Until(t, bound-time.Since(start), fmt.Sprintf("replica %d admits after the raise", i), func() bool {
+				testpoll.Until(t, bound-time.Since(start), fmt.Sprintf("replica %d admits after the raise", i), func() bool {
 					return call(g, "") == nil && call(g, "k") == nil && check(g, "") == nil && check(g, "k") == nil
 				})
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -243,7 +243,7 @@ func TestProxyGateCallerCancelDoesNotPoisonRead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() { first <- g.Check(ctx, 1, 0) }()
-	poll.Until(t, 5*time.Second, "the shared read starts", func() bool { return st.reads.Load() > 0 })
+	testpoll.Until(t, 5*time.Second, "the shared read starts", func() bool { return st.reads.Load() > 0 })
 	second := make(chan error, 1)
 	go func() { second <- g.Check(context.Background(), 1, 0) }()
 	cancel()

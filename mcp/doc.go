@@ -1,4 +1,4 @@
-// Package mcp is gpuproxy's Model Context Protocol surface (shared/mcp.md):
+// Package mcp is gpuproxy's Model Context Protocol surface (docs/mcp.md):
 // eight tools and four resources over the same services as REST —
 // guardrails, billing, fleet and the inference proxy — served on every MCP
 // transport:

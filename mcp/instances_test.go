@@ -15,7 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/mcp"
 )
 
@@ -127,7 +127,7 @@ func TestInstanceLifecycle(t *testing.T) {
 				t.Fatalf("text does not name the instance:\n%s", text(res))
 			}
 			// Notifications may trail the result on SSE streams.
-			poll.Wait(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) > 0 })
+			testpoll.Wait(5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(progress) > 0 })
 			mu.Lock()
 			n := len(progress)
 			okTok := n > 0 && progress[0].ProgressToken == "tok-"+via
@@ -177,7 +177,7 @@ func TestInstanceLifecycle(t *testing.T) {
 				t.Fatalf("past the limit: isError=%v %s", ref.IsError, text(ref))
 			}
 
-			poll.Wait(5*time.Second, func() bool { return time.Since(created) > time.Second }) // it has run a second
+			testpoll.Wait(5*time.Second, func() bool { return time.Since(created) > time.Second }) // it has run a second
 			gone := structured[instanceOut](t, callTool(t, cs, "destroy_gpu_instance",
 				map[string]any{"provider": "vast.ai", "instance_id": inst.ID}))
 			if gone.Status != "terminated" {

@@ -16,7 +16,7 @@ import (
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
-// The resources of shared/mcp.md.
+// The resources of docs/mcp.md.
 const (
 	OffersURI    = "gpu://instances"
 	SpendingURI  = "spending://current"

@@ -14,13 +14,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/mcp"
 	"github.com/aiserve/gpuproxy/providers"
@@ -31,7 +31,7 @@ import (
 
 const usd = gpuproxy.MicrosPerUSD
 
-// stack is the whole product in-process, wired by internal/app as the
+// stack is the whole product in-process, wired by app as the
 // binary is: SQLite, auth, guard rails, ledger, the vast.ai simulator
 // behind the real adapter and fleet, the proxy, the REST server with the
 // MCP transports mounted, on a loopback port.

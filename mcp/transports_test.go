@@ -13,7 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/mcp"
 )
 
@@ -116,7 +116,7 @@ func TestSubscription(t *testing.T) {
 	for _, via := range transports {
 		t.Run(via, func(t *testing.T) {
 			// The previous transport's subscription has ended.
-			poll.Until(t, 10*time.Second, "the previous subscription ends", func() bool {
+			testpoll.Until(t, 10*time.Second, "the previous subscription ends", func() bool {
 				return !s.mcp.SpendWatchedForTest(p.AccountID)
 			})
 			updated := make(chan string, 10)
@@ -131,7 +131,7 @@ func TestSubscription(t *testing.T) {
 			// The listen stream the new protocol opens for a subscription is
 			// registered asynchronously: wait until the server has it and
 			// has taken its baseline, so the checks below see a live stream.
-			poll.Until(t, 10*time.Second, "the server registers the subscription", func() bool {
+			testpoll.Until(t, 10*time.Second, "the server registers the subscription", func() bool {
 				return s.mcp.SpendWatchedForTest(p.AccountID)
 			})
 			// Another account's spend must not notify this one.

@@ -19,12 +19,12 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/app"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -655,7 +655,7 @@ func TestOAuthTokenCacheAcrossReplicas(t *testing.T) {
 	if st, _ := bearer(t, "GET", b.url+"/api/v1/spending", access, ""); st != 200 {
 		t.Errorf("on the other replica within its cache: %d, want 200 (its check of the token is reused)", st)
 	}
-	poll.Until(t, 5*time.Second, "the other replica refuses the revoked token", func() bool {
+	testpoll.Until(t, 5*time.Second, "the other replica refuses the revoked token", func() bool {
 		st, _ := bearer(t, "GET", b.url+"/api/v1/spending", access, "")
 		return st == 401
 	})

@@ -10,7 +10,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -107,7 +107,7 @@ func TestCallTimeoutsAndFailures(t *testing.T) {
 	sent := s.Requests()
 	go func() {
 		// Once the request is at the instance (at most 5 s).
-		poll.Wait(5*time.Second, func() bool { return s.Requests() > sent })
+		testpoll.Wait(5*time.Second, func() bool { return s.Requests() > sent })
 		cancel()
 	}()
 	_, _, _, err = e.proxy.Call(cctx, invoker(e.acct.ID), s.URL()+"/v1/chat/completions", "POST", nil, chatBody(true, "x"))

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/proxy"
 )
@@ -55,7 +55,7 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 	}
 	// Idle past the instance's timeout: the closed connection is found
 	// by the probe before a POST is written to it.
-	poll.Until(t, 5*time.Second, "the instance closes the idle connection", func() bool { return closed.Load() == 1 })
+	testpoll.Until(t, 5*time.Second, "the instance closes the idle connection", func() bool { return closed.Load() == 1 })
 	if r := post("gpi_ka"); r.Status != 200 {
 		t.Fatalf("POST after the instance closed the idle connection: %d %s", r.Status, r.Body)
 	}

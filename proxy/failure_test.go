@@ -17,7 +17,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -62,7 +62,7 @@ func TestUpstreamFailures(t *testing.T) {
 	e.fleet.add(e.acct.ID, "gpi_drop", drop.URL())
 	go func() {
 		// Once the request hangs there (at most 5 s: a miss fails below).
-		poll.Wait(5*time.Second, func() bool { return drop.Requests() > 0 })
+		testpoll.Wait(5*time.Second, func() bool { return drop.Requests() > 0 })
 		drop.Close()
 	}()
 	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_drop/v1/models", nil, nil); r.Status != 502 {
@@ -105,7 +105,7 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatal(st)
 	}
 	failing.Store(false)
-	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool {
+	testpoll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool {
 		return e.proxy.BreakerState("gpi_5xx") == "half-open"
 	})
 	if r := e.do(e.key, "GET", "/api/v1/proxy/gpi_5xx/v1/models", nil, nil); r.Status != 200 {

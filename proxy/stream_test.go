@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/auth"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
 )
@@ -86,7 +86,7 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	}
 	const want = "data: 1\n\ndata: 2\n\ndata: 3\n\n"
 	got := stream(func() {
-		poll.Until(t, 5*time.Second, "the parked stream gives its buffers back", func() bool {
+		testpoll.Until(t, 5*time.Second, "the parked stream gives its buffers back", func() bool {
 			return proxy.PooledBuffersHeld() == 0
 		})
 		if n := proxy.DetachedStreams(e.proxy); n != 1 {
@@ -106,8 +106,8 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("the client opened %d connections for two streams one after the other, want 1 (keep-alive)", n)
 	}
-	poll.Until(t, 5*time.Second, "every pooled buffer is back", func() bool { return proxy.PooledBuffersHeld() == 0 })
-	poll.Until(t, 5*time.Second, "the detached streams are gone", func() bool { return proxy.DetachedStreams(e.proxy) == 0 })
+	testpoll.Until(t, 5*time.Second, "every pooled buffer is back", func() bool { return proxy.PooledBuffersHeld() == 0 })
+	testpoll.Until(t, 5*time.Second, "the detached streams are gone", func() bool { return proxy.DetachedStreams(e.proxy) == 0 })
 	page := e.usage(e.key, "?instance_id=gpi_sse", 2)
 	if len(page.Records) != 2 {
 		t.Fatalf("%d usage records for two streams, want 2", len(page.Records))
@@ -258,7 +258,7 @@ func TestShutdownCutsDetachedStreams(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || line != "data: 1\n" {
 		t.Fatalf("first event %q, %v", line, err)
 	}
-	poll.Until(t, 5*time.Second, "the stream is detached", func() bool { return proxy.DetachedStreams(e.proxy) == 1 })
+	testpoll.Until(t, 5*time.Second, "the stream is detached", func() bool { return proxy.DetachedStreams(e.proxy) == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(ctx); err != nil {

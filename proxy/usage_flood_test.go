@@ -14,7 +14,7 @@ import (
 
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/proxy"
 )
@@ -210,7 +210,7 @@ func TestUsageStoreDownTransientlyLosesNothing(t *testing.T) {
 			var ids []string
 			var wg sync.WaitGroup
 			wg.Go(func() { ids = callMany(t, p, url, 200, 8) }) // more than the queue holds: some wait
-			poll.Until(t, 10*time.Second, "the store refuses a few inserts", func() bool { return st.refused.Load() >= 3 })
+			testpoll.Until(t, 10*time.Second, "the store refuses a few inserts", func() bool { return st.refused.Load() >= 3 })
 			exec("ALTER TABLE proxy_usage_away RENAME TO proxy_usage")
 			wg.Wait()
 			if err := p.Close(context.Background()); err != nil {
@@ -238,7 +238,7 @@ func TestUsageGivenUpIsLoggedAndCounted(t *testing.T) {
 	proxy.SetUsageRetry(p, 5*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond)
 	exec("ALTER TABLE proxy_usage RENAME TO proxy_usage_away")
 	lost := callMany(t, p, url, 6, 2)
-	poll.Until(t, 10*time.Second, "the writer gives the records up", func() bool { return m.dropped.Load() == 6 })
+	testpoll.Until(t, 10*time.Second, "the writer gives the records up", func() bool { return m.dropped.Load() == 6 })
 	exec("ALTER TABLE proxy_usage_away RENAME TO proxy_usage")
 	kept := callMany(t, p, url, 3, 1)
 	if err := p.Close(context.Background()); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -126,7 +126,7 @@ func TestUsageStoreFailureRetries(t *testing.T) {
 		}
 	}
 	// The first write and a retry are refused.
-	poll.Until(t, 5*time.Second, "the recorder retries a refused write", func() bool { return st.inserts.Load() >= 2 })
+	testpoll.Until(t, 5*time.Second, "the recorder retries a refused write", func() bool { return st.inserts.Load() >= 2 })
 	st.setFail(false)
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestUsageQueueFullWaits(t *testing.T) {
 	}
 	// Four records are unwritten (one in the stuck insert, three
 	// queued): the other calls wait.
-	poll.Until(t, 10*time.Second, "four calls return and the rest wait", func() bool {
+	testpoll.Until(t, 10*time.Second, "four calls return and the rest wait", func() bool {
 		return proxy.UsageWaiting(p) == n-4 && finished.Load() == 4
 	})
 	close(st.block)

@@ -10,8 +10,8 @@
 #   DURATION=20s LOGS=off scripts/bench-proxy.sh
 #   PROFILE=/tmp/gp.pprof scripts/bench-proxy.sh   # CPU profile of gpuproxy
 #
-# The upstream is proxy/internal/benchupstream (a tiny Go JSON server);
-# gpuproxy is proxy/internal/benchproxy (the real server with API-key auth,
+# The upstream is tools/benchupstream (a tiny Go JSON server);
+# gpuproxy is tools/benchproxy (the real server with API-key auth,
 # rate limit, request logs, metrics, the guard-rail gate over SQLite and
 # batched usage records); nginx is Debian's, configured in a temp folder
 # with upstream keep-alive. Load comes from wrk. Everything listens on
@@ -44,8 +44,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 . scripts/lib/bench.sh
 
 echo "== building"
-go build -o "$tmp/benchupstream" ./proxy/internal/benchupstream
-go build -o "$tmp/benchproxy" ./proxy/internal/benchproxy
+go build -o "$tmp/benchupstream" ./tools/benchupstream
+go build -o "$tmp/benchproxy" ./tools/benchproxy
 
 echo "== starting upstream, gpuproxy and nginx on 127.0.0.1"
 "$tmp/benchupstream" -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &

@@ -72,8 +72,8 @@ stop() {
 }
 
 echo "== building"
-go build -o "$tmp/streambench" ./proxy/internal/streambench
-go build -o "$tmp/benchproxy" ./proxy/internal/benchproxy
+go build -o "$tmp/streambench" ./tools/streambench
+go build -o "$tmp/benchproxy" ./tools/benchproxy
 
 "$tmp/streambench" upstream -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
 pids+=($!)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/alerts"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestAlertsCLI: alerts set prints the signing secret once (again only
@@ -185,7 +185,7 @@ func TestAlertsSetLoopbackInSandbox(t *testing.T) {
 		done <- run(ctx, []string{"serve", "--sandbox", "--listen", "127.0.0.1:0"}, envFunc(env), strings.NewReader(""), stdout, stderr)
 	}()
 	waitListening(t, stdout, done)
-	if !poll.Wait(10*time.Second, func() bool { _, ok := sandboxFor(url); return ok }) {
+	if !testpoll.Wait(10*time.Second, func() bool { _, ok := sandboxFor(url); return ok }) {
 		t.Fatal("the sandbox never said it runs")
 	}
 	set := []string{"alerts", "set", "--account", "demo", "--webhook", "http://127.0.0.1:9/hook"}

@@ -8,13 +8,13 @@ import (
 	"sync"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/oauth"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
@@ -22,7 +22,7 @@ import (
 	"github.com/aiserve/gpuproxy/server"
 )
 
-// appConfig is the service graph's configuration (internal/app) from the
+// appConfig is the service graph's configuration (app) from the
 // loaded config: every package gets its settings as values here. sandbox
 // lets the proxy reach the simulators' instances on loopback.
 func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {

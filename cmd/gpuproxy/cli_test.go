@@ -13,7 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestCommandHelp: CMD --help (and -h) prints that command's usage and
@@ -143,7 +143,7 @@ func TestMCPWithoutProvider(t *testing.T) {
 	if _, err := io.WriteString(pw, in); err != nil {
 		t.Fatal(err)
 	}
-	poll.Wait(10*time.Second, func() bool { return strings.Contains(stdout.String(), `"id":2`) })
+	testpoll.Wait(10*time.Second, func() bool { return strings.Contains(stdout.String(), `"id":2`) })
 	pw.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)

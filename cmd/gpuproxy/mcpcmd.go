@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/internal/app"
 )
 
 // cmdMCP serves MCP on stdin/stdout as the account of GPUPROXY_API_KEY.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // mcpStdio runs `gpuproxy args...` (an mcp command) in-process with env,
@@ -37,7 +37,7 @@ func mcpStdio(t *testing.T, env map[string]string, args []string, calls ...strin
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background(), args, envFunc(env), pr, &out, &errb) }()
 	go func() { _, _ = io.WriteString(pw, in) }()
-	poll.Wait(15*time.Second, func() bool {
+	testpoll.Wait(15*time.Second, func() bool {
 		select {
 		case err := <-done:
 			done <- err

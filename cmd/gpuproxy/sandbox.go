@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/internal/app"
 )
 
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/app"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
 	"github.com/aiserve/gpuproxy/server"

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/poll"
 	"github.com/aiserve/gpuproxy/internal/takeover"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestBuffersHeldOnlyWhileNeeded: a taken-over connection waiting for its
@@ -28,12 +28,12 @@ func TestBuffersHeldOnlyWhileNeeded(t *testing.T) {
 	if rt.conns.Len() != 1 {
 		t.Fatalf("%d connections taken over, want 1", rt.conns.Len())
 	}
-	poll.Until(t, 5*time.Second, "the idle connection gives its write buffer back", func() bool {
+	testpoll.Until(t, 5*time.Second, "the idle connection gives its write buffer back", func() bool {
 		return takeover.BuffersHeld(rt.conns) == 1
 	})
 	c.send("/x/hold")
 	<-rt.held
-	poll.Until(t, 5*time.Second, "the running request holds no buffer", func() bool {
+	testpoll.Until(t, 5*time.Second, "the running request holds no buffer", func() bool {
 		return takeover.BuffersHeld(rt.conns) == 0
 	})
 	rt.hold <- struct{}{}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
@@ -517,7 +517,7 @@ func TestBreaker(t *testing.T) {
 	if sim.Count("") != before {
 		t.Fatal("a request reached the sim through an open breaker")
 	}
-	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
+	testpoll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
 	if _, err := a.List(ctx); err != nil {
 		t.Fatalf("after open period: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -129,7 +129,7 @@ func TestInferenceHangAndClose(t *testing.T) {
 		_, err := http.Get(s.URL() + "/v1/models")
 		errc <- err
 	}()
-	poll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool { return s.Requests() == 3 })
+	testpoll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool { return s.Requests() == 3 })
 	s.Close()
 	select {
 	case err := <-errc:

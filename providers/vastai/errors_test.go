@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -162,7 +162,7 @@ func TestBreakerOpensFailsFastAndRecovers(t *testing.T) {
 	wantKind(t, err, providers.KindUnavailable)
 
 	sim.ClearFaults()
-	poll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
+	testpoll.Until(t, 5*time.Second, "the breaker's open period ends", func() bool { return a.BreakerState() == "half-open" })
 	if _, err := a.Search(ctx, providers.SearchFilter{Limit: 1}); err != nil {
 		t.Fatalf("after recovery: %v", err)
 	}

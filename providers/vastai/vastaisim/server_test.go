@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/internal/poll"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -530,7 +530,7 @@ func TestStartAndClose(t *testing.T) {
 		_, err := http.Get(base + "/api/v1/instances/")
 		errc <- err
 	}()
-	poll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool {
+	testpoll.Until(t, 5*time.Second, "the request reaches the hung server", func() bool {
 		return s.CountRequests("GET", "/api/v1/instances/") == 1
 	})
 	s.Close()

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
 )
 

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 )

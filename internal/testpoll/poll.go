@@ -1,7 +1,7 @@
-// Package poll lets tests wait for a condition instead of for a fixed time:
+// Package testpoll lets tests wait for a condition instead of for a fixed time:
 // the condition is checked often, the wait ends as soon as it holds, and a
 // deadline turns a condition that never comes into a failure, not a hang.
-package poll
+package testpoll
 
 import (
 	"testing"

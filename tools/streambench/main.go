@@ -1,6 +1,6 @@
 // Command streambench is the SSE upstream and the load client of
 // scripts/bench-streams.sh, which measures long-lived token streams
-// reached directly, through gpuproxy (proxy/internal/benchproxy) and
+// reached directly, through gpuproxy (tools/benchproxy) and
 // through nginx proxy_pass.
 //
 //	streambench upstream -addr 127.0.0.1:0

@@ -1,5 +1,5 @@
 // Command benchproxy is gpuproxy's proxy path for scripts/bench-proxy.sh,
-// wired by internal/app as cmd/gpuproxy is: the real server (request IDs,
+// wired by app as cmd/gpuproxy is: the real server (request IDs,
 // structured request logs, Prometheus metrics, API-key authentication,
 // per-key rate limit), the guard-rail gate over a SQLite store, the proxy
 // with usage records batched into that store; only the proxy's endpoints
@@ -32,10 +32,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/app"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/proxy"
 )

@@ -4,7 +4,7 @@
 // HTTP server, from a Config of values.
 //
 // The binary (cmd/gpuproxy), the proxy benchmark
-// (proxy/internal/benchproxy) and the end-to-end tests all use it. Nothing
+// (tools/benchproxy) and the end-to-end tests all use it. Nothing
 // here reads the environment or a file: cmd/gpuproxy does, once, and
 // passes the values down.
 package app
