@@ -16,10 +16,9 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
-var (
-	_ fleet.Store         = (*db.Store)(nil)
-	_ fleet.ExposureStore = (*db.Store)(nil)
-)
+// The fleet's store needs, the kill switch's included, are checked at
+// compile time.
+var _ fleet.Store = (*db.Store)(nil)
 
 func admitReq(acct int64, cost gpuproxy.Micros, now time.Time) guardrails.AdmitRequest {
 	return guardrails.AdmitRequest{AccountID: acct, Cost: cost, Now: now, Horizon: time.Hour,

@@ -38,18 +38,6 @@ import (
 // schedule up where the last one left it, and with several replicas one
 // evaluates at a time (Options.Leader, "fleet-killswitch").
 
-// Exposure is one on_exceed=destroy account's time-billed exposure
-// (billing.Exposure).
-type Exposure = billing.Exposure
-
-// ExposureStore is the kill switch's read side; db.Store implements it.
-type ExposureStore interface {
-	// KillSwitchExposures lists the exposure of every account whose
-	// on_exceed is destroy and that has an unfinished meter or a live
-	// hourly instance.
-	KillSwitchExposures(ctx context.Context) ([]Exposure, error)
-}
-
 // KillPlan is the kill switch's projection for one account at At, or for
 // one of its keys with windows of its own (KeyID set): then the windows
 // are the key's, the spend, owed time and burn what the key caused, and
@@ -61,7 +49,7 @@ type KillPlan struct {
 	// Window is the window that reaches its limit first (its Spent is
 	// the ledger's; Owed comes on top).
 	Window guardrails.Usage
-	// Owed is spend run up but not yet in the ledger (see Exposure).
+	// Owed is spend run up but not yet in the ledger (see billing.Exposure).
 	Owed gpuproxy.Micros
 	// Burn is the hourly price of the account's running and starting
 	// time-billed instances.
@@ -142,13 +130,9 @@ func (s *Service) KillSwitch(ctx context.Context) (KillSwitchReport, error) {
 // KillPlans projects every on_exceed=destroy account's windows from the
 // database, without acting.
 func (s *Service) KillPlans(ctx context.Context) ([]KillPlan, error) {
-	es, ok := s.store.(ExposureStore)
-	if !ok {
-		return nil, fmt.Errorf("kill switch: the store does not report exposures")
-	}
 	// Exposures first, spend after: a charge landing in between is then
 	// counted twice (owed and spent), never missed.
-	xs, err := es.KillSwitchExposures(ctx)
+	xs, err := s.store.KillSwitchExposures(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kill switch: %w", err)
 	}
@@ -179,8 +163,8 @@ func (s *Service) KillPlans(ctx context.Context) ([]KillPlan, error) {
 // its instances' meters and unmetered time, its open holds (all of them,
 // an hourly create's included: that errs early) — and a key whose window
 // is reached loses its own instances, not the account's others.
-func (s *Service) keyPlans(ctx context.Context, x Exposure) ([]KillPlan, error) {
-	byKey := map[string]*Exposure{}
+func (s *Service) keyPlans(ctx context.Context, x billing.Exposure) ([]KillPlan, error) {
+	byKey := map[string]*billing.Exposure{}
 	keyOf := map[string]string{} // instance id → key
 	var keys []string
 	for _, in := range x.Instances {
@@ -189,7 +173,7 @@ func (s *Service) keyPlans(ctx context.Context, x Exposure) ([]KillPlan, error) 
 		}
 		kx, ok := byKey[in.KeyID]
 		if !ok {
-			kx = &Exposure{AccountID: x.AccountID}
+			kx = &billing.Exposure{AccountID: x.AccountID}
 			byKey[in.KeyID] = kx
 			keys = append(keys, in.KeyID)
 		}
@@ -234,7 +218,7 @@ func (s *Service) keyPlans(ctx context.Context, x Exposure) ([]KillPlan, error) 
 }
 
 // plan projects one account (see the comment at the top of this file).
-func (s *Service) plan(x Exposure, snap guardrails.Snapshot) KillPlan {
+func (s *Service) plan(x billing.Exposure, snap guardrails.Snapshot) KillPlan {
 	now := snap.At
 	if now.IsZero() {
 		now = s.opts.Now()

@@ -71,4 +71,8 @@ type Store interface {
 	// Meter returns the meter of a time-billed instance (its id is the
 	// instance's; not found for others).
 	Meter(ctx context.Context, id string) (billing.Meter, error)
+	// KillSwitchExposures lists the time-billed exposure of every account
+	// whose on_exceed is destroy and that has an unfinished meter or a
+	// live hourly instance (the kill switch's read side; see KillSwitch).
+	KillSwitchExposures(ctx context.Context) ([]billing.Exposure, error)
 }
