@@ -10,6 +10,25 @@ import (
 
 	"github.com/go-resty/resty/v2"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// The defaults of ClientOptions (and of the adapters' options that pass
+// them through).
+const (
+	// DefaultTimeout bounds one HTTP attempt.
+	DefaultTimeout = 20 * time.Second
+	// DefaultRetries is how many times a safe call is retried.
+	DefaultRetries = 3
+	// DefaultRetryWait is the first backoff (the vast.ai CLI's policy).
+	DefaultRetryWait = 150 * time.Millisecond
+	// DefaultRetryMaxWait is the longest backoff.
+	DefaultRetryMaxWait = 2 * time.Second
+	// DefaultBreakerFailures consecutive counted failures open the breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerOpenFor is how long the breaker stays open.
+	DefaultBreakerOpenFor = 30 * time.Second
 )
 
 // ClientOptions configure the HTTP client of one provider adapter.
@@ -17,25 +36,99 @@ type ClientOptions struct {
 	Provider string            // provider name, for errors and the breaker
 	BaseURL  string            // e.g. https://console.vast.ai
 	Headers  map[string]string // sent on every request (auth, content type)
-	// Timeout bounds one HTTP attempt. Default 20s.
+	// Timeout bounds one HTTP attempt. Default DefaultTimeout.
 	Timeout time.Duration
 	// Retries is how many times a safe call is retried on 429/502/503/504 and
-	// transport errors. Default 3. Create (unsafe) calls are never retried.
+	// transport errors. Default DefaultRetries; negative disables retries.
+	// Create (unsafe) calls are never retried.
 	Retries int
 	// RetryWait is the first backoff; it grows ×1.5 per attempt up to
-	// RetryMaxWait. Defaults 150ms and 2s.
+	// RetryMaxWait. Defaults DefaultRetryWait and DefaultRetryMaxWait.
 	RetryWait    time.Duration
 	RetryMaxWait time.Duration
 	// BreakerFailures is the number of consecutive counted failures (transport
-	// errors, timeouts, 5xx — never 4xx) that opens the breaker. Default 5.
+	// errors, timeouts, 5xx — never 4xx) that opens the breaker. Default
+	// DefaultBreakerFailures.
 	BreakerFailures uint32
 	// BreakerOpenFor is how long the breaker stays open before a trial call.
-	// Default 30s.
+	// Default DefaultBreakerOpenFor.
 	BreakerOpenFor time.Duration
 	// Transport overrides the HTTP transport (tests).
 	Transport http.RoundTripper
 	// OnStateChange, when set, is called on breaker state changes.
 	OnStateChange func(provider, from, to string)
+}
+
+// withDefaults returns o with each zero (or, for durations, negative)
+// field set to its default, and a negative Retries to 0.
+func (o ClientOptions) withDefaults() ClientOptions {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Retries == 0 {
+		o.Retries = DefaultRetries
+	}
+	if o.Retries < 0 {
+		o.Retries = 0
+	}
+	if o.RetryWait <= 0 {
+		o.RetryWait = DefaultRetryWait
+	}
+	if o.RetryMaxWait <= 0 {
+		o.RetryMaxWait = DefaultRetryMaxWait
+	}
+	if o.BreakerFailures == 0 {
+		o.BreakerFailures = DefaultBreakerFailures
+	}
+	if o.BreakerOpenFor <= 0 {
+		o.BreakerOpenFor = DefaultBreakerOpenFor
+	}
+	return o
+}
+
+// Validate says which field of o is wrong, with its value: a base URL
+// that is not an absolute http(s) URL, a negative duration, a RetryMaxWait
+// shorter than RetryWait. Fields are named after the provider ("vast.ai
+// Timeout"); zero values are valid (they take the defaults). NewClient does
+// not call it: the composition root does, once, before building anything.
+func (o ClientOptions) Validate() error {
+	if err := ValidateBaseURL(o.Provider+" BaseURL", o.BaseURL); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Timeout", o.Timeout}, {"RetryWait", o.RetryWait}, {"RetryMaxWait", o.RetryMaxWait},
+		{"BreakerOpenFor", o.BreakerOpenFor}} {
+		if d.v < 0 {
+			return gpuproxy.Invalid(o.Provider+" "+d.name, "must not be negative, got %s", d.v)
+		}
+	}
+	if o.RetryWait > 0 && o.RetryMaxWait > 0 && o.RetryMaxWait < o.RetryWait {
+		return gpuproxy.Invalid(o.Provider+" RetryMaxWait", "must not be shorter than RetryWait (%s), got %s",
+			o.RetryWait, o.RetryMaxWait)
+	}
+	return nil
+}
+
+// ValidateBaseURL checks that raw, a provider's API host named field, is
+// an absolute http or https URL without query or fragment; "" is valid
+// (the adapter's default).
+func ValidateBaseURL(field, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not printed: it might carry a password.
+		return gpuproxy.Invalid(field, "must be an http or https URL such as https://api.example.com (it does not parse)")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		// Redacted: a password in the URL is not printed.
+		return gpuproxy.Invalid(field, "must be an http or https URL such as https://api.example.com, got %q",
+			u.Redacted())
+	}
+	return nil
 }
 
 // Response is a raw provider reply handed to the adapter for decoding.
@@ -60,29 +153,10 @@ type errServer struct{ resp *Response }
 
 func (e *errServer) Error() string { return fmt.Sprintf("HTTP %d", e.resp.Status) }
 
-// NewClient builds a Client with defaults filled in.
+// NewClient builds a Client with defaults filled in (see ClientOptions's
+// fields; check them first with Validate).
 func NewClient(o ClientOptions) *Client {
-	if o.Timeout <= 0 {
-		o.Timeout = 20 * time.Second
-	}
-	if o.Retries == 0 {
-		o.Retries = 3
-	}
-	if o.Retries < 0 {
-		o.Retries = 0
-	}
-	if o.RetryWait <= 0 {
-		o.RetryWait = 150 * time.Millisecond
-	}
-	if o.RetryMaxWait <= 0 {
-		o.RetryMaxWait = 2 * time.Second
-	}
-	if o.BreakerFailures == 0 {
-		o.BreakerFailures = 5
-	}
-	if o.BreakerOpenFor <= 0 {
-		o.BreakerOpenFor = 30 * time.Second
-	}
+	o = o.withDefaults()
 	mk := func(retries int) *resty.Client {
 		c := resty.New().SetBaseURL(o.BaseURL).SetTimeout(o.Timeout).
 			SetHeaders(o.Headers).SetRetryCount(retries).

@@ -19,6 +19,19 @@ import (
 // DefaultBaseURL is io.net's IO Cloud API host.
 const DefaultBaseURL = "https://api.io.solutions"
 
+// The defaults of Options not shared with providers.ClientOptions (whose
+// Default* constants give Timeout, Retries, RetryWait and the breaker's).
+const (
+	// DefaultHours is the prepaid duration of a quote or create that sets
+	// none.
+	DefaultHours = 1
+	// MaxPageSize is io.net's largest deployment-list page, and the
+	// default page size.
+	MaxPageSize = 100
+	// DefaultParallel bounds Search's concurrent availability look-ups.
+	DefaultParallel = 4
+)
+
 // caas is the path prefix of the container API.
 const caas = "/enterprise/v1/io-cloud/caas"
 
@@ -28,27 +41,30 @@ type Options struct {
 	BaseURL string
 	// APIKey is sent as X-API-KEY; it never appears in URLs or errors.
 	APIKey string
-	// Timeout bounds one HTTP attempt. Default 20s.
+	// Timeout bounds one HTTP attempt. Default providers.DefaultTimeout.
 	Timeout time.Duration
 	// Retries is how often safe calls (reads, destroy) are retried on
-	// 429/502/503/504 and transport errors. Default 3; negative disables.
-	// Deploy is never retried.
+	// 429/502/503/504 and transport errors. Default
+	// providers.DefaultRetries; negative disables. Deploy is never retried.
 	Retries int
-	// RetryWait is the first backoff, growing ×1.5 per retry. Default 150ms.
+	// RetryWait is the first backoff, growing ×1.5 per retry. Default
+	// providers.DefaultRetryWait.
 	RetryWait time.Duration
 	// BreakerFailures is the number of consecutive transport failures,
-	// timeouts or 5xx replies that open the circuit breaker. Default 5.
+	// timeouts or 5xx replies that open the circuit breaker. Default
+	// providers.DefaultBreakerFailures.
 	BreakerFailures uint32
-	// BreakerOpenFor is how long the breaker stays open. Default 30s.
+	// BreakerOpenFor is how long the breaker stays open. Default
+	// providers.DefaultBreakerOpenFor.
 	BreakerOpenFor time.Duration
 	// DefaultHours is the prepaid duration used when Quote or Create get
-	// none (hours ≤ 0). Default 1.
+	// none (hours ≤ 0). Default DefaultHours.
 	DefaultHours int
-	// PageSize is the page size used to walk the deployment list. Default
-	// 100 (io.net's maximum).
+	// PageSize is the page size used to walk the deployment list, at most
+	// MaxPageSize. Default MaxPageSize.
 	PageSize int
 	// Parallel bounds the concurrent availability look-ups of Search.
-	// Default 4.
+	// Default DefaultParallel.
 	Parallel int
 	// OnBreakerChange, when set, is called with the provider name and the
 	// old and new breaker states ("closed", "half-open", "open").
@@ -70,23 +86,31 @@ type Adapter struct {
 
 var _ providers.Provider = (*Adapter)(nil)
 
-// New returns an Adapter with o's defaults filled in.
-func New(o Options) *Adapter {
+// withDefaults returns o with its zero fields (and a PageSize over
+// MaxPageSize) set to their defaults; the client's fields are
+// providers.ClientOptions's.
+func (o Options) withDefaults() Options {
 	if o.BaseURL == "" {
 		o.BaseURL = DefaultBaseURL
 	}
+	o.BaseURL = strings.TrimRight(o.BaseURL, "/")
 	if o.DefaultHours <= 0 {
-		o.DefaultHours = 1
+		o.DefaultHours = DefaultHours
 	}
-	if o.PageSize <= 0 || o.PageSize > 100 {
-		o.PageSize = 100
+	if o.PageSize <= 0 || o.PageSize > MaxPageSize {
+		o.PageSize = MaxPageSize
 	}
 	if o.Parallel <= 0 {
-		o.Parallel = 4
+		o.Parallel = DefaultParallel
 	}
-	c := providers.NewClient(providers.ClientOptions{
+	return o
+}
+
+// clientOptions are the providers.ClientOptions of o's client.
+func (o Options) clientOptions() providers.ClientOptions {
+	return providers.ClientOptions{
 		Provider: providers.IONet,
-		BaseURL:  strings.TrimRight(o.BaseURL, "/"),
+		BaseURL:  o.BaseURL,
 		Headers: map[string]string{
 			"X-API-KEY":    o.APIKey,
 			"Content-Type": "application/json",
@@ -98,7 +122,38 @@ func New(o Options) *Adapter {
 		BreakerFailures: o.BreakerFailures,
 		BreakerOpenFor:  o.BreakerOpenFor,
 		OnStateChange:   o.OnBreakerChange,
-	})
+	}
+}
+
+// Validate says which field of o is wrong ("io.net PageSize: must be
+// between 1 and 100, got 500"); zero values are valid (they take the
+// defaults). New does not call it: the composition root does, before
+// building anything.
+func (o Options) Validate() error {
+	if err := o.clientOptions().Validate(); err != nil {
+		return err
+	}
+	if strings.ContainsFunc(o.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		// The key itself is never printed.
+		return gpuproxy.Invalid(providers.IONet+" APIKey", "must not contain spaces or control characters (a trailing newline?)")
+	}
+	if o.DefaultHours < 0 {
+		return gpuproxy.Invalid(providers.IONet+" DefaultHours", "must not be negative, got %d", o.DefaultHours)
+	}
+	if o.PageSize < 0 || o.PageSize > MaxPageSize {
+		return gpuproxy.Invalid(providers.IONet+" PageSize", "must be between 1 and %d, got %d", MaxPageSize, o.PageSize)
+	}
+	if o.Parallel < 0 {
+		return gpuproxy.Invalid(providers.IONet+" Parallel", "must not be negative, got %d", o.Parallel)
+	}
+	return nil
+}
+
+// New returns an Adapter with o's defaults filled in (check o first with
+// Validate).
+func New(o Options) *Adapter {
+	o = o.withDefaults()
+	c := providers.NewClient(o.clientOptions())
 	return &Adapter{c: c, key: o.APIKey, hours: o.DefaultHours, pageSize: o.PageSize, parallel: o.Parallel}
 }
 

@@ -11,15 +11,28 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
 // DefaultBaseURL is vast.ai's API host.
 const DefaultBaseURL = "https://console.vast.ai"
 
+// The defaults of Options not shared with providers.ClientOptions (whose
+// Default* constants give Timeout, Retries, RetryWait and the breaker's).
 const (
-	defaultDiskGB      = 10  // the CLI's default
-	minDiskGB          = 8   // the server's minimum
+	// DefaultDiskGB is the disk size of a create that sets none: the CLI's
+	// default.
+	DefaultDiskGB = 10
+	// MinDiskGB is vast.ai's minimum disk size; smaller requests are raised
+	// to it.
+	MinDiskGB = 8
+	// DefaultRateLimitWait is how long List waits before asking again for a
+	// page that stayed rate limited.
+	DefaultRateLimitWait = time.Second
+)
+
+const (
 	defaultSearchLimit = 100 // offers per search when the filter sets none
 	maxSearchLimit     = 1000
 	maxLabelLen        = 256 // on create
@@ -35,27 +48,30 @@ type Options struct {
 	// APIKey is sent as "Authorization: Bearer <key>", never in a URL, and
 	// scrubbed from every error message.
 	APIKey string
-	// Timeout bounds one HTTP attempt. Default 20s.
+	// Timeout bounds one HTTP attempt. Default providers.DefaultTimeout.
 	Timeout time.Duration
 	// Retries is how many times a safe call (search, get, list, destroy) is
-	// retried on 429/502/503/504 and transport errors. Default 3; negative
-	// disables retries. Create is never retried.
+	// retried on 429/502/503/504 and transport errors. Default
+	// providers.DefaultRetries; negative disables retries. Create is never
+	// retried.
 	Retries int
-	// RetryWait is the first backoff, growing ×1.5 per retry. Default 150ms
-	// (the official CLI's policy).
+	// RetryWait is the first backoff, growing ×1.5 per retry. Default
+	// providers.DefaultRetryWait (the official CLI's policy).
 	RetryWait time.Duration
 	// BreakerFailures consecutive transport failures, timeouts or 5xx replies
-	// open the circuit breaker. Default 5.
+	// open the circuit breaker. Default providers.DefaultBreakerFailures.
 	BreakerFailures uint32
 	// BreakerOpenFor is how long the breaker stays open before a trial
-	// call. Default 30s.
+	// call. Default providers.DefaultBreakerOpenFor.
 	BreakerOpenFor time.Duration
 	// DiskGB is the disk size in GB for creates that set none, and the
-	// allocated_storage priced into searched offers. Default 10, minimum 8.
+	// allocated_storage priced into searched offers. Default DefaultDiskGB;
+	// at least MinDiskGB.
 	DiskGB int
 	// RateLimitWait is how long List waits before asking again for a page
 	// that stayed rate limited after the client's retries (vast.ai enforces
-	// a minimum interval of about 1s between list calls). Default 1s.
+	// a minimum interval of about 1s between list calls). Default
+	// DefaultRateLimitWait.
 	RateLimitWait time.Duration
 	// OnBreakerChange, when set, is called on breaker state changes with
 	// the provider name and the old and new states.
@@ -71,20 +87,27 @@ type Adapter struct {
 
 var _ providers.Provider = (*Adapter)(nil)
 
-// New returns an Adapter with defaults filled in.
-func New(o Options) *Adapter {
+// withDefaults returns o with its zero fields (and a DiskGB below
+// MinDiskGB) set to their defaults; the client's fields are
+// providers.ClientOptions's.
+func (o Options) withDefaults() Options {
 	if o.BaseURL == "" {
 		o.BaseURL = DefaultBaseURL
 	}
 	o.BaseURL = strings.TrimRight(o.BaseURL, "/")
 	if o.DiskGB <= 0 {
-		o.DiskGB = defaultDiskGB
+		o.DiskGB = DefaultDiskGB
 	}
-	o.DiskGB = max(o.DiskGB, minDiskGB)
+	o.DiskGB = max(o.DiskGB, MinDiskGB)
 	if o.RateLimitWait <= 0 {
-		o.RateLimitWait = time.Second
+		o.RateLimitWait = DefaultRateLimitWait
 	}
-	c := providers.NewClient(providers.ClientOptions{
+	return o
+}
+
+// clientOptions are the providers.ClientOptions of o's client.
+func (o Options) clientOptions() providers.ClientOptions {
+	return providers.ClientOptions{
 		Provider: providers.VastAI,
 		BaseURL:  o.BaseURL,
 		Headers: map[string]string{
@@ -98,7 +121,34 @@ func New(o Options) *Adapter {
 		BreakerFailures: o.BreakerFailures,
 		BreakerOpenFor:  o.BreakerOpenFor,
 		OnStateChange:   o.OnBreakerChange,
-	})
+	}
+}
+
+// Validate says which field of o is wrong ("vast.ai DiskGB: must be at
+// least 8, got 5"); zero values are valid (they take the defaults). New
+// does not call it: the composition root does, before building anything.
+func (o Options) Validate() error {
+	if err := o.clientOptions().Validate(); err != nil {
+		return err
+	}
+	if strings.ContainsFunc(o.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		// The key itself is never printed.
+		return gpuproxy.Invalid(providers.VastAI+" APIKey", "must not contain spaces or control characters (a trailing newline?)")
+	}
+	if o.DiskGB < 0 || (o.DiskGB > 0 && o.DiskGB < MinDiskGB) {
+		return gpuproxy.Invalid(providers.VastAI+" DiskGB", "must be at least %d (vast.ai's minimum), got %d", MinDiskGB, o.DiskGB)
+	}
+	if o.RateLimitWait < 0 {
+		return gpuproxy.Invalid(providers.VastAI+" RateLimitWait", "must not be negative, got %s", o.RateLimitWait)
+	}
+	return nil
+}
+
+// New returns an Adapter with defaults filled in (check o first with
+// Validate).
+func New(o Options) *Adapter {
+	o = o.withDefaults()
+	c := providers.NewClient(o.clientOptions())
 	return &Adapter{opts: o, client: c}
 }
 
@@ -289,7 +339,7 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 	return map[string]any{
 		"client_id": "me",
 		"image":     req.Image,
-		"disk":      max(disk, minDiskGB),
+		"disk":      max(disk, MinDiskGB),
 		"label":     req.Tag,
 		"env":       env,
 		"runtype":   "args",

@@ -194,7 +194,7 @@ func TestCreateBodyValidation(t *testing.T) {
 		}
 	}
 	body, err := a.createBody(providers.CreateRequest{OfferID: "1", Image: "i", DiskGB: 3})
-	if err != nil || body["disk"] != minDiskGB {
+	if err != nil || body["disk"] != MinDiskGB {
 		t.Fatalf("disk below minimum: %v %v", body, err)
 	}
 }
