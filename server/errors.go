@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -98,9 +99,9 @@ func jsonError(err error) error {
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return gpuproxy.Invalid(f, "unknown field")
-	case err.Error() == "EOF":
+	case errors.Is(err, io.EOF):
 		return gpuproxy.Invalid("body", "a JSON object is required")
-	case strings.Contains(err.Error(), "unexpected EOF"):
+	case errors.Is(err, io.ErrUnexpectedEOF):
 		return gpuproxy.Invalid("body", "malformed JSON (truncated)")
 	}
 	var fe *fieldError
