@@ -156,15 +156,6 @@ func (s *Service) ProviderNames() []string {
 	return out
 }
 
-// Breakers reports each provider's circuit breaker state.
-func (s *Service) Breakers() map[string]string {
-	out := map[string]string{}
-	for _, p := range s.providers {
-		out[p.Name()] = p.BreakerState()
-	}
-	return out
-}
-
 // CreateRequest asks for a new instance.
 type CreateRequest struct {
 	Provider string
