@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -22,67 +21,6 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/providers"
 )
-
-// Options configure a Service.
-type Options struct {
-	// OfferCacheTTL is how long a provider's search answer is reused
-	// (default 15s; negative disables).
-	OfferCacheTTL time.Duration
-	// SearchTimeout bounds one provider's search (default 15s).
-	SearchTimeout time.Duration
-	// CreateTimeout bounds the provider create call (default 60s). It runs
-	// detached from the caller, so a client that hangs up cannot turn a
-	// create into an untracked rental.
-	CreateTimeout time.Duration
-	// PollInterval is how often starting/terminating instances are checked
-	// (default 2s).
-	PollInterval time.Duration
-	// StartTimeout fails (and destroys) an instance that is not running
-	// after this long (default 15m).
-	StartTimeout time.Duration
-	// PendingGrace is how long a pending row (an ambiguous create) waits
-	// before the reconciler resolves it (default 2m).
-	PendingGrace time.Duration
-	// ReconcileInterval is how often the reconciler runs (default 1m).
-	ReconcileInterval time.Duration
-	// OrphanPolicy for provider instances tagged as ours without a live
-	// row: "destroy" (default) or "adopt" (revive and bill it).
-	OrphanPolicy string
-	// Now is the clock (default the guard rails' clock).
-	Now func() time.Time
-	// Logger (default slog.Default()).
-	Logger *slog.Logger
-	// Leader runs fn only on the replica holding the named lock
-	// (db.Store.WithLeader); nil runs it always.
-	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
-	// Ledger receives truth-up adjustments (none when nil).
-	Ledger *billing.Ledger
-	// Confirm keeps per-key confirmation thresholds and confirm tokens
-	// (none asked for when nil).
-	Confirm ConfirmStore
-	// KillMargin is the least time before a window of an on_exceed=destroy
-	// account would reach its limit at which the kill switch destroys the
-	// account's time-billed instances (default 2s). The margin used is the
-	// larger of this and the provider's measured destroy latency (a
-	// smoothed mean plus four mean deviations of recent destroys, from
-	// terminating to the termination time the final charge runs to).
-	KillMargin time.Duration
-	// KillSwitchInterval is how often the kill switch re-reads spend and
-	// running instances from the database (default 1s); between reads it
-	// also wakes at the next computed deadline.
-	KillSwitchInterval time.Duration
-	// OnKillSwitch, when set, observes each instance the kill switch
-	// destroys (metrics, alerts), with the key whose own window it kept
-	// (empty: the account's windows).
-	OnKillSwitch func(accountID int64, instanceID, keyID string)
-	// OnTagMismatch, when set, observes each provider instance found under
-	// one of our rows' provider ids but tagged otherwise (metrics).
-	OnTagMismatch func(provider string)
-	// AfterProviderCreate is a fault hook for tests: called after the
-	// provider created an instance and before our row records it; an error
-	// aborts there, as a crash would.
-	AfterProviderCreate func(inst Instance, providerID string) error
-}
 
 // Service is the fleet.
 type Service struct {
@@ -97,46 +35,9 @@ type Service struct {
 
 // New returns a Service over the given providers.
 func New(store Store, guard *guardrails.Service, provs []providers.Provider, o Options) *Service {
-	if o.OfferCacheTTL == 0 {
-		o.OfferCacheTTL = 15 * time.Second
-	}
-	if o.SearchTimeout <= 0 {
-		o.SearchTimeout = 15 * time.Second
-	}
-	if o.CreateTimeout <= 0 {
-		o.CreateTimeout = 60 * time.Second
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = 2 * time.Second
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 15 * time.Minute
-	}
-	if o.PendingGrace <= 0 {
-		o.PendingGrace = 2 * time.Minute
-	}
-	if o.ReconcileInterval <= 0 {
-		o.ReconcileInterval = time.Minute
-	}
-	if o.KillMargin <= 0 {
-		o.KillMargin = 2 * time.Second
-	}
-	if o.KillSwitchInterval <= 0 {
-		o.KillSwitchInterval = time.Second
-	}
-	if o.OrphanPolicy == "" {
-		o.OrphanPolicy = "destroy"
-	}
+	o = o.withDefaults()
 	if o.Now == nil {
 		o.Now = guard.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Leader == nil {
-		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) {
-			return true, fn(ctx)
-		}
 	}
 	s := &Service{store: store, guard: guard, opts: o, byName: map[string]providers.Provider{},
 		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}, destroys: newDestroyTimes()}

@@ -1,0 +1,183 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aiserve/gpuproxy/billing"
+)
+
+// The fleet's defaults, applied by New to zero Options fields.
+const (
+	// DefaultOfferCacheTTL is how long a provider's search answer is reused.
+	DefaultOfferCacheTTL = 15 * time.Second
+	// DefaultSearchTimeout bounds one provider's search.
+	DefaultSearchTimeout = 15 * time.Second
+	// DefaultCreateTimeout bounds the provider create call.
+	DefaultCreateTimeout = 60 * time.Second
+	// DefaultPollInterval is how often starting and terminating instances
+	// are checked.
+	DefaultPollInterval = 2 * time.Second
+	// DefaultStartTimeout fails an instance not running after this long.
+	DefaultStartTimeout = 15 * time.Minute
+	// DefaultPendingGrace is how long a pending row waits for the
+	// reconciler.
+	DefaultPendingGrace = 2 * time.Minute
+	// DefaultReconcileInterval is how often the reconciler runs.
+	DefaultReconcileInterval = time.Minute
+	// DefaultKillMargin is the least time before a window's limit at which
+	// the kill switch destroys.
+	DefaultKillMargin = 2 * time.Second
+	// DefaultKillSwitchInterval is how often the kill switch re-reads the
+	// database.
+	DefaultKillSwitchInterval = time.Second
+	// DefaultOrphanPolicy is what the reconciler does with a provider
+	// instance tagged as ours without a live row.
+	DefaultOrphanPolicy = OrphanDestroy
+)
+
+// Orphan policies: what the reconciler does with a provider instance
+// tagged as ours that has no live row.
+const (
+	// OrphanDestroy destroys it: nothing is left running unbilled.
+	OrphanDestroy = "destroy"
+	// OrphanAdopt logs it as an error and leaves it running for an
+	// operator.
+	OrphanAdopt = "adopt"
+)
+
+// Options configure a Service. Zero values take the defaults above;
+// Validate says which field is wrong.
+type Options struct {
+	// OfferCacheTTL is how long a provider's search answer is reused
+	// (default DefaultOfferCacheTTL; negative disables).
+	OfferCacheTTL time.Duration
+	// SearchTimeout bounds one provider's search (default
+	// DefaultSearchTimeout).
+	SearchTimeout time.Duration
+	// CreateTimeout bounds the provider create call (default
+	// DefaultCreateTimeout). It runs
+	// detached from the caller, so a client that hangs up cannot turn a
+	// create into an untracked rental.
+	CreateTimeout time.Duration
+	// PollInterval is how often starting/terminating instances are checked
+	// (default DefaultPollInterval).
+	PollInterval time.Duration
+	// StartTimeout fails (and destroys) an instance that is not running
+	// after this long (default DefaultStartTimeout).
+	StartTimeout time.Duration
+	// PendingGrace is how long a pending row (an ambiguous create) waits
+	// before the reconciler resolves it (default DefaultPendingGrace).
+	PendingGrace time.Duration
+	// ReconcileInterval is how often the reconciler runs (default
+	// DefaultReconcileInterval).
+	ReconcileInterval time.Duration
+	// OrphanPolicy for provider instances tagged as ours without a live
+	// row: "destroy" (default) or "adopt" (revive and bill it).
+	OrphanPolicy string
+	// Now is the clock (default the guard rails' clock).
+	Now func() time.Time
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// Leader runs fn only on the replica holding the named lock
+	// (db.Store.WithLeader); nil runs it always.
+	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
+	// Ledger receives truth-up adjustments (none when nil).
+	Ledger *billing.Ledger
+	// Confirm keeps per-key confirmation thresholds and confirm tokens
+	// (none asked for when nil).
+	Confirm ConfirmStore
+	// KillMargin is the least time before a window of an on_exceed=destroy
+	// account would reach its limit at which the kill switch destroys the
+	// account's time-billed instances (default DefaultKillMargin). The margin used is the
+	// larger of this and the provider's measured destroy latency (a
+	// smoothed mean plus four mean deviations of recent destroys, from
+	// terminating to the termination time the final charge runs to).
+	KillMargin time.Duration
+	// KillSwitchInterval is how often the kill switch re-reads spend and
+	// running instances from the database (default
+	// DefaultKillSwitchInterval); between reads it
+	// also wakes at the next computed deadline.
+	KillSwitchInterval time.Duration
+	// OnKillSwitch, when set, observes each instance the kill switch
+	// destroys (metrics, alerts), with the key whose own window it kept
+	// (empty: the account's windows).
+	OnKillSwitch func(accountID int64, instanceID, keyID string)
+	// OnTagMismatch, when set, observes each provider instance found under
+	// one of our rows' provider ids but tagged otherwise (metrics).
+	OnTagMismatch func(provider string)
+	// AfterProviderCreate is a fault hook for tests: called after the
+	// provider created an instance and before our row records it; an error
+	// aborts there, as a crash would.
+	AfterProviderCreate func(inst Instance, providerID string) error
+}
+
+// Validate reports the first field of o that New cannot use, naming it and
+// its configured value. Zero values are valid: they take the defaults.
+func (o Options) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"SearchTimeout", o.SearchTimeout}, {"CreateTimeout", o.CreateTimeout},
+		{"PollInterval", o.PollInterval}, {"StartTimeout", o.StartTimeout},
+		{"PendingGrace", o.PendingGrace}, {"ReconcileInterval", o.ReconcileInterval},
+		{"KillMargin", o.KillMargin}, {"KillSwitchInterval", o.KillSwitchInterval},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("fleet.Options.%s: must not be negative, got %s", d.name, d.v)
+		}
+	}
+	switch o.OrphanPolicy {
+	case "", OrphanDestroy, OrphanAdopt:
+	default:
+		return fmt.Errorf("fleet.Options.OrphanPolicy: must be %q or %q, got %q", OrphanDestroy, OrphanAdopt, o.OrphanPolicy)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero field set to its default (Now is
+// left to New: it defaults to the guard rails' clock).
+func (o Options) withDefaults() Options {
+	if o.OfferCacheTTL == 0 {
+		o.OfferCacheTTL = DefaultOfferCacheTTL
+	}
+	if o.SearchTimeout <= 0 {
+		o.SearchTimeout = DefaultSearchTimeout
+	}
+	if o.CreateTimeout <= 0 {
+		o.CreateTimeout = DefaultCreateTimeout
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if o.PendingGrace <= 0 {
+		o.PendingGrace = DefaultPendingGrace
+	}
+	if o.ReconcileInterval <= 0 {
+		o.ReconcileInterval = DefaultReconcileInterval
+	}
+	if o.KillMargin <= 0 {
+		o.KillMargin = DefaultKillMargin
+	}
+	if o.KillSwitchInterval <= 0 {
+		o.KillSwitchInterval = DefaultKillSwitchInterval
+	}
+	if o.OrphanPolicy == "" {
+		o.OrphanPolicy = DefaultOrphanPolicy
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Leader == nil {
+		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) {
+			return true, fn(ctx)
+		}
+	}
+	return o
+}
