@@ -3,7 +3,6 @@ package alerts
 import (
 	"context"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -38,70 +37,6 @@ type Spending interface {
 	KeySpending(ctx context.Context, accountID int64, keyID string) (guardrails.Snapshot, error)
 }
 
-// Options configure a Service. Zero values take the defaults.
-type Options struct {
-	// EvalInterval is how often each replica evaluates every alerting
-	// account's windows (default 5s).
-	EvalInterval time.Duration
-	// SendInterval is how often each replica looks for due deliveries
-	// (default 1s); an event recorded by this replica wakes it at once.
-	SendInterval time.Duration
-	// Timeout bounds one POST, connecting included (default 10s).
-	Timeout time.Duration
-	// RetryMin is the wait before the first retry, doubled after each
-	// failed attempt up to RetryMax (defaults 10s and 10m).
-	RetryMin, RetryMax time.Duration
-	// RetryFor is how long after its event a delivery is retried before it
-	// is given up and recorded as failed (default 1h).
-	RetryFor time.Duration
-	// RefusalGap is the least time between two refusal events of one
-	// account and window, across every replica (default 5m).
-	RefusalGap time.Duration
-	// Batch is the most deliveries a replica claims and sends at once
-	// (default 16).
-	Batch int
-	// AllowNetworks lists networks webhooks may reach although they are
-	// not public (proxy.allow_networks; serve --sandbox adds loopback).
-	// Metadata addresses are refused whatever it lists.
-	AllowNetworks []netip.Prefix
-	// Resolver and Dial replace DNS and connecting, for tests
-	// (netpolicy.Dialer); every address is checked either way.
-	Resolver netpolicy.Resolver
-	Dial     netpolicy.DialFunc
-	// Now is the clock (default time.Now).
-	Now func() time.Time
-	// Logger (default slog.Default()). Secrets are never logged, nor
-	// webhook URLs (a Slack URL is a credential): only their hosts.
-	Logger *slog.Logger
-}
-
-func (o *Options) defaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.EvalInterval, 5*time.Second)
-	def(&o.SendInterval, time.Second)
-	def(&o.Timeout, 10*time.Second)
-	def(&o.RetryMin, 10*time.Second)
-	def(&o.RetryMax, 10*time.Minute)
-	def(&o.RetryFor, time.Hour)
-	def(&o.RefusalGap, 5*time.Minute)
-	if o.RetryMax < o.RetryMin {
-		o.RetryMax = o.RetryMin
-	}
-	if o.Batch <= 0 {
-		o.Batch = 16
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-}
-
 // Service evaluates, records and delivers an installation's budget
 // alerts. Its methods are safe for concurrent use.
 type Service struct {
@@ -124,7 +59,7 @@ type Service struct {
 // New returns a Service over store, reading windows through spending.
 // Call Run to evaluate and send.
 func New(store Store, spending Spending, o Options) *Service {
-	o.defaults()
+	o = o.withDefaults()
 	s := &Service{store: store, spending: spending, opts: o, allow: netpolicy.NewAllowlist(o.AllowNetworks),
 		log: o.Logger, wake: make(chan struct{}, 1), hooks: make(chan hookEvent, 256),
 		refusals: map[refusalKey]time.Time{}}
