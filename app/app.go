@@ -117,6 +117,9 @@ const (
 
 // New opens (or takes) the store and builds every service over it.
 func New(ctx context.Context, c Config) (*App, error) {
+	if err := errors.Join(c.Server.Validate(), c.Console.Validate(), c.MCP.Validate()); err != nil {
+		return nil, err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

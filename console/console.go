@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -38,23 +39,73 @@ type Services struct {
 	OAuth OAuthConsent
 }
 
-// Options configure the console.
+// The console's defaults, applied by New to zero Options fields.
+const (
+	// DefaultSessionIdle is how long a session lasts without use.
+	DefaultSessionIdle = time.Hour
+	// DefaultSessionMax is the longest a session lasts from sign-in.
+	DefaultSessionMax = 12 * time.Hour
+	// DefaultPageSize is the transactions page's default size.
+	DefaultPageSize = 50
+)
+
+// Options configure the console. Zero values take the defaults above;
+// Validate says which field is wrong.
 type Options struct {
 	// Secret signs session and CSRF tokens (HMAC-SHA256). Replicas that
 	// share it share sessions. Empty: a random secret for this process, so
 	// sessions end when it restarts and do not span replicas.
 	Secret []byte
-	// SessionIdle is how long a session lasts without use (default 1h);
-	// every page view renews it.
+	// SessionIdle is how long a session lasts without use (default
+	// DefaultSessionIdle); every page view renews it.
 	SessionIdle time.Duration
-	// SessionMax is the longest a session lasts from sign-in (default 12h).
+	// SessionMax is the longest a session lasts from sign-in (default
+	// DefaultSessionMax).
 	SessionMax time.Duration
-	// PageSize is the transactions page's default size (default 50).
+	// PageSize is the transactions page's default size (default
+	// DefaultPageSize).
 	PageSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives internal errors (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// Validate reports the first field of o that New cannot use, naming it and
+// its configured value. Zero values are valid: they take the defaults.
+func (o Options) Validate() error {
+	switch {
+	case o.SessionIdle < 0:
+		return fmt.Errorf("console options: SessionIdle is %s; want a positive duration, or 0 for the default %s",
+			o.SessionIdle, DefaultSessionIdle)
+	case o.SessionMax < 0:
+		return fmt.Errorf("console options: SessionMax is %s; want a positive duration, or 0 for the default %s",
+			o.SessionMax, DefaultSessionMax)
+	case o.PageSize < 0:
+		return fmt.Errorf("console options: PageSize is %d; want a positive number of rows, or 0 for the default %d",
+			o.PageSize, DefaultPageSize)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = DefaultSessionIdle
+	}
+	if o.SessionMax <= 0 {
+		o.SessionMax = DefaultSessionMax
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = DefaultPageSize
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
 }
 
 // Console is the web console's HTTP handler.
@@ -68,21 +119,7 @@ type Console struct {
 
 // New returns the console.
 func New(svc Services, o Options) *Console {
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = time.Hour
-	}
-	if o.SessionMax <= 0 {
-		o.SessionMax = 12 * time.Hour
-	}
-	if o.PageSize <= 0 {
-		o.PageSize = 50
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+	o = o.withDefaults()
 	secret := o.Secret
 	switch {
 	case len(secret) == 0:

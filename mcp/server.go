@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -41,9 +42,10 @@ type Services struct {
 	Proxy  InferenceProxy
 }
 
-// Options configure a Server. Zero values take the documented defaults.
+// Options configure a Server. Zero values take the defaults below;
+// Validate says which field is wrong.
 type Options struct {
-	// Version is reported as serverInfo.version (default "dev").
+	// Version is reported as serverInfo.version (default DefaultVersion).
 	Version string
 	// Logger receives structured logs of every MCP request (default
 	// slog.Default()). The go-sdk's own logs go to it at Warn and above.
@@ -69,19 +71,71 @@ type Options struct {
 	MaxMessage int64
 	// StartWait is how long create_gpu_instance waits for the new instance
 	// to run, sending progress notifications, before it returns the
-	// instance still starting (default 3m).
+	// instance still starting (default DefaultStartWait).
 	StartWait time.Duration
 	// SpendPoll is how often the spending windows of accounts with a
 	// spending://current subscriber are re-read to notify changes made
-	// outside MCP, such as metering (default 15s; negative disables).
+	// outside MCP, such as metering (default DefaultSpendPoll; negative
+	// disables).
 	SpendPoll time.Duration
 	// SessionTimeout closes idle stateful Streamable HTTP sessions
-	// (default 30m).
+	// (default DefaultSessionTimeout).
 	SessionTimeout time.Duration
 }
 
-// DefaultMaxMessage is the default bound of one JSON-RPC message (1 MiB).
-const DefaultMaxMessage = 1 << 20
+// The MCP server's defaults, applied by New to zero Options fields.
+const (
+	// DefaultVersion is the serverInfo.version of a server without one.
+	DefaultVersion = "dev"
+	// DefaultMaxMessage is the default bound of one JSON-RPC message (1 MiB).
+	DefaultMaxMessage = 1 << 20
+	// DefaultStartWait is how long create_gpu_instance waits by default.
+	DefaultStartWait = 3 * time.Minute
+	// DefaultSpendPoll is how often subscribed spending windows are re-read.
+	DefaultSpendPoll = 15 * time.Second
+	// DefaultSessionTimeout closes idle stateful Streamable HTTP sessions.
+	DefaultSessionTimeout = 30 * time.Minute
+)
+
+// Validate reports the first field of o that New cannot use, naming it and
+// its configured value. Zero values are valid: they take the defaults.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxMessage < 0:
+		return fmt.Errorf("mcp options: MaxMessage is %d; want a positive number of bytes, or 0 for the default %s",
+			o.MaxMessage, httpapi.HumanBytes(DefaultMaxMessage))
+	case o.StartWait < 0:
+		return fmt.Errorf("mcp options: StartWait is %s; want a positive duration, or 0 for the default %s",
+			o.StartWait, DefaultStartWait)
+	case o.SessionTimeout < 0:
+		return fmt.Errorf("mcp options: SessionTimeout is %s; want a positive duration, or 0 for the default %s",
+			o.SessionTimeout, DefaultSessionTimeout)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	if o.Version == "" {
+		o.Version = DefaultVersion
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = DefaultMaxMessage
+	}
+	if o.StartWait <= 0 {
+		o.StartWait = DefaultStartWait
+	}
+	if o.SpendPoll == 0 {
+		o.SpendPoll = DefaultSpendPoll
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	return o
+}
 
 // Server is the MCP surface. Create it with New, mount its HTTP transports
 // with Mount, serve stdio with ServeStdio, and Close it when done.
@@ -104,24 +158,7 @@ type Server struct {
 
 // New returns a Server over the given services.
 func New(svc Services, o Options) *Server {
-	if o.Version == "" {
-		o.Version = "dev"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.MaxMessage <= 0 {
-		o.MaxMessage = DefaultMaxMessage
-	}
-	if o.StartWait <= 0 {
-		o.StartWait = 3 * time.Minute
-	}
-	if o.SpendPoll == 0 {
-		o.SpendPoll = 15 * time.Second
-	}
-	if o.SessionTimeout <= 0 {
-		o.SessionTimeout = 30 * time.Minute
-	}
+	o = o.withDefaults()
 	s := &Server{svc: svc, opts: o, log: o.Logger, cache: sdk.NewSchemaCache(),
 		servers: map[int64]*sdk.Server{}}
 	s.sdkLog = slog.New(minLevel{slog.LevelWarn, o.Logger.Handler()})

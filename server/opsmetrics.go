@@ -118,11 +118,9 @@ func (c *opsCollector) current() (opsSnapshot, bool) {
 }
 
 // setSource sets where the gauges are read from and how long a reading
-// serves scrapes (default 10s; negative: every scrape reads).
+// serves scrapes (Options.GaugeMaxAge, defaulted by New; negative:
+// every scrape reads).
 func (c *opsCollector) setSource(fn func(ctx context.Context) (opsSnapshot, error), maxAge time.Duration) {
-	if maxAge == 0 {
-		maxAge = 10 * time.Second
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.source, c.maxAge, c.read = fn, maxAge, time.Time{}

@@ -40,36 +40,6 @@ type ReadyCheck struct {
 	Critical bool
 }
 
-// DefaultMaxBody is the default bound of a request body (1 MiB).
-const DefaultMaxBody = 1 << 20
-
-// Options configure the server.
-type Options struct {
-	// MaxBody bounds request bodies (default DefaultMaxBody). Refusals
-	// print it (httpapi.BodyLimitMessage).
-	MaxBody int64
-	// Logger for request logs (default slog.Default()).
-	Logger *slog.Logger
-	// Version is reported by /health.
-	Version string
-	// Now is the clock (default time.Now).
-	Now func() time.Time
-	// KeepNetHTTP keeps every connection with net/http: no connection is
-	// taken over after a prefix-route request (see internal/takeover).
-	KeepNetHTTP bool
-	// MetricsToken, when set, is the bearer token GET /metrics requires.
-	MetricsToken string
-	// NoMetricsRoute leaves /metrics out of this server: it is served on
-	// a listener of its own (Metrics.MetricsHandler).
-	NoMetricsRoute bool
-	// GaugeMaxAge is how long one database reading serves the operator
-	// gauges to scrapes (default 10s; negative: every scrape reads).
-	GaugeMaxAge time.Duration
-	// Challenge, when set, is the WWW-Authenticate value of a 401 for a
-	// request (the OAuth protected-resource challenge); unset: none.
-	Challenge func(r *http.Request) string
-}
-
 // Services are the shared services the handlers call.
 type Services struct {
 	Auth        *auth.Service
@@ -107,15 +77,7 @@ type Server struct {
 
 // New builds the echo application with every route.
 func New(svc Services, o Options) *Server {
-	if o.MaxBody <= 0 {
-		o.MaxBody = DefaultMaxBody
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o = o.withDefaults()
 	if svc.Metrics == nil {
 		svc.Metrics = NewMetrics()
 	}
