@@ -43,8 +43,13 @@ func NewLedger(store Store, now func() time.Time) *Ledger {
 	return &Ledger{store: store, now: now}
 }
 
-// MaxPage is the largest page a caller may ask for.
-const MaxPage = 1000
+// Page sizes of Transactions.
+const (
+	// DefaultPage is the page size when the filter sets none.
+	DefaultPage = 100
+	// MaxPage is the largest page a caller may ask for.
+	MaxPage = 1000
+)
 
 // Append validates and appends an entry (At defaults to now). With an
 // idempotency key the account already used, the original entry is returned.
@@ -118,7 +123,7 @@ func (l *Ledger) Transactions(ctx context.Context, f Filter) (Page, error) {
 		return Page{}, err
 	}
 	if f.Limit <= 0 {
-		f.Limit = 100
+		f.Limit = DefaultPage
 	}
 	f.Limit = min(f.Limit, MaxPage)
 	want := f.Limit

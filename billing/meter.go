@@ -20,9 +20,14 @@ type MeterStore interface {
 	OldestRunningMeter(ctx context.Context) (chargedUntil time.Time, ok bool, err error)
 }
 
-// MeterOptions configure the engine.
+// DefaultMeterInterval is the metering engine's default time between
+// ticks.
+const DefaultMeterInterval = time.Minute
+
+// MeterOptions configure the engine. Zero values take the defaults;
+// Validate says which field is wrong.
 type MeterOptions struct {
-	// Interval between ticks in Run (default 1 minute).
+	// Interval between ticks in Run (default DefaultMeterInterval).
 	Interval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -44,8 +49,22 @@ type Meterer struct {
 
 // NewMeterer returns an engine with defaults filled in.
 func NewMeterer(store MeterStore, o MeterOptions) *Meterer {
+	return &Meterer{store: store, opts: o.withDefaults()}
+}
+
+// Validate reports the first field of o that NewMeterer cannot use, naming
+// it and its configured value. Zero values take the defaults.
+func (o MeterOptions) Validate() error {
+	if o.Interval < 0 {
+		return fmt.Errorf("billing.MeterOptions.Interval: must not be negative, got %s", o.Interval)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o MeterOptions) withDefaults() MeterOptions {
 	if o.Interval <= 0 {
-		o.Interval = time.Minute
+		o.Interval = DefaultMeterInterval
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -53,7 +72,7 @@ func NewMeterer(store MeterStore, o MeterOptions) *Meterer {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Meterer{store: store, opts: o}
+	return o
 }
 
 // Cumulative is what meter m charges in all from its start to t: price ×

@@ -186,3 +186,16 @@ func (n noLeader) WithLeader(ctx context.Context, _ string, fn func(context.Cont
 
 var _ billing.MeterStore = (*db.Store)(nil)
 var _ billing.Store = (*db.Store)(nil)
+
+// TestMeterOptionsValidate: a negative interval is refused by name, with
+// its value; zero takes DefaultMeterInterval.
+func TestMeterOptionsValidate(t *testing.T) {
+	t.Parallel()
+	if err := (billing.MeterOptions{}).Validate(); err != nil {
+		t.Fatalf("zero options: %v", err)
+	}
+	want := "billing.MeterOptions.Interval: must not be negative, got -1m0s"
+	if err := (billing.MeterOptions{Interval: -time.Minute}).Validate(); err == nil || err.Error() != want {
+		t.Fatalf("Validate() = %v, want %q", err, want)
+	}
+}
