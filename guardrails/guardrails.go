@@ -49,15 +49,18 @@ var DefaultWindows = []Window{
 	{Minutes: 1440, Limit: 1000 * gpuproxy.MicrosPerUSD},
 }
 
-// Options configure a Service.
+// Options configure a Service. Zero values take the defaults
+// (options.go); Validate says which field is wrong.
 type Options struct {
 	// Defaults apply to accounts without limits of their own
 	// (default DefaultWindows).
 	Defaults []Window
-	// Horizon is how far ahead running instances are committed (default 1h).
+	// Horizon is how far ahead running instances are committed (default
+	// DefaultHorizon).
 	Horizon time.Duration
 	// LeaseExpiry is the age after which the reconciler releases an open
-	// proxy lease, which only a crashed replica leaves (default 2m).
+	// proxy lease, which only a crashed replica leaves (default
+	// DefaultLeaseExpiry).
 	LeaseExpiry time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -86,22 +89,7 @@ type Service struct {
 
 // New returns a Service with defaults filled in.
 func New(store Store, o Options) *Service {
-	if len(o.Defaults) == 0 {
-		o.Defaults = DefaultWindows
-	}
-	if o.Horizon <= 0 {
-		o.Horizon = time.Hour
-	}
-	if o.LeaseExpiry <= 0 {
-		o.LeaseExpiry = 2 * time.Minute
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	return &Service{store: store, opts: o}
+	return &Service{store: store, opts: o.withDefaults()}
 }
 
 // Horizon returns the admission horizon H.

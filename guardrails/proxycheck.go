@@ -9,12 +9,15 @@ import (
 	"github.com/aiserve/gpuproxy"
 )
 
-// ProxyGateOptions configure a ProxyGate.
+// ProxyGateOptions configure a ProxyGate. Zero values take the defaults
+// (options.go); Validate says which field is wrong.
 type ProxyGateOptions struct {
-	// MaxAge is the oldest spend snapshot a check may use (default 1s).
+	// MaxAge is the oldest spend snapshot a check may use (default
+	// DefaultMaxAge).
 	// Negative reads the store on every check.
 	MaxAge time.Duration
-	// RefreshTimeout bounds one store read (default 5s). The read is
+	// RefreshTimeout bounds one store read (default
+	// DefaultRefreshTimeout). The read is
 	// shared by every caller waiting for the account, so it does not end
 	// when the caller that started it goes away.
 	RefreshTimeout time.Duration
@@ -22,12 +25,13 @@ type ProxyGateOptions struct {
 	// service's clock).
 	Now func() time.Time
 	// LeaseSpan is how long a proxy budget lease admits calls before it is
-	// settled and a new one taken (default 2s); leases are sized to about
+	// settled and a new one taken (default DefaultLeaseSpan); leases are
+	// sized to about
 	// this long at the replica's recent spend rate.
 	LeaseSpan time.Duration
 	// LeaseSettleWait is how long a retired lease waits for calls without
 	// an outcome before it is settled with them counted as charged
-	// (default 10s).
+	// (default DefaultLeaseSettleWait).
 	LeaseSettleWait time.Duration
 	// LimitsPoll is how often the gate reads the current limits of the
 	// accounts and keys it holds leases, refusals or snapshots for, so a
@@ -80,23 +84,9 @@ type gateFlight struct {
 
 // NewProxyGate returns a gate over svc.
 func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
-	if o.MaxAge == 0 {
-		o.MaxAge = time.Second
-	}
-	if o.RefreshTimeout <= 0 {
-		o.RefreshTimeout = 5 * time.Second
-	}
+	o = o.withDefaults()
 	if o.Now == nil {
 		o.Now = svc.opts.Now
-	}
-	if o.LeaseSpan <= 0 {
-		o.LeaseSpan = 2 * time.Second
-	}
-	if o.LeaseSettleWait <= 0 {
-		o.LeaseSettleWait = 10 * time.Second
-	}
-	if o.LimitsPoll <= 0 {
-		o.LimitsPoll = DefaultLimitsPoll
 	}
 	g := &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
 		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll, limitsDone: make(chan struct{})}
