@@ -35,6 +35,16 @@ var sqlFiles embed.FS // migrations/<dialect>/NNNN_*.sql, functions/<dialect>/*.
 // DefaultSQLitePath is the database file used when no URL is configured.
 const DefaultSQLitePath = "data/gpuproxy.db"
 
+// SQLite connection settings (not options: the store relies on them).
+const (
+	// sqliteMaxConns bounds the SQLite pool, open and idle alike:
+	// reopening SQLite connections is costly.
+	sqliteMaxConns = 8
+	// sqliteBusyTimeoutMS is how long a SQLite statement waits for a lock
+	// held by another connection before failing.
+	sqliteBusyTimeoutMS = 10000
+)
+
 // Options configure Open.
 type Options struct {
 	// URL is "postgres://…"/"postgresql://…", "sqlite:PATH", or "" for
@@ -48,6 +58,39 @@ type Options struct {
 	// creating it (and its folder): read-only commands must not leave an
 	// empty database at a mistyped path.
 	MustExist bool
+}
+
+// withDefaults returns o with an empty URL set to the SQLite file
+// DefaultSQLitePath.
+func (o Options) withDefaults() Options {
+	if o.URL == "" {
+		o.URL = "sqlite:" + DefaultSQLitePath
+	}
+	return o
+}
+
+// isPostgresURL reports whether u names a Postgres database.
+func isPostgresURL(u string) bool {
+	return strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// Validate says which field of o is wrong, with its value (a URL only up
+// to its scheme: the rest may carry a password). Open calls it.
+func (o Options) Validate() error {
+	if !isPostgresURL(o.URL) && o.URL != "" && !strings.HasPrefix(o.URL, "sqlite:") {
+		shown := o.URL
+		if scheme, _, ok := strings.Cut(o.URL, "://"); ok {
+			shown = scheme + "://…"
+		} else if strings.Contains(shown, "@") {
+			shown = "…"
+		}
+		return gpuproxy.Errorf(gpuproxy.EINVALID,
+			"DATABASE_URL must start with postgres://, postgresql:// or sqlite:, got %q", shown)
+	}
+	if o.MaxConns < 0 {
+		return gpuproxy.Invalid("db.Options.MaxConns", "must not be negative, got %d", o.MaxConns)
+	}
+	return nil
 }
 
 // Store is a gpuproxy database: Postgres or SQLite.
@@ -70,9 +113,13 @@ var sqliteLeaders sync.Map // path + "|" + name → *sync.Mutex
 // Open connects to the database named by o.URL. It does not migrate; call
 // Migrate.
 func Open(ctx context.Context, o Options) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o = o.withDefaults()
 	u := o.URL
 	switch {
-	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+	case isPostgresURL(u):
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
 			return nil, fmt.Errorf("parsing DATABASE_URL: %w", redactErr(err))
@@ -93,7 +140,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		}
 		where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 		return &Store{pg: pool, dialect: "postgres", where: where}, nil
-	case u == "" || strings.HasPrefix(u, "sqlite:"):
+	default: // "sqlite:PATH": Validate refused every other URL
 		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
 		if path == "" {
 			path = DefaultSQLitePath
@@ -108,19 +155,16 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 				return nil, fmt.Errorf("creating database folder: %w", err)
 			}
 		}
-		dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)" +
+		dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(" + strconv.Itoa(sqliteBusyTimeoutMS) + ")" +
 			"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
 		sq, err := sql.Open("sqlite", dsn)
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite: %w", err)
 		}
-		sq.SetMaxOpenConns(8)
-		sq.SetMaxIdleConns(8) // reopening SQLite connections is costly
+		sq.SetMaxOpenConns(sqliteMaxConns)
+		sq.SetMaxIdleConns(sqliteMaxConns)
 		abs, _ := filepath.Abs(path)
 		return &Store{sq: sq, dialect: "sqlite", path: abs}, nil
-	default:
-		return nil, gpuproxy.Errorf(gpuproxy.EINVALID,
-			"DATABASE_URL must start with postgres://, postgresql:// or sqlite:")
 	}
 }
 
