@@ -10,8 +10,6 @@ import (
 
 	"github.com/go-resty/resty/v2"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/aiserve/gpuproxy"
 )
 
 // The defaults of ClientOptions (and of the adapters' options that pass
@@ -86,13 +84,17 @@ func (o ClientOptions) withDefaults() ClientOptions {
 	return o
 }
 
-// Validate says which field of o is wrong, with its value: a base URL
-// that is not an absolute http(s) URL, a negative duration, a RetryMaxWait
-// shorter than RetryWait. Fields are named after the provider ("vast.ai
-// Timeout"); zero values are valid (they take the defaults). NewClient does
-// not call it: the composition root does, once, before building anything.
+// Validate says which field of o is wrong, with its value
+// ("providers.ClientOptions.Timeout: must not be negative, got -1s"); zero
+// values are valid (they take the defaults). NewClient does not call it:
+// the composition root does, once, before building anything.
 func (o ClientOptions) Validate() error {
-	if err := ValidateBaseURL(o.Provider+" BaseURL", o.BaseURL); err != nil {
+	return o.validate("providers.ClientOptions.")
+}
+
+// validate is Validate with the fields named after prefix.
+func (o ClientOptions) validate(prefix string) error {
+	if err := ValidateBaseURL(prefix+"BaseURL", o.BaseURL); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -101,32 +103,34 @@ func (o ClientOptions) Validate() error {
 	}{{"Timeout", o.Timeout}, {"RetryWait", o.RetryWait}, {"RetryMaxWait", o.RetryMaxWait},
 		{"BreakerOpenFor", o.BreakerOpenFor}} {
 		if d.v < 0 {
-			return gpuproxy.Invalid(o.Provider+" "+d.name, "must not be negative, got %s", d.v)
+			return fmt.Errorf("%s%s: must not be negative, got %s", prefix, d.name, d.v)
 		}
 	}
 	if o.RetryWait > 0 && o.RetryMaxWait > 0 && o.RetryMaxWait < o.RetryWait {
-		return gpuproxy.Invalid(o.Provider+" RetryMaxWait", "must not be shorter than RetryWait (%s), got %s",
-			o.RetryWait, o.RetryMaxWait)
+		return fmt.Errorf("%sRetryMaxWait: must not be shorter than RetryWait (%s), got %s", prefix, o.RetryWait, o.RetryMaxWait)
 	}
 	return nil
 }
 
-// ValidateBaseURL checks that raw, a provider's API host named field, is
-// an absolute http or https URL without query or fragment; "" is valid
-// (the adapter's default).
+// ValidateAdapter is Validate for an adapter's options that pass o through:
+// fields are named after the adapter's options ("vastai.Options.Timeout").
+func (o ClientOptions) ValidateAdapter(pkg string) error {
+	return o.validate(pkg + ".Options.")
+}
+
+// ValidateBaseURL checks that raw, a provider's API host in field, is an
+// absolute http or https URL without query or fragment; "" is valid (the
+// adapter's default). A password in the URL is never printed.
 func ValidateBaseURL(field, raw string) error {
 	if raw == "" {
 		return nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		// Not printed: it might carry a password.
-		return gpuproxy.Invalid(field, "must be an http or https URL such as https://api.example.com (it does not parse)")
+		return fmt.Errorf("%s: must be an http or https URL such as https://api.example.com (it does not parse)", field)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		// Redacted: a password in the URL is not printed.
-		return gpuproxy.Invalid(field, "must be an http or https URL such as https://api.example.com, got %q",
-			u.Redacted())
+		return fmt.Errorf("%s: must be an http or https URL such as https://api.example.com, got %q", field, u.Redacted())
 	}
 	return nil
 }

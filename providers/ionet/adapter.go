@@ -3,6 +3,7 @@ package ionet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -125,26 +126,26 @@ func (o Options) clientOptions() providers.ClientOptions {
 	}
 }
 
-// Validate says which field of o is wrong ("io.net PageSize: must be
+// Validate says which field of o is wrong ("ionet.Options.PageSize: must be
 // between 1 and 100, got 500"); zero values are valid (they take the
 // defaults). New does not call it: the composition root does, before
 // building anything.
 func (o Options) Validate() error {
-	if err := o.clientOptions().Validate(); err != nil {
+	if err := o.clientOptions().ValidateAdapter("ionet"); err != nil {
 		return err
 	}
 	if strings.ContainsFunc(o.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		// The key itself is never printed.
-		return gpuproxy.Invalid(providers.IONet+" APIKey", "must not contain spaces or control characters (a trailing newline?)")
+		return errors.New("ionet.Options.APIKey: must not contain spaces or control characters (a trailing newline?)")
 	}
 	if o.DefaultHours < 0 {
-		return gpuproxy.Invalid(providers.IONet+" DefaultHours", "must not be negative, got %d", o.DefaultHours)
+		return fmt.Errorf("ionet.Options.DefaultHours: must not be negative, got %d", o.DefaultHours)
 	}
 	if o.PageSize < 0 || o.PageSize > MaxPageSize {
-		return gpuproxy.Invalid(providers.IONet+" PageSize", "must be between 1 and %d, got %d", MaxPageSize, o.PageSize)
+		return fmt.Errorf("ionet.Options.PageSize: must be between 1 and %d, got %d", MaxPageSize, o.PageSize)
 	}
 	if o.Parallel < 0 {
-		return gpuproxy.Invalid(providers.IONet+" Parallel", "must not be negative, got %d", o.Parallel)
+		return fmt.Errorf("ionet.Options.Parallel: must not be negative, got %d", o.Parallel)
 	}
 	return nil
 }

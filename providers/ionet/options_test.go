@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aiserve/gpuproxy"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -17,15 +15,15 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"zero values take defaults", Options{}, ""},
 		{"largest page", Options{PageSize: MaxPageSize}, ""},
-		{"base URL", Options{BaseURL: "api.io.solutions"}, `io.net BaseURL: must be an http or https URL such as https://api.example.com, got "api.io.solutions"`},
-		{"timeout", Options{Timeout: -time.Second}, "io.net Timeout: must not be negative, got -1s"},
-		{"retry wait", Options{RetryWait: -time.Second}, "io.net RetryWait: must not be negative, got -1s"},
-		{"breaker open", Options{BreakerOpenFor: -time.Second}, "io.net BreakerOpenFor: must not be negative, got -1s"},
-		{"hours", Options{DefaultHours: -2}, "io.net DefaultHours: must not be negative, got -2"},
-		{"page too large", Options{PageSize: 500}, "io.net PageSize: must be between 1 and 100, got 500"},
-		{"negative page", Options{PageSize: -1}, "io.net PageSize: must be between 1 and 100, got -1"},
-		{"parallel", Options{Parallel: -4}, "io.net Parallel: must not be negative, got -4"},
-		{"API key space", Options{APIKey: "k3y x"}, "io.net APIKey: must not contain spaces or control characters"},
+		{"base URL", Options{BaseURL: "api.io.solutions"}, `ionet.Options.BaseURL: must be an http or https URL such as https://api.example.com, got "api.io.solutions"`},
+		{"timeout", Options{Timeout: -time.Second}, "ionet.Options.Timeout: must not be negative, got -1s"},
+		{"retry wait", Options{RetryWait: -time.Second}, "ionet.Options.RetryWait: must not be negative, got -1s"},
+		{"breaker open", Options{BreakerOpenFor: -time.Second}, "ionet.Options.BreakerOpenFor: must not be negative, got -1s"},
+		{"hours", Options{DefaultHours: -2}, "ionet.Options.DefaultHours: must not be negative, got -2"},
+		{"page too large", Options{PageSize: 500}, "ionet.Options.PageSize: must be between 1 and 100, got 500"},
+		{"negative page", Options{PageSize: -1}, "ionet.Options.PageSize: must be between 1 and 100, got -1"},
+		{"parallel", Options{Parallel: -4}, "ionet.Options.Parallel: must not be negative, got -4"},
+		{"API key space", Options{APIKey: "k3y x"}, "ionet.Options.APIKey: must not contain spaces or control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()
@@ -35,7 +33,7 @@ func TestOptionsValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate() = %v, want invalid %q", err, tc.want)
 			}
 			if strings.Contains(err.Error(), "k3y") {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
@@ -124,22 +123,22 @@ func (o Options) clientOptions() providers.ClientOptions {
 	}
 }
 
-// Validate says which field of o is wrong ("vast.ai DiskGB: must be at
+// Validate says which field of o is wrong ("vastai.Options.DiskGB: must be at
 // least 8, got 5"); zero values are valid (they take the defaults). New
 // does not call it: the composition root does, before building anything.
 func (o Options) Validate() error {
-	if err := o.clientOptions().Validate(); err != nil {
+	if err := o.clientOptions().ValidateAdapter("vastai"); err != nil {
 		return err
 	}
 	if strings.ContainsFunc(o.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		// The key itself is never printed.
-		return gpuproxy.Invalid(providers.VastAI+" APIKey", "must not contain spaces or control characters (a trailing newline?)")
+		return errors.New("vastai.Options.APIKey: must not contain spaces or control characters (a trailing newline?)")
 	}
 	if o.DiskGB < 0 || (o.DiskGB > 0 && o.DiskGB < MinDiskGB) {
-		return gpuproxy.Invalid(providers.VastAI+" DiskGB", "must be at least %d (vast.ai's minimum), got %d", MinDiskGB, o.DiskGB)
+		return fmt.Errorf("vastai.Options.DiskGB: must be at least %d (vast.ai's minimum), got %d", MinDiskGB, o.DiskGB)
 	}
 	if o.RateLimitWait < 0 {
-		return gpuproxy.Invalid(providers.VastAI+" RateLimitWait", "must not be negative, got %s", o.RateLimitWait)
+		return fmt.Errorf("vastai.Options.RateLimitWait: must not be negative, got %s", o.RateLimitWait)
 	}
 	return nil
 }

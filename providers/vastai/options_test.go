@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
@@ -18,14 +17,14 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"zero values take defaults", Options{}, ""},
 		{"minimum disk", Options{DiskGB: MinDiskGB}, ""},
-		{"base URL", Options{BaseURL: "console.vast.ai"}, `vast.ai BaseURL: must be an http or https URL such as https://api.example.com, got "console.vast.ai"`},
-		{"timeout", Options{Timeout: -time.Second}, "vast.ai Timeout: must not be negative, got -1s"},
-		{"retry wait", Options{RetryWait: -time.Second}, "vast.ai RetryWait: must not be negative, got -1s"},
-		{"breaker open", Options{BreakerOpenFor: -time.Second}, "vast.ai BreakerOpenFor: must not be negative, got -1s"},
-		{"disk below minimum", Options{DiskGB: 5}, "vast.ai DiskGB: must be at least 8 (vast.ai's minimum), got 5"},
-		{"negative disk", Options{DiskGB: -1}, "vast.ai DiskGB: must be at least 8 (vast.ai's minimum), got -1"},
-		{"rate limit wait", Options{RateLimitWait: -time.Millisecond}, "vast.ai RateLimitWait: must not be negative, got -1ms"},
-		{"API key newline", Options{APIKey: "k3y\n"}, "vast.ai APIKey: must not contain spaces or control characters"},
+		{"base URL", Options{BaseURL: "console.vast.ai"}, `vastai.Options.BaseURL: must be an http or https URL such as https://api.example.com, got "console.vast.ai"`},
+		{"timeout", Options{Timeout: -time.Second}, "vastai.Options.Timeout: must not be negative, got -1s"},
+		{"retry wait", Options{RetryWait: -time.Second}, "vastai.Options.RetryWait: must not be negative, got -1s"},
+		{"breaker open", Options{BreakerOpenFor: -time.Second}, "vastai.Options.BreakerOpenFor: must not be negative, got -1s"},
+		{"disk below minimum", Options{DiskGB: 5}, "vastai.Options.DiskGB: must be at least 8 (vast.ai's minimum), got 5"},
+		{"negative disk", Options{DiskGB: -1}, "vastai.Options.DiskGB: must be at least 8 (vast.ai's minimum), got -1"},
+		{"rate limit wait", Options{RateLimitWait: -time.Millisecond}, "vastai.Options.RateLimitWait: must not be negative, got -1ms"},
+		{"API key newline", Options{APIKey: "k3y\n"}, "vastai.Options.APIKey: must not contain spaces or control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.Validate()
@@ -35,7 +34,7 @@ func TestOptionsValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) || gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate() = %v, want invalid %q", err, tc.want)
 			}
 			if strings.Contains(err.Error(), "k3y") {
