@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -40,35 +39,6 @@ type Store interface {
 	RevokeKeyOAuthGrant(ctx context.Context, keyID, grantID string, now time.Time) error
 	OAuthSecret(ctx context.Context, name, fresh string, now time.Time) (string, error)
 	KeyByID(ctx context.Context, id string) (gpuproxy.APIKey, error)
-}
-
-// Options configure the authorization server.
-type Options struct {
-	// Issuer is the public base URL of the server (e.g.
-	// https://gpuproxy.example.com). Empty: each request's own, from its
-	// Host and TLS (or X-Forwarded-Proto), which is right for a server
-	// reached directly; set it behind a proxy that rewrites Host.
-	Issuer string
-	// AccessTokenTTL is an access token's life (default 10 minutes).
-	AccessTokenTTL time.Duration
-	// RefreshTokenTTL is a refresh token's life (default 30 days); each
-	// use replaces it with a new one.
-	RefreshTokenTTL time.Duration
-	// TokenCacheTTL is how long a replica reuses its check of an access
-	// token (default 5s, as API keys are cached; negative: never): a grant
-	// revoked on another replica stops working there within it.
-	TokenCacheTTL time.Duration
-	// ConsentPath is the console's consent page (default
-	// /console/oauth/authorize); the request id is added as ?id=.
-	ConsentPath string
-	// RegistrationsPerMinute bounds dynamic client registrations per
-	// remote address (default 20; a burst of as many). Registration is open
-	// to anyone, so this keeps a script from filling the clients table.
-	RegistrationsPerMinute int
-	// Now is the clock (default time.Now).
-	Now func() time.Time
-	// Logger (default slog.Default()).
-	Logger *slog.Logger
 }
 
 // Paths of the authorization server.
@@ -100,35 +70,10 @@ type Server struct {
 // New returns the authorization server, reading (or, on the first replica
 // to start, making) its shared keys from the store.
 func New(ctx context.Context, store Store, o Options) (*Server, error) {
-	if o.AccessTokenTTL <= 0 {
-		o.AccessTokenTTL = 10 * time.Minute
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
-	if o.RefreshTokenTTL <= 0 {
-		o.RefreshTokenTTL = 30 * 24 * time.Hour
-	}
-	if o.TokenCacheTTL == 0 {
-		o.TokenCacheTTL = 5 * time.Second
-	}
-	if o.ConsentPath == "" {
-		o.ConsentPath = "/console/oauth/authorize"
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.RegistrationsPerMinute <= 0 {
-		o.RegistrationsPerMinute = 20
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Issuer != "" {
-		u, err := url.Parse(o.Issuer)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
-			u.RawQuery != "" || u.Fragment != "" {
-			return nil, gpuproxy.Errorf(gpuproxy.EINVALID, "oauth.issuer: want the server's base URL, like https://gpuproxy.example.com; got %q", o.Issuer)
-		}
-		o.Issuer = strings.TrimSuffix(o.Issuer, "/")
-	}
+	o = o.withDefaults()
 	s := &Server{store: store, opts: o, log: o.Logger, regs: registrationLimiter{perMinute: o.RegistrationsPerMinute},
 		tokens: tokenCache{ttl: o.TokenCacheTTL}}
 	aesKey, err := s.secret(ctx, "token_aes256", 32)
