@@ -43,15 +43,15 @@
 // with its body) and counts against the breaker.
 //
 // The forwarder: requests to plain-HTTP endpoints whose body is small
-// enough to hold (64 KiB; most inference calls) go through a lean HTTP/1.1
-// client that writes the request and reads the answer on the handler's own
-// goroutine over a keep-alive pool (connections idle for a while are
-// peeked at before reuse; a connection closed under an idempotent request
-// is retried once; while it waits for the answer it checks the caller's
-// context every 50 ms rather than registering a callback per request); https endpoints and larger, streamed request bodies go
-// through a tuned http.Transport. Both dial only through the checked dialer
-// and never follow redirects. Copy buffers are pooled; endpoint lookups and
-// spend snapshots are cached briefly, so the hot path touches no database.
+// enough to hold (64 KiB; most inference calls) go through the lean
+// HTTP/1.1 client of internal/h1client (keep-alive pool, the exchange on
+// the handler's own goroutine, token streams detached from their
+// handlers; its doc states what it accepts, who owns each buffer, its
+// deadlines and shutdown); https endpoints and larger, streamed request
+// bodies go through a tuned http.Transport. Both dial only through the
+// checked dialer and never follow redirects. Copy buffers are the lean
+// client's pooled ones; endpoint lookups and spend snapshots are cached
+// briefly, so the hot path touches no database.
 // Mount registers the route with httpapi.Registrar.HandlePrefix: it is served
 // ahead of the router, and the server takes keep-alive connections over
 // after a proxied request (see the server package).

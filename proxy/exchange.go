@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/h1client"
 )
 
 // target is a request as an entry point (ServeHTTP or Call) read and
@@ -126,7 +127,8 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 	}
 	var resp *http.Response
 	if x.ep.scheme == "http" && x.stream == nil {
-		resp, err = p.lean.roundTrip(ctx, x)
+		resp, err = p.lean.RoundTrip(ctx, &h1client.Request{Addr: x.ep.addr, Host: x.ep.host, Method: x.method,
+			Path: x.path, Query: x.query, Header: x.header, Body: x.data})
 	} else {
 		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
 	}

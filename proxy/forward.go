@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/h1client"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
@@ -34,25 +34,6 @@ const maxHeldChunked = 8 << 20
 
 // maxPathLen bounds the path kept in a usage record.
 const maxPathLen = 512
-
-// bufPool holds the copy buffers of response bodies. A stream takes one
-// only while it has bytes to move (see copyBody), so a parked stream holds
-// none.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
-// pooledHeld counts the pooled buffers taken and not given back: copy
-// buffers and the upstream connections' head buffers (for tests).
-var pooledHeld atomic.Int64
-
-func getBuf() *[]byte {
-	pooledHeld.Add(1)
-	return bufPool.Get().(*[]byte)
-}
-
-func putBuf(b *[]byte) {
-	pooledHeld.Add(-1)
-	bufPool.Put(b)
-}
 
 // firstRead is the size of the buffer of its own a body that cannot wait
 // for its bytes without one (http.Transport's) reads into; a read that
@@ -268,7 +249,7 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	u.Status = resp.StatusCode
-	if body == nil && p.detach(ctx, w, r, resp, u, start) {
+	if body == nil && resp.StatusCode == http.StatusOK && isEventStream(resp.Header) && p.detach(ctx, w, r, resp, u, start) {
 		return statusDetached
 	}
 	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
@@ -277,7 +258,7 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if body != nil {
 		u.BytesIn = body.n.Load()
 	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, errClientGone) {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, h1client.ErrClientGone) {
 		p.log.Warn("proxy response cut", "request_id", u.RequestID, "instance_id", u.InstanceID, "bytes", n, "err", err)
 		panic(http.ErrAbortHandler) // ServeHTTP's deferred record still runs
 	}
@@ -289,17 +270,15 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	return resp.StatusCode
 }
 
-var errClientGone = errors.New("client went away")
-
 var errResponseTooLarge = errors.New("response body over the limit")
 
 // copyBody streams the response body to the caller, flushing every piece
 // when the response is a stream. The lean client's bodies wait for their
-// next bytes without a buffer (ready), so a pooled buffer is taken only
+// next bytes without a buffer (Ready), so a pooled buffer is taken only
 // to move bytes that are there; other bodies read into a small buffer of
 // their own first and switch to a pooled one while reads fill it.
 func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
-	rb, _ := body.(interface{ ready() })
+	rb, _ := body.(interface{ Ready() })
 	var f http.Flusher
 	if flush {
 		f, _ = w.(http.Flusher)
@@ -312,11 +291,11 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 		var buf []byte
 		switch {
 		case rb != nil:
-			rb.ready()
-			bp = getBuf()
+			rb.Ready()
+			bp = p.lean.Buffers.Get()
 			buf = *bp
 		case full:
-			bp = getBuf()
+			bp = p.lean.Buffers.Get()
 			buf = *bp
 		default:
 			if small == nil {
@@ -335,14 +314,14 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 				m, werr = w.Write(buf[:n])
 				written += int64(m)
 				if werr != nil {
-					werr = errClientGone
+					werr = h1client.ErrClientGone
 				} else if f != nil {
 					f.Flush()
 				}
 			}
 		}
 		if bp != nil {
-			putBuf(bp)
+			p.lean.Buffers.Put(bp)
 		}
 		switch {
 		case werr != nil:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/h1client"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
@@ -174,7 +175,7 @@ type Proxy struct {
 	endpoints *endpointCache
 	breakers  *breakers
 	transport *http.Transport
-	lean      *upstreamClient // plain HTTP with the body in memory
+	lean      *h1client.Client // plain HTTP with the body in memory
 	usage     *recorder
 	log       *slog.Logger
 
@@ -213,8 +214,8 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 		WriteBufferSize:       16 << 10,
 		ReadBufferSize:        16 << 10,
 	}
-	p.lean = &upstreamClient{dial: d.DialContext, headerTimeout: o.UpstreamTimeout, idleTimeout: 90 * time.Second,
-		maxIdle: o.MaxIdleConnsPerHost}
+	p.lean = &h1client.Client{Dial: d.DialContext, HeaderTimeout: o.UpstreamTimeout, IdleTimeout: 90 * time.Second,
+		MaxIdlePerHost: o.MaxIdleConnsPerHost}
 	p.usage = newRecorder(store, o)
 	go p.sweep()
 	return p
@@ -240,7 +241,7 @@ func (p *Proxy) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() { close(p.stopSweep) })
 	err := p.usage.close(ctx)
 	p.transport.CloseIdleConnections()
-	p.lean.closeIdle()
+	p.lean.Close()
 	return err
 }
 
@@ -267,7 +268,7 @@ func (p *Proxy) sweep() {
 // nobody has called for a while (stopped, most of them).
 func (p *Proxy) sweepOnce(now time.Time) {
 	p.endpoints.sweep(now)
-	p.lean.evict(time.Now())
+	p.lean.Evict(time.Now())
 	p.breakers.sweep(now)
 }
 

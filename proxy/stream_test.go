@@ -87,7 +87,7 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	const want = "data: 1\n\ndata: 2\n\ndata: 3\n\n"
 	got := stream(func() {
 		testpoll.Until(t, 5*time.Second, "the parked stream gives its buffers back", func() bool {
-			return proxy.PooledBuffersHeld() == 0
+			return proxy.PooledBuffersHeld(e.proxy) == 0
 		})
 		if n := proxy.DetachedStreams(e.proxy); n != 1 {
 			t.Errorf("%d detached streams while one is parked, want 1", n)
@@ -106,7 +106,7 @@ func TestParkedStreamHoldsNoBuffer(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("the client opened %d connections for two streams one after the other, want 1 (keep-alive)", n)
 	}
-	testpoll.Until(t, 5*time.Second, "every pooled buffer is back", func() bool { return proxy.PooledBuffersHeld() == 0 })
+	testpoll.Until(t, 5*time.Second, "every pooled buffer is back", func() bool { return proxy.PooledBuffersHeld(e.proxy) == 0 })
 	testpoll.Until(t, 5*time.Second, "the detached streams are gone", func() bool { return proxy.DetachedStreams(e.proxy) == 0 })
 	page := e.usage(e.key, "?instance_id=gpi_sse", 2)
 	if len(page.Records) != 2 {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package proxy
+package h1client
 
 import "net"
 
@@ -8,7 +8,7 @@ import "net"
 // connection with a buffer held during the read.
 type rawReader struct{}
 
-func newRawReader(net.Conn) *rawReader { return nil }
+func newRawReader(net.Conn, *Buffers) *rawReader { return nil }
 
 func (r *rawReader) readPooled() (*[]byte, int, error) { panic("unreachable") }
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package proxy
+package h1client
 
 import (
 	"net"
@@ -11,9 +11,12 @@ import (
 // buffer is taken from bufPool only once data is there: while the
 // connection has nothing to read (a parked stream), the goroutine waits in
 // the poller and holds no buffer.
-type rawReader struct{ rc syscall.RawConn }
+type rawReader struct {
+	rc   syscall.RawConn
+	bufs *Buffers
+}
 
-func newRawReader(c net.Conn) *rawReader {
+func newRawReader(c net.Conn, bufs *Buffers) *rawReader {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
@@ -22,7 +25,7 @@ func newRawReader(c net.Conn) *rawReader {
 	if err != nil {
 		return nil
 	}
-	return &rawReader{rc: rc}
+	return &rawReader{rc: rc, bufs: bufs}
 }
 
 // readPooled waits until the connection is readable, then reads into a
@@ -32,7 +35,7 @@ func newRawReader(c net.Conn) *rawReader {
 func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
 	var rerr error
 	err = r.rc.Read(func(fd uintptr) bool {
-		bp = getBuf()
+		bp = r.bufs.Get()
 		for {
 			n, rerr = syscall.Read(int(fd), *bp)
 			if rerr != syscall.EINTR {
@@ -40,7 +43,7 @@ func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
 			}
 		}
 		if rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK {
-			putBuf(bp)
+			r.bufs.Put(bp)
 			bp = nil
 			return false // wait for readability, holding nothing
 		}
@@ -51,7 +54,7 @@ func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
 	}
 	if err != nil || n <= 0 {
 		if bp != nil {
-			putBuf(bp)
+			r.bufs.Put(bp)
 			bp = nil
 		}
 		if n < 0 {
@@ -80,23 +83,23 @@ func (r *rawReader) relay(feed func([]byte) bool) error {
 	var ferr error
 	err := r.rc.Read(func(fd uintptr) bool {
 		for {
-			bp := getBuf()
+			bp := r.bufs.Get()
 			n, err := syscall.Read(int(fd), *bp)
 			for err == syscall.EINTR {
 				n, err = syscall.Read(int(fd), *bp)
 			}
 			if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
-				putBuf(bp)
+				r.bufs.Put(bp)
 				return false // drained: wait
 			}
 			if err != nil {
-				putBuf(bp)
+				r.bufs.Put(bp)
 				ferr = err
 				return true
 			}
 			more := feed((*bp)[:n])
 			full := n == len(*bp)
-			putBuf(bp)
+			r.bufs.Put(bp)
 			switch {
 			case !more:
 				return true

@@ -1,4 +1,4 @@
-package proxy
+package h1client
 
 import (
 	"context"
@@ -15,39 +15,45 @@ import (
 	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
-// A token stream (text/event-stream from the lean client) on one of
-// net/http's HTTP/1.1 connections is detached from its handler once its
-// head is sent: the proxy hijacks the connection and relays the rest on a
-// goroutine of its own, and the handler returns. net/http's per-request
-// state — its connection's read and write buffers, the response's chunk
-// buffer, the goroutine that watches the connection, the handler's stack
-// grown by authentication, admission and the dial — is freed for the
-// whole stream; what a parked stream keeps is this struct, the relaying
-// goroutine (small stack), one goroutine that watches the caller's
-// connection for a close, and the upstream body's state.
+// A streamed answer (in practice a token stream: text/event-stream) on
+// one of net/http's HTTP/1.1 connections can be detached from its handler
+// once its head is sent (Detach): the connection is hijacked and the rest
+// relayed on a goroutine of its own, and the handler returns. net/http's
+// per-request state — its connection's read and write buffers, the
+// response's chunk buffer, the goroutine that watches the connection, the
+// handler's stack — is freed for the whole stream; what a parked stream
+// keeps is this struct, the relaying goroutine (small stack), one
+// goroutine that watches the caller's connection for a close, and the
+// body's state.
 //
-// The stream's usage record is written when it ends, as before; the
-// server's request log records the request when its head has gone out
-// (status, time to first byte). The connection goes back to net/http after
-// the stream (keep-alive) unless the request asked to close it. A server
-// shutting down cuts detached streams (as it ends MCP streams), so their
-// usage records are queued before the proxy is closed.
-
-// statusDetached is what serve returns when a detached stream carries on:
-// the stream's goroutine writes the usage record.
-const statusDetached = -1
+// The stream's end is reported to its done callback; the connection goes
+// back to net/http after the stream (keep-alive, through takeover.Serve)
+// unless the request asked to close it. A server shutting down, or
+// Client.Close, cuts detached streams.
 
 // chunkHead is room enough for a relayed piece's chunk size line
 // ("%x\r\n"; a piece is at most a buffer long).
 const chunkHead = 10
 
+// StreamEnd is how a detached stream ended, as Detach's done callback
+// gets it.
+type StreamEnd struct {
+	// Written is the body bytes relayed to the caller.
+	Written int64
+	// Err is why the server's side of the stream was cut (a broken or
+	// over-long body, a failed read); nil when the stream ended whole,
+	// was cancelled (caller gone, shutdown, the context's deadline) or
+	// the caller's connection failed.
+	Err error
+}
+
 type detachedStream struct {
-	p       *Proxy
+	uc      *Client
 	nc      net.Conn
 	pending []byte // read from the caller but not consumed (a next request)
-	body    *upstreamBody
-	u       Usage
-	start   time.Time
+	body    *body
+	maxBody int64
+	ended   func(StreamEnd)
 	hs      *http.Server
 	keep    bool // hand the connection back to net/http at the end
 	dec     chunkDecoder
@@ -59,25 +65,34 @@ type detachedStream struct {
 	idleAt  time.Time // the upstream read deadline relayRaw set, if any
 
 	cut       atomic.Bool // cancelled or ended: no more cuts
-	cancelled atomic.Bool // cut by cancel (caller gone, shutdown, MaxDuration)
-	timer     *time.Timer // MaxDuration's, if set
+	cancelled atomic.Bool // cut by cancel (caller gone, shutdown, ctx's deadline)
+	timer     *time.Timer // the context deadline's, if any
 	watched   chan struct{}
 	aborted   bool // the watch was ended by us, not by the caller
 	mu        sync.Mutex
 }
 
-// detach hands the rest of the response (its head sent) to a goroutine of
-// its own, if it is a stream that can be (see above), and reports whether
-// it did.
-func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, u *Usage,
-	start time.Time) bool {
-	ub, ok := resp.Body.(*upstreamBody)
-	if !ok || ub.src == nil || ub.stop == nil || resp.StatusCode != http.StatusOK || !isEventStream(resp.Header) ||
+// Detach hands the rest of resp (its head not yet sent: Detach sends it
+// through w) to a goroutine of its own and reports whether it did; when
+// it did not, the caller relays resp as any other answer. It detaches only
+// a body of this Client that is streamed (not all read with its head), for
+// an HTTP/1.1 request other than HEAD on a connection of an http.Server
+// that can be hijacked (not a taken-over connection, not HTTP/2), while
+// the server and the client are not shutting down. The stream is relayed
+// in chunked framing, at most maxBody bytes (past them it is cut); ctx's
+// deadline, if any, still bounds it, but not ctx's cancellation (ctx is
+// the request's, which ends with the handler). done is called once, from
+// the stream's goroutine, when the stream has ended and before the
+// connection goes back to net/http.
+func (uc *Client) Detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
+	maxBody int64, done func(StreamEnd)) bool {
+	ub, ok := resp.Body.(*body)
+	if !ok || ub.src == nil || ub.stop == nil ||
 		r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Method == http.MethodHead || w.Header().Get("Content-Length") != "" {
 		return false
 	}
 	hs, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
-	if hs == nil || !p.lean.streams.hook(hs) {
+	if hs == nil || !uc.streams.hook(hs) {
 		return false
 	}
 	// The head goes out through net/http (chunked: HTTP/1.1, no length),
@@ -89,7 +104,7 @@ func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	// The body's cancel hook moves from the request's context, which ends
 	// with the handler, to the stream's own cut (no context: nothing per
-	// stream that a flag and, with MaxDuration, a timer do not do).
+	// stream that a flag and, with a deadline, a timer do not do).
 	if !ub.stop() {
 		return false // the request's context is done already
 	}
@@ -98,7 +113,7 @@ func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		ub.stop = context.AfterFunc(ctx, func() { _ = ub.pc.c.SetDeadline(h1.Past) })
 		return false
 	}
-	d := &detachedStream{p: p, nc: nc, body: ub, u: *u, start: start, hs: hs, keep: !r.Close,
+	d := &detachedStream{uc: uc, nc: nc, body: ub, maxBody: maxBody, ended: done, hs: hs, keep: !r.Close,
 		watched: make(chan struct{})}
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
@@ -107,16 +122,19 @@ func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// stop reports whether the stream ended without a cut, and keeps a
 	// later cut off the connection, which may go back to the pool.
 	ub.stop = func() bool { return d.cut.CompareAndSwap(false, true) }
-	if dl, ok := ctx.Deadline(); ok { // MaxDuration still bounds the stream
+	if dl, ok := ctx.Deadline(); ok { // the request's deadline still bounds the stream
 		d.timer = time.AfterFunc(time.Until(dl), d.cancel)
 	}
-	if !p.lean.streams.add(d) {
+	if !uc.streams.add(d) {
 		d.cancel() // shutting down: cut at once
 	}
 	go d.watch()
 	go d.run()
 	return true
 }
+
+// Streams returns how many streams are detached.
+func (uc *Client) Streams() int { return uc.streams.len() }
 
 // cancel cuts the stream: its upstream read fails at once.
 func (d *detachedStream) cancel() {
@@ -147,24 +165,21 @@ func (d *detachedStream) watch() {
 	}
 }
 
-// run relays the stream to its end, writes its usage record and gives the
-// connection back to net/http (or closes it).
+// run relays the stream to its end, reports it and gives the connection
+// back to net/http (or closes it).
 func (d *detachedStream) run() {
-	p := d.p
 	n, reuse, err := d.relay()
-	d.u.BytesOut = n
 	ok := err == nil
-	if err != nil && !d.cancelled.Load() && !errors.Is(err, errClientGone) {
-		p.log.Warn("proxy response cut", "request_id", d.u.RequestID, "instance_id", d.u.InstanceID, "bytes", n,
-			"err", err)
+	end := StreamEnd{Written: n}
+	if err != nil && !d.cancelled.Load() && !errors.Is(err, ErrClientGone) {
+		end.Err = err
 	}
 	d.body.release(reuse)
 	if d.timer != nil {
 		d.timer.Stop()
 	}
-	p.lean.streams.remove(d)
-	d.u.Latency = time.Since(d.start)
-	p.finish(&d.u)
+	d.uc.streams.remove(d)
+	d.ended(end)
 	// End the watch (the caller's connection stays open).
 	d.mu.Lock()
 	d.aborted = true
@@ -219,23 +234,15 @@ func (d *detachedStream) relay() (int64, bool, error) {
 	}
 	if err == nil && d.done {
 		if _, werr := d.nc.Write(lastChunk); werr != nil {
-			err = errClientGone
+			err = ErrClientGone
 		}
 	}
 	return d.written, err == nil && d.done && d.clean, err
 }
 
-// idleCheck is how long a detached stream's upstream may stay quiet
-// before it is checked for an end or a failure that came with the last
-// bytes read: after a short read relayRaw waits without reading again,
-// and a close whose notice was used up with those bytes wakes nothing.
-// A body with its end in band (chunked, a length) needs the check only
-// to notice a failed instance.
-const idleCheck = 10 * time.Second
-
 // relayRaw relays a body whose end is in band through rawReader.relay,
 // its waits bounded by a read deadline moved forward lazily (once per
-// idleCheck/2 at most); when one expires, the read starts again, and its
+// StreamIdleCheck/2 at most); when one expires, the read starts again, and its
 // first attempt finds an end that came.
 func (d *detachedStream) relayRaw() error {
 	pc := d.body.pc
@@ -253,14 +260,15 @@ func (d *detachedStream) relayRaw() error {
 // errCut ends a detached stream that was cancelled.
 var errCut = errors.New("stream cut")
 
-// armIdle moves the upstream's read deadline idleCheck ahead when it is
+// armIdle moves the upstream's read deadline StreamIdleCheck ahead when it is
 // less than half that away, and reports false when the stream was
 // cancelled (whose past deadline this may have just replaced).
 func (d *detachedStream) armIdle() bool {
-	every := idleCheck
-	if t := d.p.lean.idleCheck; t > 0 {
-		every = t
-	}
+	// After a short read relayRaw waits without reading again, and a
+	// close whose notice was used up with those bytes wakes nothing: the
+	// check finds it (a body with its end in band needs it only to notice
+	// a failed server).
+	every := d.uc.streamIdleCheck()
 	now := time.Now()
 	if d.idleAt.Sub(now) < every/2 {
 		d.idleAt = now.Add(every)
@@ -293,7 +301,7 @@ func (d *detachedStream) relaySlow() error {
 		if pc.raw != nil {
 			bp, n, err = pc.raw.readPooled()
 		} else {
-			bp = getBuf()
+			bp = d.uc.Buffers.Get()
 			n, err = pc.c.Read(*bp)
 		}
 		more := true
@@ -301,7 +309,7 @@ func (d *detachedStream) relaySlow() error {
 			more = d.feed((*bp)[:n])
 		}
 		if bp != nil {
-			putBuf(bp)
+			d.uc.Buffers.Put(bp)
 		}
 		switch {
 		case !more:
@@ -342,8 +350,8 @@ func (d *detachedStream) eof() error {
 // to the caller, each piece a chunk, with one write; done once the body
 // ended (clean when exactly the body's end came with it).
 func (d *detachedStream) process(in []byte) (done bool, err error) {
-	bp := getBuf()
-	defer putBuf(bp)
+	bp := d.uc.Buffers.Get()
+	defer d.uc.Buffers.Put(bp)
 	out := (*bp)[:0]
 	for len(in) > 0 && !d.done {
 		var data []byte
@@ -371,13 +379,13 @@ func (d *detachedStream) process(in []byte) (done bool, err error) {
 			data, in = in, nil
 		}
 		for len(data) > 0 {
-			if d.written+int64(len(data)) > d.p.opts.MaxResponseBody {
-				return false, errResponseTooLarge
+			if d.written+int64(len(data)) > d.maxBody {
+				return false, ErrBodyTooLarge
 			}
 			room := cap(out) - len(out) - chunkHead - 2
 			if room <= 0 {
 				if _, err := d.nc.Write(out); err != nil {
-					return false, errClientGone
+					return false, ErrClientGone
 				}
 				out = out[:0]
 				continue
@@ -393,7 +401,7 @@ func (d *detachedStream) process(in []byte) (done bool, err error) {
 	}
 	if len(out) > 0 {
 		if _, err := d.nc.Write(out); err != nil {
-			return false, errClientGone
+			return false, ErrClientGone
 		}
 	}
 	return d.done, nil
@@ -401,8 +409,15 @@ func (d *detachedStream) process(in []byte) (done bool, err error) {
 
 var lastChunk = []byte("0\r\n\r\n")
 
-// streamSet is the detached streams of a proxy, cut when the server
-// shuts down or the proxy closes.
+// ErrClientGone is a write to the caller that failed: the caller went
+// away (the caller's copy loops use it too).
+var ErrClientGone = errors.New("client went away")
+
+// ErrBodyTooLarge is a detached stream cut at its maxBody.
+var ErrBodyTooLarge = errors.New("response body over the limit")
+
+// streamSet is the detached streams of a Client, cut when the server
+// shuts down or the client closes.
 type streamSet struct {
 	mu     sync.Mutex
 	m      map[*detachedStream]struct{}
