@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
@@ -108,21 +107,12 @@ type App struct {
 	closeOnce sync.Once
 }
 
-// shutdownTimeout bounds a graceful HTTP shutdown; closeTimeout Close's
-// flush.
-const (
-	shutdownTimeout = 20 * time.Second
-	closeTimeout    = 10 * time.Second
-)
-
 // New opens (or takes) the store and builds every service over it.
 func New(ctx context.Context, c Config) (*App, error) {
-	if err := errors.Join(c.Server.Validate(), c.Console.Validate(), c.MCP.Validate()); err != nil {
+	if err := errors.Join(c.validate(), c.Server.Validate(), c.Console.Validate(), c.MCP.Validate()); err != nil {
 		return nil, err
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c = c.withDefaults()
 	a := &App{log: c.Logger, Store: c.Store, Metrics: server.NewMetrics()}
 	if a.Store == nil {
 		st, err := openStore(ctx, c.Database)
@@ -375,10 +365,10 @@ func (a *App) Run(ctx context.Context) {
 }
 
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
-// in-flight requests finish (at most 20s). It returns early with the
-// error if serving fails.
+// in-flight requests finish (at most shutdownTimeout, 20s). It returns
+// early with the error if serving fails.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: a.Server, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+	hs := &http.Server{Handler: a.Server, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	// Long-lived MCP streams (SSE, Streamable GET) end when shutdown starts,
 	// so in-flight requests can finish and Shutdown does not wait on them.
