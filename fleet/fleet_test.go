@@ -391,6 +391,62 @@ func TestReconcilerCleansUp(t *testing.T) {
 	}
 }
 
+// TestOrphanPolicyLeave: with orphan_policy leave (and its deprecated
+// name adopt, which New warns about) an untracked instance tagged as ours
+// is left running, reported in Left and logged for an operator; nothing is
+// destroyed and nothing is billed.
+func TestOrphanPolicyLeave(t *testing.T) {
+	for _, policy := range []string{fleet.OrphanLeave, fleet.OrphanAdopt} {
+		t.Run(policy, func(t *testing.T) {
+			w := newWorld(t, dbtest.SQLite, worldOpts{})
+			ctx := context.Background()
+			var logs strings.Builder
+			var mu sync.Mutex
+			fo := fleet.Options{OrphanPolicy: policy, OfferCacheTTL: -1, Leader: w.stores[0].WithLeader,
+				Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+			f := fleet.New(w.stores[0], w.guards[0], []providers.Provider{w.vastP[0], w.ioP[0]}, fo)
+			o := w.offer(providers.VastAI, 100)
+			orphan, err := w.vastP[0].Create(ctx, providers.CreateRequest{OfferID: o.ID, Tag: fleet.NewInstanceID(), Image: "img"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := f.Reconcile(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Left) != 1 || rep.Left[0] != orphan.ProviderID || len(rep.Destroyed) != 0 {
+				t.Fatalf("report = %+v", rep)
+			}
+			if pi, err := w.vastP[0].Get(ctx, orphan.ProviderID); err != nil || pi.Status == providers.StatusTerminated {
+				t.Fatalf("orphan after reconcile: %+v %v", pi, err)
+			}
+			if snap, _ := w.guards[0].Spending(ctx, w.acct.ID); snap.Burn != 0 || snap.Held != 0 {
+				t.Fatalf("orphan billed: burn %s held %s", snap.Burn, snap.Held)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !strings.Contains(logs.String(), "orphan_policy leave") {
+				t.Errorf("orphan not logged for an operator:\n%s", logs.String())
+			}
+			if deprecated := strings.Contains(logs.String(), `orphan_policy \"adopt\" is deprecated`); deprecated != (policy == fleet.OrphanAdopt) {
+				t.Errorf("deprecation warning %v for %q:\n%s", deprecated, policy, logs.String())
+			}
+		})
+	}
+}
+
+// lockedWriter serializes writes to a strings.Builder.
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
 // TestBreaker: a provider returning 5xx opens its breaker; calls then fail
 // fast while the other provider keeps serving offers; it closes again after
 // recovery.

@@ -43,8 +43,12 @@ const (
 const (
 	// OrphanDestroy destroys it: nothing is left running unbilled.
 	OrphanDestroy = "destroy"
-	// OrphanAdopt logs it as an error and leaves it running for an
-	// operator.
+	// OrphanLeave leaves it running, unbilled, and logs it as an error for
+	// an operator to act on (ReconcileReport.Left lists it).
+	OrphanLeave = "leave"
+	// OrphanAdopt is the old name of OrphanLeave, still accepted: it never
+	// adopted (an orphan may have no row, so no account, to bill). New
+	// logs a deprecation warning and uses OrphanLeave.
 	OrphanAdopt = "adopt"
 )
 
@@ -75,7 +79,9 @@ type Options struct {
 	// DefaultReconcileInterval).
 	ReconcileInterval time.Duration
 	// OrphanPolicy for provider instances tagged as ours without a live
-	// row: "destroy" (default) or "adopt" (revive and bill it).
+	// row: OrphanDestroy (the default) or OrphanLeave (leave it running
+	// and log it for an operator); OrphanAdopt is a deprecated synonym of
+	// OrphanLeave.
 	OrphanPolicy string
 	// Now is the clock (default the guard rails' clock).
 	Now func() time.Time
@@ -131,9 +137,9 @@ func (o Options) Validate() error {
 		}
 	}
 	switch o.OrphanPolicy {
-	case "", OrphanDestroy, OrphanAdopt:
+	case "", OrphanDestroy, OrphanLeave, OrphanAdopt:
 	default:
-		return fmt.Errorf("fleet.Options.OrphanPolicy: must be %q or %q, got %q", OrphanDestroy, OrphanAdopt, o.OrphanPolicy)
+		return fmt.Errorf("fleet.Options.OrphanPolicy: must be %q or %q, got %q", OrphanDestroy, OrphanLeave, o.OrphanPolicy)
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 // is a negative OfferCacheTTL (no cache).
 func TestOptionsValidate(t *testing.T) {
 	t.Parallel()
-	for _, o := range []fleet.Options{{}, {OfferCacheTTL: -1}, {OrphanPolicy: fleet.OrphanDestroy}} {
+	for _, o := range []fleet.Options{{}, {OfferCacheTTL: -1}, {OrphanPolicy: fleet.OrphanDestroy},
+		{OrphanPolicy: fleet.OrphanLeave}, {OrphanPolicy: fleet.OrphanAdopt}} {
 		if err := o.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v", o, err)
 		}
@@ -27,7 +28,7 @@ func TestOptionsValidate(t *testing.T) {
 		"fleet.Options.ReconcileInterval: must not be negative, got -1s":       {ReconcileInterval: -time.Second},
 		"fleet.Options.KillMargin: must not be negative, got -300ms":           {KillMargin: -300 * time.Millisecond},
 		"fleet.Options.KillSwitchInterval: must not be negative, got -1ms":     {KillSwitchInterval: -time.Millisecond},
-		`fleet.Options.OrphanPolicy: must be "destroy" or "adopt", got "keep"`: {OrphanPolicy: "keep"},
+		`fleet.Options.OrphanPolicy: must be "destroy" or "leave", got "keep"`: {OrphanPolicy: "keep"},
 	} {
 		if err := o.Validate(); err == nil || err.Error() != want {
 			t.Errorf("Validate() = %v, want %q", err, want)

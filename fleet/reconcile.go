@@ -40,6 +40,7 @@ func (s *Service) Poll(ctx context.Context) error {
 type ReconcileReport struct {
 	Adopted     []string // pending rows whose provider instance was found
 	Destroyed   []string // untracked tagged provider instances destroyed
+	Left        []string // untracked tagged provider instances left running (OrphanLeave)
 	Terminated  []string // rows whose provider instance is gone
 	Failed      []string // pending rows proven never created
 	Adjustments int      // truth-up entries appended
@@ -62,7 +63,7 @@ type ReconcileReport struct {
 //     whose tagged instance exists is adopted (it then runs and is metered);
 //     one past PendingGrace with no instance is failed and its hold released;
 //   - a provider instance tagged as ours with no live row is destroyed (or,
-//     with OrphanPolicy "adopt", logged and left for an operator);
+//     with OrphanPolicy OrphanLeave, logged and left for an operator);
 //   - a starting/running/terminating row whose instance is gone is
 //     terminated and its metering stopped;
 //   - where a provider reports actual cost, the difference from our ledger
@@ -181,17 +182,18 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 	}
 }
 
-// reconcileOrphans destroys p's instances tagged as ours with no live row
-// (or, with OrphanPolicy "adopt", logs them for an operator): nothing is
-// left running unbilled.
+// reconcileOrphans destroys p's instances tagged as ours with no live row,
+// so nothing is left running unbilled; with OrphanPolicy OrphanLeave it
+// leaves them running and logs them for an operator instead.
 func (s *Service) reconcileOrphans(ctx context.Context, p providers.Provider, l listing, live map[string]bool,
 	rep *ReconcileReport) {
 	for tag, pi := range l.byTag {
 		if live[tag] || pi.Status == providers.StatusTerminated {
 			continue
 		}
-		if s.opts.OrphanPolicy == "adopt" {
-			s.opts.Logger.Error("untracked instance tagged as ours left running (orphan_policy adopt): an operator must act",
+		if s.opts.OrphanPolicy == OrphanLeave {
+			rep.Left = append(rep.Left, pi.ProviderID)
+			s.opts.Logger.Error("untracked instance tagged as ours left running, unbilled (orphan_policy leave): an operator must act",
 				"provider", p.Name(), "provider_id", pi.ProviderID, "tag", tag)
 			continue
 		}

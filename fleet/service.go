@@ -39,6 +39,10 @@ func New(store Store, guard *guardrails.Service, provs []providers.Provider, o O
 	if o.Now == nil {
 		o.Now = guard.Now
 	}
+	if o.OrphanPolicy == OrphanAdopt {
+		o.Logger.Warn(`orphan_policy "adopt" is deprecated: it is "leave" (orphans are left running, unbilled, for an operator)`)
+		o.OrphanPolicy = OrphanLeave
+	}
 	s := &Service{store: store, guard: guard, opts: o, byName: map[string]providers.Provider{},
 		cache: &offerCache{ttl: o.OfferCacheTTL, m: map[string]cachedOffers{}}, destroys: newDestroyTimes()}
 	for _, p := range provs {

@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/proxy"
 )
@@ -121,7 +122,7 @@ type fleetConf struct {
 	ReconcileInterval time.Duration `yaml:"reconcile_interval"`
 	PendingGrace      time.Duration `yaml:"pending_grace"`
 	StartTimeout      time.Duration `yaml:"start_timeout"`
-	OrphanPolicy      string        `yaml:"orphan_policy"` // destroy | adopt
+	OrphanPolicy      string        `yaml:"orphan_policy"` // destroy | leave (adopt: deprecated name of leave)
 	// KillMargin is the least time before an on_exceed=destroy window
 	// reaches its limit at which the kill switch destroys the account's
 	// time-billed instances (default 2s; the measured destroy latency
@@ -286,8 +287,8 @@ func (c *config) validate() error {
 	if c.Fleet.KillMargin < 0 {
 		return fmt.Errorf("fleet.kill_margin must not be negative")
 	}
-	if p := c.Fleet.OrphanPolicy; p != "" && p != "destroy" && p != "adopt" {
-		return fmt.Errorf("fleet.orphan_policy must be destroy or adopt")
+	if p := c.Fleet.OrphanPolicy; p != "" && p != fleet.OrphanDestroy && p != fleet.OrphanLeave && p != fleet.OrphanAdopt {
+		return fmt.Errorf("fleet.orphan_policy must be destroy or leave, got %q", p)
 	}
 	return nil
 }
