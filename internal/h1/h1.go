@@ -1,11 +1,3 @@
-// Package h1 holds the pieces of HTTP/1.1 connection handling shared by the
-// two places gpuproxy speaks the wire format itself: the keep-alive
-// connections the server takes over (internal/takeover) and the proxy's
-// upstream client. Deadlines there are set per exchange, so they are
-// coalesced: a deadline close enough to the one wanted is kept rather than
-// reset (resetting one is a timer operation, and under load a connection
-// would do it on every request). Header fields are written with CR and LF
-// replaced, so a value can never start another field.
 package h1
 
 import (

@@ -90,16 +90,10 @@ func (c *conn) close() {
 	c.dropBuffers()
 }
 
-var (
-	readers     = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }}
-	writers     = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
-	headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
-)
-
 // reader returns the read buffer, taking one from the pool.
 func (c *conn) reader() *bufio.Reader {
 	if c.br == nil {
-		c.br = readers.Get().(*bufio.Reader)
+		c.br = c.t.bufs.readers.Get().(*bufio.Reader)
 		c.br.Reset(c.pc)
 		c.held.Add(1)
 	}
@@ -119,7 +113,7 @@ func (c *conn) buffered() int {
 func (c *conn) releaseReader() {
 	if c.br != nil && c.br.Buffered() == 0 {
 		c.br.Reset(nil)
-		readers.Put(c.br)
+		c.t.bufs.readers.Put(c.br)
 		c.br = nil
 		c.held.Add(-1)
 	}
@@ -128,7 +122,7 @@ func (c *conn) releaseReader() {
 // writer returns the write buffer, taking one from the pool.
 func (c *conn) writer() *bufio.Writer {
 	if c.bw == nil {
-		c.bw = writers.Get().(*bufio.Writer)
+		c.bw = c.t.bufs.writers.Get().(*bufio.Writer)
 		c.bw.Reset(c.nc)
 		c.held.Add(1)
 	}
@@ -139,7 +133,7 @@ func (c *conn) writer() *bufio.Writer {
 func (c *conn) releaseWriter() {
 	if c.bw != nil && c.bw.Buffered() == 0 {
 		c.bw.Reset(nil)
-		writers.Put(c.bw)
+		c.t.bufs.writers.Put(c.bw)
 		c.bw = nil
 		c.held.Add(-1)
 	}
@@ -150,13 +144,13 @@ func (c *conn) releaseWriter() {
 func (c *conn) dropBuffers() {
 	if c.br != nil {
 		c.br.Reset(nil)
-		readers.Put(c.br)
+		c.t.bufs.readers.Put(c.br)
 		c.br = nil
 		c.held.Add(-1)
 	}
 	if c.bw != nil {
 		c.bw.Reset(nil)
-		writers.Put(c.bw)
+		c.t.bufs.writers.Put(c.bw)
 		c.bw = nil
 		c.held.Add(-1)
 	}
@@ -335,12 +329,12 @@ func (c *conn) parse(head []byte) (*http.Request, Route) {
 		return nil, nil
 	}
 	c.hb.Reset(head)
-	hr := headReaders.Get().(*bufio.Reader)
+	hr := c.t.bufs.headReaders.Get().(*bufio.Reader)
 	hr.Reset(&c.hb)
 	req, err := http.ReadRequest(hr)
 	rest := hr.Buffered()
 	hr.Reset(nil)
-	headReaders.Put(hr)
+	c.t.bufs.headReaders.Put(hr)
 	if err != nil || rest > 0 || c.hb.Len() > 0 || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
 		len(req.TransferEncoding) > 0 || req.Method == http.MethodConnect ||
 		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil || !serverAccepts(req) {

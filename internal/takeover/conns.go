@@ -39,6 +39,7 @@ type Route interface {
 type Conns struct {
 	root    http.Handler
 	router  Router
+	bufs    *buffers
 	closing atomic.Bool
 
 	mu     sync.Mutex
@@ -50,7 +51,7 @@ type Conns struct {
 // Handler is root (a comparable value, such as a pointer); router picks
 // the requests served on them.
 func New(root http.Handler, router Router) *Conns {
-	return &Conns{root: root, router: router}
+	return &Conns{root: root, router: router, bufs: newBuffers()}
 }
 
 // TakeOver takes over the connection of a request served by a Route, if

@@ -32,6 +32,15 @@
 //     connections, and responses it interrupts say Connection: close, but
 //     only Conns.Drain waits for busy ones.
 //
+// Buffers: each Conns owns its pools (read buffers as large as the
+// largest head it serves, write buffers, the readers net/http's parser
+// reads a head through) and its Date header cache; nothing is shared
+// through package state. A taken-over connection holds its read buffer
+// while it waits for a request or reads a body, not while a request
+// without a body runs, and its write buffer only while a response is
+// being written (given back at each flush, so a long stream holds none
+// between its pieces); a closed connection gives both back.
+//
 // A connection is taken over only when the root handler given to New is
 // the http.Server's Handler: the takeover would bypass any handler wrapped
 // around it.

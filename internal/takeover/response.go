@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/aiserve/gpuproxy/internal/h1"
 )
@@ -77,7 +75,7 @@ func (w *response) commit(first []byte) {
 		w.h["Connection"] = connectionClose
 	}
 	if w.h["Date"] == nil {
-		w.h["Date"] = []string{httpDate()}
+		w.h["Date"] = []string{w.c.t.bufs.httpDate()}
 	}
 	w.writeHead(code)
 }
@@ -182,21 +180,3 @@ func (w *response) finish() bool {
 }
 
 var zeroLength = []string{"0"}
-
-// httpDate is the Date header value, formatted once a second.
-func httpDate() string {
-	now := time.Now().Unix()
-	if d := cachedDate.Load(); d != nil && d.sec == now {
-		return d.s
-	}
-	d := &dateCache{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
-	cachedDate.Store(d)
-	return d.s
-}
-
-type dateCache struct {
-	sec int64
-	s   string
-}
-
-var cachedDate atomic.Pointer[dateCache]

@@ -1,0 +1,51 @@
+package takeover
+
+import (
+	"bufio"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// buffers are the pooled buffers of one Conns' connections: read buffers
+// (headMax, the largest head served), write buffers, and the small
+// readers net/http's parser reads a head through; and the Date header
+// cache. They belong to the Conns, not the package.
+type buffers struct {
+	readers     sync.Pool // *bufio.Reader of headMax
+	writers     sync.Pool // *bufio.Writer of writeSize
+	headReaders sync.Pool // *bufio.Reader of headReadSize
+	date        atomic.Pointer[dateCache]
+}
+
+// writeSize is a connection's write buffer; headReadSize the buffer
+// http.ReadRequest reads a head (already in memory) through.
+const (
+	writeSize    = 16 << 10
+	headReadSize = 4096
+)
+
+func newBuffers() *buffers {
+	return &buffers{
+		readers:     sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }},
+		writers:     sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeSize) }},
+		headReaders: sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headReadSize) }},
+	}
+}
+
+// httpDate is the Date header value, formatted once a second.
+func (b *buffers) httpDate() string {
+	now := time.Now().Unix()
+	if d := b.date.Load(); d != nil && d.sec == now {
+		return d.s
+	}
+	d := &dateCache{sec: now, s: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	b.date.Store(d)
+	return d.s
+}
+
+type dateCache struct {
+	sec int64
+	s   string
+}
