@@ -1,19 +1,12 @@
 package server
 
 import (
-	"fmt"
-	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/h1"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
@@ -53,61 +46,14 @@ func (d *directRoute) ServeTakenOver(w http.ResponseWriter, r *http.Request) boo
 	return ok
 }
 
-// serveDirect serves r on a prefix route with what the router's
-// middleware gives every other route — request id, authentication and
-// rate limit, body cap, panic recovery, metrics and the request log —
-// without echo's per-request context, routing and middleware chain. It is
-// the inference proxy's hot path. It returns the response's writer and
-// whether the handler returned normally (false after a recovered panic).
+// serveDirect serves r on a prefix route through the same pipeline as
+// every other route (observed, then the route's chain: authenticate and
+// capBody), without echo's per-request context, routing and middleware
+// chain. It is the inference proxy's hot path. It returns the response's
+// writer and whether the handler returned normally (false after a
+// recovered panic).
 func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Request) (sw *statusWriter, ok bool) {
-	start := time.Now()
-	rid := r.Header.Get(echo.HeaderXRequestID)
-	if rid == "" {
-		rid = gpuproxyID()
-	}
-	w.Header().Set(echo.HeaderXRequestID, rid)
-	sw = &statusWriter{ResponseWriter: w, declared: -1, head: r.Method == http.MethodHead}
-	var p *gpuproxy.Principal
-	defer func() {
-		v := recover()
-		if v != nil && v != http.ErrAbortHandler {
-			s.log.LogAttrs(r.Context(), slog.LevelError, "panic", slog.String("request_id", rid),
-				slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
-			if !sw.sent {
-				sw.reset()
-				// The connection ends after this answer (a taken-over
-				// one is closed): say so, or the client reuses it and
-				// its next request meets a closed connection.
-				sw.Header().Set("Connection", "close")
-				httpapi.WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
-				sw.end()
-			}
-		}
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		s.logRequest(r, rid, d.route, status, time.Since(start), sw.size, p)
-		if v == http.ErrAbortHandler {
-			panic(v) // net/http cuts the response and closes the connection
-		}
-	}()
-	pr, err := s.Authenticate(r)
-	if err != nil {
-		if d := gpuproxy.ErrorDetails(err); d != nil {
-			if secs, ok := d["retry_after_seconds"].(int); ok {
-				sw.Header().Set("Retry-After", strconv.Itoa(secs))
-			}
-		}
-		httpapi.WriteError(sw, r, httpapi.Status(err), err)
-		sw.end()
-		return sw, true
-	}
-	p = &pr
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
-	d.h.ServeHTTP(sw, r.WithContext(httpapi.WithPrincipal(r.Context(), pr)))
-	sw.end()
-	return sw, true
+	return s.observed(w, r, d.route, true, d.h)
 }
 
 // statusWriter records the status and body size of a response on a
@@ -117,7 +63,10 @@ func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Requ
 // response has a known length and its connection can be taken over.
 type statusWriter struct {
 	http.ResponseWriter
-	head     bool // a HEAD request
+	hold     bool                // hold small responses back (the fast path)
+	route    string              // the request's name in logs and metrics
+	p        *gpuproxy.Principal // the caller, once authenticated
+	head     bool                // a HEAD request
 	status   int
 	size     int64
 	declared int64 // the Content-Length sent, -1 if none
@@ -142,7 +91,7 @@ func (w *statusWriter) WriteHeader(code int) {
 			w.declared = n
 		}
 	}
-	if w.declared < 0 && !w.head && h1.BodyAllowed(code) {
+	if w.hold && w.declared < 0 && !w.head && h1.BodyAllowed(code) {
 		w.held = true
 		return
 	}
@@ -228,43 +177,3 @@ func (w *statusWriter) complete(r *http.Request) bool {
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// logRequest records one request in the metrics and the request log. It
-// never logs headers or bodies, so keys cannot leak into logs.
-func (s *Server) logRequest(r *http.Request, rid, route string, status int, d time.Duration, size int64,
-	p *gpuproxy.Principal) {
-	s.svc.Metrics.ObserveRequest(route, methodLabel(r.Method), status, d)
-	lvl := slog.LevelInfo
-	if status >= 500 {
-		lvl = slog.LevelError
-	}
-	ctx := r.Context()
-	if !s.log.Enabled(ctx, lvl) {
-		return
-	}
-	// The record is built here rather than by Logger.LogAttrs, which would
-	// capture the caller's program counter on every request for a source
-	// location the request log does not show.
-	rec := slog.NewRecord(time.Now(), lvl, "request", 0)
-	rec.AddAttrs(slog.String("request_id", rid), slog.String("method", r.Method),
-		slog.String("route", route), slog.Int("status", status),
-		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size))
-	if p != nil {
-		rec.AddAttrs(slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
-	}
-	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
-		rec.AddAttrs(slog.String("mcp_session_id", sid))
-	}
-	_ = s.log.Handler().Handle(ctx, rec)
-}
-
-// methodLabel bounds the method label: net/http accepts any token as a
-// method, and metrics must not grow a series per invented one.
-func methodLabel(m string) string {
-	switch m {
-	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
-		http.MethodHead, http.MethodOptions:
-		return m
-	}
-	return "OTHER"
-}

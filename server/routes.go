@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/aiserve/gpuproxy"
 )
 
@@ -17,7 +19,7 @@ func (s *Server) routes() {
 	}
 	s.svc.Metrics.ops.setSource(s.opsSnapshot, s.opts.GaugeMaxAge)
 
-	api := e.Group("/api/v1", s.limitBody, s.authn, s.knownQuery)
+	api := e.Group("/api/v1", echo.WrapMiddleware(s.limitBody), echo.WrapMiddleware(s.authenticate(nil, nil)), s.knownQuery)
 
 	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
 	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))

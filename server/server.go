@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
@@ -85,11 +84,7 @@ func New(svc Services, o Options) *Server {
 	s.taken = takeover.New(s, takeover.RouterFunc(s.takeoverRoute))
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
-	s.e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
-		Generator: func() string { return gpuproxyID() },
-	}))
-	s.e.Use(s.observe)
-	s.e.Use(middleware.Recover())
+	s.e.Use(s.routeLabel)
 	s.routes()
 	return s
 }
@@ -104,67 +99,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.e.ServeHTTP(w, r)
+	s.observed(w, r, "unmatched", false, s.e)
 }
 
 // Drain closes idle taken-over connections and waits, until ctx ends, for
 // the requests still running on the others. Call it after
 // http.Server.Shutdown, which does not wait for hijacked connections.
 func (s *Server) Drain(ctx context.Context) error { return s.taken.Drain(ctx) }
-
-const principalKey = "gpuproxy.principal"
-
-// observe logs every request as structured JSON and records metrics.
-func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if err != nil {
-			c.Error(err)
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
-		var p *gpuproxy.Principal
-		if pr, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
-			p = &pr
-		}
-		s.logRequest(c.Request(), requestID(c), route, c.Response().Status, time.Since(start), c.Response().Size, p)
-		return nil
-	}
-}
-
-func requestID(c echo.Context) string {
-	return c.Response().Header().Get(echo.HeaderXRequestID)
-}
-
-// limitBody caps the request body; larger bodies get 413.
-func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		if r.ContentLength > s.opts.MaxBody {
-			return s.tooLarge()
-		}
-		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.opts.MaxBody)
-		return next(c)
-	}
-}
-
-// tooLarge is the refusal of a body over the configured limit.
-func (s *Server) tooLarge() error {
-	return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(s.opts.MaxBody),
-		Details: map[string]any{"limit_bytes": s.opts.MaxBody}}
-}
-
-// capBody bounds the request body without refusing it up front.
-func (s *Server) capBody(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.opts.MaxBody)
-		return next(c)
-	}
-}
 
 // Credential extracts the API key or token from X-API-Key or
 // Authorization: Bearer.
@@ -199,62 +140,12 @@ func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
 	return p, nil
 }
 
-// authn authenticates REST requests and stores the principal.
-func (s *Server) authn(next echo.HandlerFunc) echo.HandlerFunc {
-	return s.authnAnswering(nil)(next)
-}
+// need refuses callers without scope sc: require, as echo middleware.
+func need(sc gpuproxy.Scope) echo.MiddlewareFunc { return echo.WrapMiddleware(require(sc)) }
 
-// authnAnswering is authn whose rate-limit refusals rw writes, when set.
-func (s *Server) authnAnswering(rw httpapi.RateLimitWriter) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			p, err := s.Authenticate(c.Request())
-			if err != nil {
-				if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
-					c.Response().Header().Set("WWW-Authenticate", s.opts.Challenge(c.Request()))
-				}
-				if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
-					c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
-					if rw != nil {
-						rw.WriteRateLimited(c.Response(), c.Request(), err)
-						return nil
-					}
-				}
-				return err
-			}
-			c.Set(principalKey, p)
-			return next(c)
-		}
-	}
-}
-
-// uncounted marks the requests rc does not count (httpapi.RateCounter) so
-// that authentication skips the rate limit for them.
-func uncounted(rc httpapi.RateCounter) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if r := c.Request(); !rc.CountsRate(r) {
-				c.SetRequest(r.WithContext(httpapi.WithoutRateCount(r.Context())))
-			}
-			return next(c)
-		}
-	}
-}
-
-// need refuses callers without scope sc.
-func need(sc gpuproxy.Scope) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if err := principal(c).Require(sc); err != nil {
-				return err
-			}
-			return next(c)
-		}
-	}
-}
-
+// principal is the caller authenticate stored in the request.
 func principal(c echo.Context) gpuproxy.Principal {
-	p, _ := c.Get(principalKey).(gpuproxy.Principal)
+	p, _ := httpapi.PrincipalFrom(c.Request())
 	return p
 }
 
@@ -273,27 +164,17 @@ func (r registrar) Authenticate(req *http.Request) (gpuproxy.Principal, error) {
 	return r.s.Authenticate(req)
 }
 
+// Handle implements httpapi.Registrar: h goes behind the route's part of
+// the pipeline. Mounted handlers answer in their own format (JSON-RPC for
+// MCP), so an oversize body reaches them as a read error (capBody)
+// rather than being refused here in the REST shape.
 func (r registrar) Handle(method, path string, h http.Handler, authenticated bool) {
-	// Mounted handlers answer in their own format (JSON-RPC for MCP), so an
-	// oversize body reaches them as a read error rather than being refused
-	// here in the REST shape.
-	mw := []echo.MiddlewareFunc{r.s.capBody}
-	if rc, ok := h.(httpapi.RateCounter); ok && authenticated {
-		mw = append(mw, uncounted(rc))
+	if authenticated {
+		rw, _ := h.(httpapi.RateLimitWriter)
+		rc, _ := h.(httpapi.RateCounter)
+		h = r.s.authenticate(rw, rc)(h)
 	}
-	if rw, ok := h.(httpapi.RateLimitWriter); ok && authenticated {
-		mw = append(mw, r.s.authnAnswering(rw))
-	} else if authenticated {
-		mw = append(mw, r.s.authn)
-	}
-	eh := func(c echo.Context) error {
-		req := c.Request()
-		if p, ok := c.Get(principalKey).(gpuproxy.Principal); ok {
-			req = req.WithContext(httpapi.WithPrincipal(req.Context(), p))
-		}
-		h.ServeHTTP(c.Response(), req)
-		return nil
-	}
+	eh := echo.WrapHandler(r.s.capBody(h))
 	if !strings.ContainsAny(path, ":*") {
 		if r.s.static == nil {
 			r.s.static = map[string]bool{}
@@ -301,12 +182,15 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 		r.s.static[path] = true
 	}
 	if method == "*" {
-		r.s.e.Any(path, eh, mw...)
+		r.s.e.Any(path, eh)
 		return
 	}
-	r.s.e.Add(method, path, eh, mw...)
+	r.s.e.Add(method, path, eh)
 }
 
+// HandlePrefix implements httpapi.Registrar: the fast path's route, with
+// the same authenticate and capBody as every other authenticated route.
 func (r registrar) HandlePrefix(prefix, route string, h http.Handler) {
+	h = r.s.authenticate(nil, nil)(r.s.capBody(h))
 	r.s.prefixes = append(r.s.prefixes, directRoute{s: r.s, prefix: prefix, route: route, h: h})
 }

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
+)
+
+// The one request pipeline. Every request, on every route and on the
+// proxy's fast path alike, goes through observed (request id, panic
+// recovery, one request-log line and one metric sample); every route adds
+// from the same values, in this order, what its table entry asks for:
+// the body limit (limitBody or capBody), authentication with the per-key
+// rate limit (authenticate) and a scope (require). Echo routes take them
+// as echo.WrapMiddleware; the fast path composes them directly, without
+// echo's per-request context.
+
+// observed serves r with h behind the request id, panic recovery, the
+// request log and metrics, and returns the response's recorder and
+// whether h returned normally (false after a recovered panic). route
+// names the request in logs and metrics until an inner step renames it
+// (routeLabel). hold holds a small response without a declared length
+// back to send it with one (the fast path, whose connections are taken
+// over only after a response of known length).
+func (s *Server) observed(w http.ResponseWriter, r *http.Request, route string, hold bool, h http.Handler) (
+	sw *statusWriter, ok bool) {
+	start := time.Now()
+	rid := r.Header.Get(echo.HeaderXRequestID)
+	if rid == "" {
+		rid = gpuproxyID()
+	}
+	w.Header().Set(echo.HeaderXRequestID, rid)
+	sw = &statusWriter{ResponseWriter: w, declared: -1, head: r.Method == http.MethodHead, hold: hold, route: route}
+	defer func() {
+		v := recover()
+		if v != nil && v != http.ErrAbortHandler {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "panic", slog.String("request_id", rid),
+				slog.String("panic", fmt.Sprint(v)), slog.String("stack", string(debug.Stack())))
+			if !sw.sent {
+				sw.reset()
+				// The connection ends after this answer (a taken-over
+				// one is closed): say so, or the client reuses it and
+				// its next request meets a closed connection.
+				sw.Header().Set("Connection", "close")
+				httpapi.WriteError(sw, r, http.StatusInternalServerError, gpuproxy.Errorf(gpuproxy.EINTERNAL, "panic"))
+				sw.end()
+			}
+		}
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.logRequest(r, rid, sw.route, status, time.Since(start), sw.size, sw.p)
+		if v == http.ErrAbortHandler {
+			panic(v) // net/http cuts the response and closes the connection
+		}
+	}()
+	h.ServeHTTP(sw, r)
+	sw.end()
+	return sw, true
+}
+
+// recorderOf finds the pipeline's recorder under w (echo wraps it).
+func recorderOf(w http.ResponseWriter) *statusWriter {
+	for {
+		switch x := w.(type) {
+		case *statusWriter:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// routeLabel is the router's first step: it names the request by its
+// route pattern (c.Path(): the matched route, or the nearest one for a
+// 404 or 405) and renders an error the route returns, so that the
+// recorder sees the answer's status.
+func (s *Server) routeLabel(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		sw := recorderOf(c.Response().Writer)
+		if sw != nil && c.Path() != "" {
+			sw.route = c.Path()
+		}
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		if res := c.Response(); sw != nil && !res.Committed && res.Status == statusClientClosed {
+			sw.status = statusClientClosed // nothing is sent to a caller who left; the log says 499
+		}
+		return nil
+	}
+}
+
+// limitBody refuses a body declared larger than Options.MaxBody with 413
+// (naming the limit) and caps the body read.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.opts.MaxBody {
+			httpapi.WriteError(w, r, http.StatusRequestEntityTooLarge, s.tooLarge())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tooLarge is the refusal of a body over the configured limit.
+func (s *Server) tooLarge() error {
+	return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(s.opts.MaxBody),
+		Details: map[string]any{"limit_bytes": s.opts.MaxBody}}
+}
+
+// capBody bounds the request body without refusing it up front, for
+// handlers that answer an oversize body in their own format.
+func (s *Server) capBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate resolves the caller (Authenticate: API key, JWT or OAuth
+// token, and the per-key rate limit), puts it in the request's context
+// (httpapi.PrincipalFrom) and the request log, and refuses the others:
+// 401 with Options.Challenge as WWW-Authenticate, 429 with Retry-After.
+// rw, when set, writes the 429 in the handler's own format; rc, when set,
+// decides which requests the rate limit counts.
+func (s *Server) authenticate(rw httpapi.RateLimitWriter, rc httpapi.RateCounter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if rc != nil && !rc.CountsRate(r) {
+				r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
+			}
+			p, err := s.Authenticate(r)
+			if err != nil {
+				if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
+					w.Header().Set("WWW-Authenticate", s.opts.Challenge(r))
+				}
+				if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
+					w.Header().Set("Retry-After", strconv.Itoa(secs))
+					if rw != nil {
+						rw.WriteRateLimited(w, r, err)
+						return
+					}
+				}
+				httpapi.WriteError(w, r, httpapi.Status(err), err)
+				return
+			}
+			if sw := recorderOf(w); sw != nil {
+				sw.p = &p
+			}
+			next.ServeHTTP(w, r.WithContext(httpapi.WithPrincipal(r.Context(), p)))
+		})
+	}
+}
+
+// require refuses callers without scope sc (after authenticate).
+func require(sc gpuproxy.Scope) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, _ := httpapi.PrincipalFrom(r)
+			if err := p.Require(sc); err != nil {
+				httpapi.WriteError(w, r, httpapi.Status(err), err)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// logRequest records one request in the metrics and the request log. It
+// never logs headers or bodies, so keys cannot leak into logs.
+func (s *Server) logRequest(r *http.Request, rid, route string, status int, d time.Duration, size int64,
+	p *gpuproxy.Principal) {
+	s.svc.Metrics.ObserveRequest(route, methodLabel(r.Method), status, d)
+	lvl := slog.LevelInfo
+	if status >= 500 {
+		lvl = slog.LevelError
+	}
+	ctx := r.Context()
+	if !s.log.Enabled(ctx, lvl) {
+		return
+	}
+	// The record is built here rather than by Logger.LogAttrs, which would
+	// capture the caller's program counter on every request for a source
+	// location the request log does not show.
+	rec := slog.NewRecord(time.Now(), lvl, "request", 0)
+	rec.AddAttrs(slog.String("request_id", rid), slog.String("method", r.Method),
+		slog.String("route", route), slog.Int("status", status),
+		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size))
+	if p != nil {
+		rec.AddAttrs(slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
+	}
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+		rec.AddAttrs(slog.String("mcp_session_id", sid))
+	}
+	_ = s.log.Handler().Handle(ctx, rec)
+}
+
+// methodLabel bounds the method label: net/http accepts any token as a
+// method, and metrics must not grow a series per invented one.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodHead, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}
+
+// requestID is the request id observed gave the request.
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
