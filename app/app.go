@@ -99,6 +99,9 @@ type App struct {
 	Console   *console.Console
 	OAuth     *oauth.Server // nil when Config.NoOAuth
 	Server    *server.Server
+	// RateLimiter is the one per-key limiter of REST, MCP, the proxy and
+	// the console.
+	RateLimiter *auth.RateLimiter
 
 	log       *slog.Logger
 	ownStore  bool
@@ -147,15 +150,15 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
 	// One limiter: REST, MCP, the proxy and the console count against the
 	// same per-key limit.
-	limiter := auth.NewSharedRateLimiter(c.RateLimit,
+	a.RateLimiter = auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
 	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
-		Alerts: a.Alerts, RateLimiter: limiter}
+		Alerts: a.Alerts, RateLimiter: a.RateLimiter}
 	if a.OAuth != nil {
 		cs.OAuth = a.OAuth
 	}
 	a.Console = console.New(cs, a.consoleOptions(c.Console))
-	a.Server = server.New(a.serverServices(limiter), a.serverOptions(c))
+	a.Server = server.New(a.serverServices(a.RateLimiter), a.serverOptions(c))
 	return a, nil
 }
 
@@ -353,14 +356,16 @@ func (a *App) serverOptions(c Config) server.Options {
 }
 
 // Run does the background work — metering, the fleet's polling,
-// reconciliation and kill switch, and budget alerts — until ctx ends. With
-// a shared Postgres each job runs on one replica at a time, or records
-// what it did so that no other replica repeats it.
+// reconciliation and kill switch, budget alerts and pruning the shared
+// rate-limit buckets — until ctx ends. With a shared Postgres each job
+// runs on one replica at a time, or records what it did so that no other
+// replica repeats it (pruning idle buckets is harmless to repeat).
 func (a *App) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Meterer.Run(ctx) })
 	wg.Go(func() { a.Fleet.Run(ctx) })
 	wg.Go(func() { a.Alerts.Run(ctx) })
+	wg.Go(func() { a.RateLimiter.Run(ctx) })
 	wg.Wait()
 }
 

@@ -36,12 +36,19 @@ type Store interface {
 	KeyConfirmThresholds(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error)
 }
 
-// Options configure a Service.
+// DefaultCacheTTL is how long a verified key or JWT account stays cached
+// by default: revocation takes effect within it.
+const DefaultCacheTTL = 5 * time.Second
+
+// Options configure a Service. Zero values take the defaults; every value
+// is usable (a negative CacheTTL disables the cache), so there is nothing
+// to validate.
 type Options struct {
 	// JWTSecret enables HS256 JWTs as bearer tokens when not empty.
 	JWTSecret []byte
 	// CacheTTL is how long a verified key or JWT account stays cached
-	// (default 5s; revocation takes effect within it). Negative disables.
+	// (default DefaultCacheTTL; revocation takes effect within it).
+	// Negative disables.
 	CacheTTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -74,13 +81,18 @@ type cached struct {
 
 // New returns a Service.
 func New(store Store, o Options) *Service {
+	return &Service{store: store, opts: o.withDefaults()}
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
 	if o.CacheTTL == 0 {
-		o.CacheTTL = 5 * time.Second
+		o.CacheTTL = DefaultCacheTTL
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Service{store: store, opts: o}
+	return o
 }
 
 // KeyPrefix starts every API key, so keys are recognizable (and scannable

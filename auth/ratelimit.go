@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,21 +23,45 @@ type TokenStore interface {
 	PruneRateBuckets(ctx context.Context) (int64, error)
 }
 
-// RateLimitOptions configure a shared rate limiter.
+// The rate limiter's defaults, applied to zero RateLimitOptions fields.
+const (
+	// DefaultReplicas is the replica count batches are planned for.
+	DefaultReplicas = 10
+	// DefaultLeaseTTL is how long a claimed batch stays usable.
+	DefaultLeaseTTL = time.Second
+	// DefaultClaimTimeout bounds one claim from the store.
+	DefaultClaimTimeout = time.Second
+	// DefaultStoreRetry is how long the limiter stays on its local
+	// fallback after a store failure.
+	DefaultStoreRetry = 5 * time.Second
+	// DefaultPruneInterval is how often Run deletes idle buckets.
+	DefaultPruneInterval = 10 * time.Minute
+	// pruneTimeout bounds one prune.
+	pruneTimeout = 10 * time.Second
+)
+
+// RateLimitOptions configure a shared rate limiter. Zero values take the
+// defaults above; Validate says which field is wrong.
 type RateLimitOptions struct {
 	// Store holds the buckets every replica shares. Nil keeps the limit in
 	// memory, per process (exact for one process, as on SQLite).
 	Store TokenStore
 	// Replicas is the number of replicas the batch size is planned for
-	// (default 10); see RateLimiter.
+	// (default DefaultReplicas); see RateLimiter.
 	Replicas int
-	// LeaseTTL is how long a claimed batch stays usable (default 1s).
+	// LeaseTTL is how long a claimed batch stays usable (default
+	// DefaultLeaseTTL).
 	LeaseTTL time.Duration
-	// ClaimTimeout bounds one claim from the store (default 1s).
+	// ClaimTimeout bounds one claim from the store (default
+	// DefaultClaimTimeout).
 	ClaimTimeout time.Duration
 	// StoreRetry is how long the limiter stays on its local fallback after
-	// the store failed before it tries the store again (default 5s).
+	// the store failed before it tries the store again (default
+	// DefaultStoreRetry).
 	StoreRetry time.Duration
+	// PruneInterval is how often Run deletes the store's idle buckets
+	// (default DefaultPruneInterval).
+	PruneInterval time.Duration
 	// Logger reports the switch to the local fallback and back (default
 	// slog.Default()).
 	Logger *slog.Logger
@@ -86,9 +111,10 @@ type RateLimiter struct {
 
 	keys sync.Map // key → *keyRate
 
+	pruneEvery time.Duration
+
 	downUntil atomic.Int64 // unix ns of the caller's clock: use the local fallback until then; 0: store healthy
 	degraded  atomic.Bool  // the fallback was logged and not yet the recovery
-	pruneAt   atomic.Int64 // unix ns of the caller's clock of the next prune
 }
 
 // keyRate is one key's state: its claimed batch, a refusal remembered from
@@ -104,9 +130,6 @@ type keyRate struct {
 	claiming  chan struct{} // closed when the claim in flight ends; nil if none
 }
 
-// pruneEvery is how often a limiter with a store deletes idle buckets.
-const pruneEvery = 10 * time.Minute
-
 // NewRateLimiter returns an in-memory, per-process limiter; perMinute ≤ 0
 // disables limiting.
 func NewRateLimiter(perMinute int) *RateLimiter {
@@ -114,25 +137,54 @@ func NewRateLimiter(perMinute int) *RateLimiter {
 }
 
 // NewSharedRateLimiter returns a limiter whose buckets live in o.Store when
-// it is set (see RateLimiter); perMinute ≤ 0 disables limiting.
+// it is set (see RateLimiter); perMinute ≤ 0 disables limiting. Run prunes
+// the store's idle buckets.
 func NewSharedRateLimiter(perMinute int, o RateLimitOptions) *RateLimiter {
+	o = o.withDefaults()
+	return &RateLimiter{perMinute: perMinute, store: o.Store, batch: BatchSize(perMinute, o.LeaseTTL, o.Replicas),
+		ttl: o.LeaseTTL, timeout: o.ClaimTimeout, retry: o.StoreRetry, pruneEvery: o.PruneInterval, log: o.Logger}
+}
+
+// Validate reports the first field of o that NewSharedRateLimiter cannot
+// use, naming it and its configured value. Zero values take the defaults.
+func (o RateLimitOptions) Validate() error {
+	switch {
+	case o.Replicas < 0:
+		return fmt.Errorf("auth.RateLimitOptions.Replicas: must not be negative, got %d", o.Replicas)
+	case o.LeaseTTL < 0:
+		return fmt.Errorf("auth.RateLimitOptions.LeaseTTL: must not be negative, got %s", o.LeaseTTL)
+	case o.ClaimTimeout < 0:
+		return fmt.Errorf("auth.RateLimitOptions.ClaimTimeout: must not be negative, got %s", o.ClaimTimeout)
+	case o.StoreRetry < 0:
+		return fmt.Errorf("auth.RateLimitOptions.StoreRetry: must not be negative, got %s", o.StoreRetry)
+	case o.PruneInterval < 0:
+		return fmt.Errorf("auth.RateLimitOptions.PruneInterval: must not be negative, got %s", o.PruneInterval)
+	}
+	return nil
+}
+
+// withDefaults returns o with every zero (or negative) field set to its
+// default.
+func (o RateLimitOptions) withDefaults() RateLimitOptions {
 	if o.Replicas <= 0 {
-		o.Replicas = 10
+		o.Replicas = DefaultReplicas
 	}
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = time.Second
+		o.LeaseTTL = DefaultLeaseTTL
 	}
 	if o.ClaimTimeout <= 0 {
-		o.ClaimTimeout = time.Second
+		o.ClaimTimeout = DefaultClaimTimeout
 	}
 	if o.StoreRetry <= 0 {
-		o.StoreRetry = 5 * time.Second
+		o.StoreRetry = DefaultStoreRetry
+	}
+	if o.PruneInterval <= 0 {
+		o.PruneInterval = DefaultPruneInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &RateLimiter{perMinute: perMinute, store: o.Store, batch: BatchSize(perMinute, o.LeaseTTL, o.Replicas),
-		ttl: o.LeaseTTL, timeout: o.ClaimTimeout, retry: o.StoreRetry, log: o.Logger}
+	return o
 }
 
 // BatchSize is how many tokens a replica claims at a time: its share, among
@@ -189,7 +241,7 @@ func (r *RateLimiter) Allow(key string, now time.Time) (bool, time.Duration) {
 			r.storeFailed(now, err)
 			return k.allowLocal(now)
 		}
-		r.storeAnswered(now)
+		r.storeAnswered()
 		if granted > 0 {
 			// This request takes the first token of the batch.
 			k.tokens, k.expires = granted-1, now.Add(r.ttl)
@@ -250,24 +302,40 @@ func (r *RateLimiter) storeFailed(now time.Time, err error) {
 	}
 }
 
-func (r *RateLimiter) storeAnswered(now time.Time) {
+func (r *RateLimiter) storeAnswered() {
 	if r.downUntil.Load() != 0 {
 		r.downUntil.Store(0)
 	}
 	if r.degraded.Load() && r.degraded.CompareAndSwap(true, false) {
 		r.log.Info("rate limit store answering again: the per-key limit is shared by all replicas again")
 	}
-	if p := r.pruneAt.Load(); now.UnixNano() >= p && r.pruneAt.CompareAndSwap(p, now.Add(pruneEvery).UnixNano()) && p != 0 {
-		go r.prune()
+}
+
+// Run deletes the store's idle buckets every PruneInterval, off the
+// request path, until ctx ends. Without a store, or with limiting
+// disabled, there is nothing to prune and it returns at once.
+func (r *RateLimiter) Run(ctx context.Context) {
+	if r == nil || r.store == nil || r.perMinute <= 0 {
+		return
+	}
+	t := time.NewTicker(r.pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.prune(ctx)
+		}
 	}
 }
 
-// prune deletes idle buckets off the request path; a failure is harmless
-// (the rows are only clutter) and left to the next prune.
-func (r *RateLimiter) prune() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// prune deletes idle buckets; a failure is harmless (the rows are only
+// clutter) and left to the next prune.
+func (r *RateLimiter) prune(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, pruneTimeout)
 	defer cancel()
-	if _, err := r.store.PruneRateBuckets(ctx); err != nil {
+	if _, err := r.store.PruneRateBuckets(pctx); err != nil && ctx.Err() == nil {
 		r.log.Debug("pruning rate limit buckets", "err", err)
 	}
 }

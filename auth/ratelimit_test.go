@@ -89,6 +89,7 @@ type fakeTokens struct {
 	maxInflight int
 	answer      func() (int, time.Duration, error)
 	gate        chan struct{} // when set, claims wait for it to close
+	prunes      atomic.Int32
 }
 
 func (f *fakeTokens) ClaimRateTokens(_ context.Context, _ string, want, _ int) (int, time.Duration, error) {
@@ -109,7 +110,10 @@ func (f *fakeTokens) ClaimRateTokens(_ context.Context, _ string, want, _ int) (
 	return g, w, err
 }
 
-func (f *fakeTokens) PruneRateBuckets(context.Context) (int64, error) { return 0, nil }
+func (f *fakeTokens) PruneRateBuckets(context.Context) (int64, error) {
+	f.prunes.Add(1)
+	return 0, nil
+}
 
 func (f *fakeTokens) set(answer func() (int, time.Duration, error)) {
 	f.mu.Lock()
@@ -373,5 +377,53 @@ func TestRateLimiterReplicas(t *testing.T) {
 				t.Fatalf("per-process limiters allowed %v, within 110%% of %.1f: the check cannot tell them apart", n, limit)
 			}
 		})
+	}
+}
+
+// TestRateLimiterRunPrunes: idle buckets are pruned by Run, every
+// PruneInterval, and by nothing else; Run returns when its context ends.
+// A limiter without a store has nothing to prune: its Run returns at once.
+func TestRateLimiterRunPrunes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeTokens{answer: grant(5, 0)}
+		rl := auth.NewSharedRateLimiter(60, auth.RateLimitOptions{Store: f, PruneInterval: time.Minute})
+		for range 10 {
+			rl.Allow("k", t0)
+		}
+		if n := f.prunes.Load(); n != 0 {
+			t.Fatalf("%d prunes before Run", n)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { rl.Run(ctx); close(done) }()
+		time.Sleep(3*time.Minute + time.Second)
+		synctest.Wait()
+		if n := f.prunes.Load(); n != 3 {
+			t.Fatalf("%d prunes in 3 PruneIntervals, want 3", n)
+		}
+		cancel()
+		<-done
+		auth.NewSharedRateLimiter(60, auth.RateLimitOptions{}).Run(t.Context())
+	})
+}
+
+// TestRateLimitOptionsValidate: a negative field is refused by name, with
+// its value; zero fields are valid (they take the defaults).
+func TestRateLimitOptionsValidate(t *testing.T) {
+	t.Parallel()
+	if err := (auth.RateLimitOptions{}).Validate(); err != nil {
+		t.Fatalf("zero options: %v", err)
+	}
+	for want, o := range map[string]auth.RateLimitOptions{
+		"auth.RateLimitOptions.Replicas: must not be negative, got -2":         {Replicas: -2},
+		"auth.RateLimitOptions.LeaseTTL: must not be negative, got -1s":        {LeaseTTL: -time.Second},
+		"auth.RateLimitOptions.ClaimTimeout: must not be negative, got -1ms":   {ClaimTimeout: -time.Millisecond},
+		"auth.RateLimitOptions.StoreRetry: must not be negative, got -5s":      {StoreRetry: -5 * time.Second},
+		"auth.RateLimitOptions.PruneInterval: must not be negative, got -1m0s": {PruneInterval: -time.Minute},
+	} {
+		if err := o.Validate(); err == nil || err.Error() != want {
+			t.Errorf("Validate() = %v, want %q", err, want)
+		}
 	}
 }
