@@ -112,7 +112,9 @@ type App struct {
 
 // New opens (or takes) the store and builds every service over it.
 func New(ctx context.Context, c Config) (*App, error) {
-	if err := errors.Join(c.validate(), c.Server.Validate(), c.Console.Validate(), c.MCP.Validate()); err != nil {
+	if err := errors.Join(c.validate(), c.Server.Validate(), c.Console.Validate(), c.MCP.Validate(),
+		c.Guard.Validate(), c.Gate.Validate(), c.Meter.Validate(), c.Alerts.Validate(), c.Fleet.Validate(),
+		c.oauthValidate()); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()

@@ -54,3 +54,11 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// oauthValidate checks the OAuth server's options when it is enabled.
+func (c Config) oauthValidate() error {
+	if c.NoOAuth {
+		return nil
+	}
+	return c.OAuth.Validate()
+}
