@@ -66,8 +66,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	prefixes []directRoute   // served ahead of the router (HandlePrefix)
-	static   map[string]bool // paths added with Handle, which prefixes leave alone
+	prefixes []directRoute    // served ahead of the router (HandlePrefix)
+	mounted  map[string]Route // "METHOD path" → a mounted route's policy (Routes)
+	static   map[string]bool  // paths added with Handle, which prefixes leave alone
 
 	// Connections taken over after a prefix-route request, which serve
 	// the prefix routes' next requests (internal/takeover).
@@ -169,11 +170,17 @@ func (r registrar) Authenticate(req *http.Request) (gpuproxy.Principal, error) {
 // MCP), so an oversize body reaches them as a read error (capBody)
 // rather than being refused here in the REST shape.
 func (r registrar) Handle(method, path string, h http.Handler, authenticated bool) {
+	rt := Route{Method: method, Path: path, Auth: authenticated}
 	if authenticated {
 		rw, _ := h.(httpapi.RateLimitWriter)
 		rc, _ := h.(httpapi.RateCounter)
+		rt.OwnRateCount = rc != nil
 		h = r.s.authenticate(rw, rc)(h)
 	}
+	if r.s.mounted == nil {
+		r.s.mounted = map[string]Route{}
+	}
+	r.s.mounted[method+" "+path] = rt
 	eh := echo.WrapHandler(r.s.capBody(h))
 	if !strings.ContainsAny(path, ":*") {
 		if r.s.static == nil {
