@@ -11,7 +11,7 @@ import (
 
 type instancesData struct {
 	Status    string
-	Statuses  []fleet.Status
+	Statuses  []gpuproxy.InstanceStatus
 	Instances []fleet.View
 	Total     gpuproxy.Micros
 	// PricePlaces and CostPlaces are the decimals of the price and cost
@@ -49,8 +49,8 @@ func (c *Console) instances(q *req) error {
 			return err
 		}
 	}
-	d := instancesData{Status: status, Instances: vs, Statuses: []fleet.Status{fleet.Pending, fleet.Starting,
-		fleet.Running, fleet.Terminating, fleet.Terminated, fleet.Failed}}
+	d := instancesData{Status: status, Instances: vs, Statuses: []gpuproxy.InstanceStatus{gpuproxy.Pending, gpuproxy.Starting,
+		gpuproxy.Running, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed}}
 	var prices, costs []gpuproxy.Micros
 	for _, v := range vs {
 		d.Total += v.CostToDate
@@ -89,7 +89,7 @@ func (c *Console) instance(q *req) error {
 	}
 	pg := c.newPage(q, "Instance "+v.ID, "instances")
 	pg.Target = name
-	d := instanceData{View: v, Live: v.Status != fleet.Terminated && v.Status != fleet.Failed}
+	d := instanceData{View: v, Live: v.Status != gpuproxy.Terminated && v.Status != gpuproxy.Failed}
 	if pg.Billing {
 		p, err := c.svc.Ledger.Transactions(ctx, billing.Filter{AccountID: acct, InstanceID: v.ID, Limit: 100})
 		if err != nil {

@@ -94,7 +94,7 @@ func (c *Console) overview(q *req) error {
 		}
 	}
 	if pg.Instances {
-		if d.Running, err = c.svc.Fleet.List(ctx, acct, string(fleet.Running)); err != nil {
+		if d.Running, err = c.svc.Fleet.List(ctx, acct, string(gpuproxy.Running)); err != nil {
 			return err
 		}
 	}

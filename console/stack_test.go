@@ -52,7 +52,7 @@ type stack struct {
 	keys   map[string]string // preset → a key of demo
 	// running is demo's running vast.ai instance; ended its terminated
 	// io.net deployment.
-	running, ended fleet.Instance
+	running, ended gpuproxy.Instance
 }
 
 type stackOpts struct {
@@ -157,7 +157,7 @@ func (s *stack) seed(ctx context.Context) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if s.running, err = s.fleet.WaitRunning(wctx, s.demo.ID, inst.ID, nil); err != nil || s.running.Status != fleet.Running {
+	if s.running, err = s.fleet.WaitRunning(wctx, s.demo.ID, inst.ID, nil); err != nil || s.running.Status != gpuproxy.Running {
 		t.Fatalf("instance not running: %v %v", s.running.Status, err)
 	}
 	io, err := s.fleet.Create(ctx, s.demo.ID, fleet.CreateRequest{Provider: providers.IONet, OfferID: offer(providers.IONet, "", 0).ID,
@@ -173,7 +173,7 @@ func (s *stack) seed(ctx context.Context) {
 	}
 	// The provider confirms the destroy later; the fleet's poller (running
 	// as in the service) then closes the row and refunds unused time.
-	for s.ended.Status != fleet.Terminated {
+	for s.ended.Status != gpuproxy.Terminated {
 		if wctx.Err() != nil {
 			t.Fatalf("io.net deployment not terminated: %s", s.ended.Status)
 		}

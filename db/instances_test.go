@@ -25,8 +25,8 @@ func admitReq(acct int64, cost gpuproxy.Micros, now time.Time) guardrails.AdmitR
 		Defaults: []guardrails.Window{{Minutes: 60, Limit: 50 * usd}, {Minutes: 1440, Limit: 1000 * usd}}}
 }
 
-func newInstance(id, key string, billingKind string, price gpuproxy.Micros) fleet.Instance {
-	in := fleet.Instance{ID: id, Provider: "vast.ai", OfferID: "o-" + id, GPUName: "RTX 4090", NumGPUs: 2,
+func newInstance(id, key string, billingKind string, price gpuproxy.Micros) gpuproxy.Instance {
+	in := gpuproxy.Instance{ID: id, Provider: "vast.ai", OfferID: "o-" + id, GPUName: "RTX 4090", NumGPUs: 2,
 		PricePerHour: price, Billing: billingKind, Image: "vllm/vllm-openai", Label: "lbl", IdempotencyKey: key}
 	if billingKind == "prepaid" {
 		in.Provider, in.Hours, in.PrepaidTotal = "io.net", 2, 2*price
@@ -35,7 +35,7 @@ func newInstance(id, key string, billingKind string, price gpuproxy.Micros) flee
 }
 
 // mustAdmitInstance admits an instance that must be admitted and new.
-func mustAdmitInstance(t *testing.T, s *db.Store, acct int64, cost gpuproxy.Micros, in fleet.Instance, now time.Time) fleet.Instance {
+func mustAdmitInstance(t *testing.T, s *db.Store, acct int64, cost gpuproxy.Micros, in gpuproxy.Instance, now time.Time) gpuproxy.Instance {
 	t.Helper()
 	res, out, existing, err := s.AdmitInstance(context.Background(), admitReq(acct, cost, now), in)
 	if err != nil || !res.Admitted || existing || res.HoldID == 0 {
@@ -81,7 +81,7 @@ func TestAdmitInstanceIdempotent(t *testing.T) {
 		a := mustAccount(t, s, "a")
 		b := mustAccount(t, s, "b")
 		first := mustAdmitInstance(t, s, a.ID, 3*usd, newInstance("gpi_1", "key-1", "hourly", 3*usd), t0)
-		if first.Status != fleet.Pending || first.AccountID != a.ID || first.IdempotencyKey != "key-1" ||
+		if first.Status != gpuproxy.Pending || first.AccountID != a.ID || first.IdempotencyKey != "key-1" ||
 			first.HoldID == 0 || !first.CreatedAt.Equal(t0) || !first.UpdatedAt.Equal(t0) ||
 			first.NumGPUs != 2 || first.PricePerHour != 3*usd || first.GPUName != "RTX 4090" ||
 			!first.StartedAt.IsZero() || !first.TerminatedAt.IsZero() {
@@ -165,7 +165,7 @@ func TestAdmitInstanceConcurrentDuplicates(t *testing.T) {
 			a := mustAccount(t, rs[0], "dup")
 			const n = 20
 			type result struct {
-				out      fleet.Instance
+				out      gpuproxy.Instance
 				existing bool
 				err      error
 			}
@@ -226,7 +226,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 
 		t1 := t0.Add(10 * time.Second)
 		in, err = s.MarkStarting(ctx, id, "v-100", nil, t1)
-		if err != nil || in.Status != fleet.Starting || in.ProviderInstanceID != "v-100" || !in.UpdatedAt.Equal(t1) {
+		if err != nil || in.Status != gpuproxy.Starting || in.ProviderInstanceID != "v-100" || !in.UpdatedAt.Equal(t1) {
 			t.Fatalf("MarkStarting = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 3*usd) // an hourly hold stays until running
@@ -250,7 +250,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 
 		started := t0.Add(90*time.Second + 123*time.Microsecond)
 		in, err = s.MarkRunning(ctx, id, "http://10.0.0.1:8000", started, &billing.Meter{PricePerHour: 3 * usd})
-		if err != nil || in.Status != fleet.Running || in.Endpoint != "http://10.0.0.1:8000" || !in.StartedAt.Equal(started) {
+		if err != nil || in.Status != gpuproxy.Running || in.Endpoint != "http://10.0.0.1:8000" || !in.StartedAt.Equal(started) {
 			t.Fatalf("MarkRunning = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -282,7 +282,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 
 		t4 := started.Add(25 * time.Minute)
 		in, err = s.MarkTerminating(ctx, id, t4)
-		if err != nil || in.Status != fleet.Terminating || !in.UpdatedAt.Equal(t4) {
+		if err != nil || in.Status != gpuproxy.Terminating || !in.UpdatedAt.Equal(t4) {
 			t.Fatalf("MarkTerminating = %+v, %v", in, err)
 		}
 		if again, err := s.MarkTerminating(ctx, id, t4.Add(time.Minute)); err != nil || again != in {
@@ -293,7 +293,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 
 		at := started.Add(30*time.Minute + 7*time.Microsecond)
 		in, err = s.MarkTerminated(ctx, id, at, nil)
-		if err != nil || in.Status != fleet.Terminated || !in.TerminatedAt.Equal(at) || in.Endpoint != "http://10.0.0.1:8000" {
+		if err != nil || in.Status != gpuproxy.Terminated || !in.TerminatedAt.Equal(at) || in.Endpoint != "http://10.0.0.1:8000" {
 			t.Fatalf("MarkTerminated = %+v, %v", in, err)
 		}
 		if m, err := s.Meter(ctx, id); err != nil || !m.Stop.Equal(at) {
@@ -340,7 +340,7 @@ func TestInstanceLifecyclePrepaid(t *testing.T) {
 
 		t1 := t0.Add(5 * time.Second)
 		in, err = s.MarkStarting(ctx, id, "io-1", chargeOf(), t1)
-		if err != nil || in.Status != fleet.Starting {
+		if err != nil || in.Status != gpuproxy.Starting {
 			t.Fatalf("MarkStarting = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -359,7 +359,7 @@ func TestInstanceLifecyclePrepaid(t *testing.T) {
 		// Prepaid: no meter.
 		started := t1.Add(time.Minute)
 		in, err = s.MarkRunning(ctx, id, "https://io-1.example", started, nil)
-		if err != nil || in.Status != fleet.Running || !in.StartedAt.Equal(started) {
+		if err != nil || in.Status != gpuproxy.Running || !in.StartedAt.Equal(started) {
 			t.Fatalf("MarkRunning = %+v, %v", in, err)
 		}
 		if _, err := s.Meter(ctx, id); gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
@@ -369,7 +369,7 @@ func TestInstanceLifecyclePrepaid(t *testing.T) {
 		at := started.Add(30 * time.Minute)
 		refund := &billing.Entry{Type: billing.Refund, Amount: 7 * usd, Basis: billing.Provider, IdempotencyKey: "refund:io-1"}
 		in, err = s.MarkTerminated(ctx, id, at, refund)
-		if err != nil || in.Status != fleet.Terminated || !in.TerminatedAt.Equal(at) {
+		if err != nil || in.Status != gpuproxy.Terminated || !in.TerminatedAt.Equal(at) {
 			t.Fatalf("MarkTerminated = %+v, %v", in, err)
 		}
 		wantCost(t, s, a.ID, id, 3*usd)
@@ -408,7 +408,7 @@ func TestInstanceFailure(t *testing.T) {
 		wantHeld(t, s, a.ID, 4*usd)
 		t1 := t0.Add(time.Second)
 		in, err := s.MarkFailed(ctx, in.ID, "offer gone", t1)
-		if err != nil || in.Status != fleet.Failed || in.Error != "offer gone" || !in.UpdatedAt.Equal(t1) {
+		if err != nil || in.Status != gpuproxy.Failed || in.Error != "offer gone" || !in.UpdatedAt.Equal(t1) {
 			t.Fatalf("MarkFailed = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -431,7 +431,7 @@ func TestInstanceFailure(t *testing.T) {
 		if _, err := s.MarkStarting(ctx, in.ID, "v-2", nil, t1); err != nil {
 			t.Fatal(err)
 		}
-		if in, err = s.MarkFailed(ctx, in.ID, "never came up", t1); err != nil || in.Status != fleet.Failed {
+		if in, err = s.MarkFailed(ctx, in.ID, "never came up", t1); err != nil || in.Status != gpuproxy.Failed {
 			t.Fatalf("MarkFailed from starting = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -442,7 +442,7 @@ func TestInstanceFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		if in, err = s.MarkRunning(ctx, in.ID, "http://x", t1, &billing.Meter{PricePerHour: 4 * usd}); err != nil ||
-			in.Status != fleet.Running {
+			in.Status != gpuproxy.Running {
 			t.Fatalf("MarkRunning from pending with provider id = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -451,7 +451,7 @@ func TestInstanceFailure(t *testing.T) {
 		// releases its hold.
 		in = mustAdmitInstance(t, s, a.ID, 4*usd, newInstance("gpi_f4", "k4", "hourly", 4*usd), t0)
 		wantHeld(t, s, a.ID, 4*usd)
-		if in, err = s.MarkTerminated(ctx, in.ID, t1, nil); err != nil || in.Status != fleet.Terminated {
+		if in, err = s.MarkTerminated(ctx, in.ID, t1, nil); err != nil || in.Status != gpuproxy.Terminated {
 			t.Fatalf("MarkTerminated from pending = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
@@ -498,7 +498,7 @@ func TestInstancesTenantIsolation(t *testing.T) {
 			t.Fatalf("InstanceByID = %+v, %v", got, err)
 		}
 
-		ids := func(is []fleet.Instance) string {
+		ids := func(is []gpuproxy.Instance) string {
 			var out []string
 			for _, in := range is {
 				out = append(out, in.ID)
@@ -509,7 +509,7 @@ func TestInstancesTenantIsolation(t *testing.T) {
 		if err != nil || ids(all) != "gpi_a2,gpi_a1,gpi_a0" {
 			t.Fatalf("Instances(a) = %s, %v", ids(all), err)
 		}
-		pending, err := s.Instances(ctx, a.ID, fleet.Pending)
+		pending, err := s.Instances(ctx, a.ID, gpuproxy.Pending)
 		if err != nil || ids(pending) != "gpi_a2,gpi_a0" {
 			t.Fatalf("Instances(a, pending) = %s, %v", ids(pending), err)
 		}
@@ -517,11 +517,11 @@ func TestInstancesTenantIsolation(t *testing.T) {
 		if err != nil || ids(bs) != "gpi_b0" {
 			t.Fatalf("Instances(b) = %s, %v", ids(bs), err)
 		}
-		live, err := s.InstancesInStatus(ctx, fleet.Pending, fleet.Starting)
+		live, err := s.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting)
 		if err != nil || ids(live) != "gpi_a0,gpi_b0,gpi_a1,gpi_a2" {
 			t.Fatalf("InstancesInStatus(pending, starting) = %s, %v", ids(live), err)
 		}
-		starting, err := s.InstancesInStatus(ctx, fleet.Starting)
+		starting, err := s.InstancesInStatus(ctx, gpuproxy.Starting)
 		if err != nil || ids(starting) != "gpi_b0,gpi_a1" {
 			t.Fatalf("InstancesInStatus(starting) = %s, %v", ids(starting), err)
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
@@ -169,7 +168,7 @@ func TestMeterNeverChargedPastStop(t *testing.T) {
 				m, _ = s.Meter(ctx, "gpi_t4")
 			}
 			in, err := s.MarkTerminated(ctx, "gpi_t4", stop, nil)
-			if err != nil || in.Status != fleet.Terminated || !in.TerminatedAt.Equal(stop) {
+			if err != nil || in.Status != gpuproxy.Terminated || !in.TerminatedAt.Equal(stop) {
 				t.Fatalf("MarkTerminated = %+v, %v", in, err)
 			}
 			wantMeterExact(t, s, "gpi_t4", stop)

@@ -99,12 +99,12 @@ func (w *world) offer(provider string, maxPrice float64) providers.Offer {
 	return res.Offers[0]
 }
 
-func (w *world) waitRunning(f *fleet.Service, id string) fleet.Instance {
+func (w *world) waitRunning(f *fleet.Service, id string) gpuproxy.Instance {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	inst, err := f.WaitRunning(ctx, w.acct.ID, id, nil)
-	if err != nil || inst.Status != fleet.Running {
+	if err != nil || inst.Status != gpuproxy.Running {
 		w.t.Fatalf("instance %s not running: %s %v", id, inst.Status, err)
 	}
 	return inst
@@ -122,7 +122,7 @@ func TestLifecycleHourly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inst.Status != fleet.Starting || inst.ProviderInstanceID == "" {
+			if inst.Status != gpuproxy.Starting || inst.ProviderInstanceID == "" {
 				t.Fatalf("after create: %+v", inst)
 			}
 			// A retried create with the same key is the same instance, not a second rental.
@@ -147,7 +147,7 @@ func TestLifecycleHourly(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 			got, err := f.Destroy(ctx, w.acct.ID, inst.ProviderInstanceID) // by the provider's id
-			if err != nil || got.Status != fleet.Terminated {
+			if err != nil || got.Status != gpuproxy.Terminated {
 				t.Fatalf("destroy: %+v %v", got, err)
 			}
 			if sim, _ := w.vast.Instance(mustInt(inst.ProviderInstanceID)); !sim.Destroyed {
@@ -234,18 +234,18 @@ func TestLifecyclePrepaid(t *testing.T) {
 	}
 	w.waitRunning(f, inst.ID)
 	got, err := f.Destroy(ctx, w.acct.ID, inst.ID)
-	if err != nil || (got.Status != fleet.Terminated && got.Status != fleet.Terminating) {
+	if err != nil || (got.Status != gpuproxy.Terminated && got.Status != gpuproxy.Terminating) {
 		t.Fatalf("destroy: %+v %v", got, err)
 	}
 	// io.net tears down asynchronously: the poller confirms it.
-	for deadline := time.Now().Add(5 * time.Second); got.Status != fleet.Terminated && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); got.Status != gpuproxy.Terminated && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 		if err := f.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		got, _ = w.stores[0].Instance(ctx, w.acct.ID, inst.ID)
 	}
-	if got.Status != fleet.Terminated {
+	if got.Status != gpuproxy.Terminated {
 		t.Fatalf("not terminated: %s", got.Status)
 	}
 	v, _ := f.Get(ctx, w.acct.ID, inst.ID)
@@ -317,11 +317,11 @@ func TestCrashAfterProviderCreate(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			crash := errors.New("killed")
 			w := newWorld(t, k, worldOpts{fleetOpts: fleet.Options{
-				AfterProviderCreate: func(fleet.Instance, string) error { return crash }}})
+				AfterProviderCreate: func(gpuproxy.Instance, string) error { return crash }}})
 			ctx := context.Background()
 			o := w.offer(providers.VastAI, 2)
 			inst, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: o.ID, Image: "img"})
-			if !errors.Is(err, crash) || inst.Status != fleet.Pending {
+			if !errors.Is(err, crash) || inst.Status != gpuproxy.Pending {
 				t.Fatalf("crash hook: %+v %v", inst, err)
 			}
 			// Restart: a fresh service over the same database and provider.
@@ -332,11 +332,11 @@ func TestCrashAfterProviderCreate(t *testing.T) {
 			if err != nil || len(rep.Adopted) != 1 || rep.Adopted[0] != inst.ID {
 				t.Fatalf("reconcile: %+v %v", rep, err)
 			}
-			inst = func() fleet.Instance {
+			inst = func() gpuproxy.Instance {
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
 				got, err := restarted.WaitRunning(cctx, w.acct.ID, inst.ID, nil)
-				if err != nil || got.Status != fleet.Running {
+				if err != nil || got.Status != gpuproxy.Running {
 					t.Fatalf("adopted instance not running: %+v %v", got, err)
 				}
 				return got
@@ -371,7 +371,7 @@ func TestReconcilerCleansUp(t *testing.T) {
 	// 3. An ambiguous create that the provider never executed.
 	w.vast.ReplyNext(1, "PUT", "/api/v0/asks/", 502, "bad gateway")
 	amb, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: offers.Offers[2].ID, Image: "img"})
-	if err != nil || amb.Status != fleet.Pending {
+	if err != nil || amb.Status != gpuproxy.Pending {
 		t.Fatalf("ambiguous create: %+v %v", amb, err)
 	}
 	if err := w.vastP[0].Destroy(ctx, a.ProviderInstanceID); err != nil {
@@ -513,7 +513,7 @@ func TestKillSwitch(t *testing.T) {
 		t.Fatalf("kill switch: %+v %v", rep, err)
 	}
 	v, _ := f.Get(ctx, w.acct.ID, inst.ID)
-	if v.Status != fleet.Terminated {
+	if v.Status != gpuproxy.Terminated {
 		t.Fatalf("status %s", v.Status)
 	}
 }

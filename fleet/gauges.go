@@ -3,13 +3,15 @@ package fleet
 import (
 	"context"
 	"fmt"
+
+	"github.com/aiserve/gpuproxy"
 )
 
 // RunningByProvider counts the running instances of every account per
 // provider (operator gauges). Each configured provider is present, with 0
 // when none of its instances runs.
 func (s *Service) RunningByProvider(ctx context.Context) (map[string]int, error) {
-	insts, err := s.store.InstancesInStatus(ctx, Running)
+	insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Running)
 	if err != nil {
 		return nil, fmt.Errorf("listing running instances: %w", err)
 	}

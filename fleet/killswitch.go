@@ -60,7 +60,7 @@ type KillPlan struct {
 	// when nothing burns and no window has reached its limit.
 	ReachesAt time.Time
 	// Targets are the starting and running time-billed instances.
-	Targets []Instance
+	Targets []gpuproxy.Instance
 }
 
 // KillAt is when the kill switch destroys the plan's targets (zero: never).
@@ -236,9 +236,9 @@ func (s *Service) plan(x billing.Exposure, snap guardrails.Snapshot) KillPlan {
 	}
 	for _, in := range x.Instances {
 		switch in.Status {
-		case Starting, Running:
+		case gpuproxy.Starting, gpuproxy.Running:
 			p.Targets = append(p.Targets, in)
-		case Terminating:
+		case gpuproxy.Terminating:
 			continue // its meter, if any, is counted above until it stops
 		}
 		if metered[in.ID] {

@@ -53,9 +53,9 @@ func runUntil(fn func(context.Context)) (stop func()) {
 }
 
 // waitStatus polls the row until it has status st or the deadline passes.
-func (w *world) waitStatus(id string, st fleet.Status, within time.Duration) fleet.Instance {
+func (w *world) waitStatus(id string, st gpuproxy.InstanceStatus, within time.Duration) gpuproxy.Instance {
 	w.t.Helper()
-	var got fleet.Instance
+	var got gpuproxy.Instance
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		got, _ = w.stores[0].Instance(context.Background(), w.acct.ID, id)
 		if got.Status == st {
@@ -127,7 +127,7 @@ func TestKillSwitchActsBeforeTheLimit(t *testing.T) {
 			defer runUntil(fresh.Run)()
 			defer runUntil(w.fleets[1].Run)()
 
-			got := w.waitStatus(inst.ID, fleet.Terminated, 10*time.Second)
+			got := w.waitStatus(inst.ID, gpuproxy.Terminated, 10*time.Second)
 			stopMeter()
 			spent := w.settle()
 			ran := got.TerminatedAt.Sub(got.StartedAt)
@@ -241,7 +241,7 @@ func TestKillMarginFollowsDestroyLatency(t *testing.T) {
 				t.Fatalf("margin before any destroy %v", m)
 			}
 			w.vast.SetLatency(250 * time.Millisecond)
-			var insts []fleet.Instance
+			var insts []gpuproxy.Instance
 			for range 2 {
 				o := w.dearOffer()
 				inst, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: o.ID, Image: "img"})
@@ -268,7 +268,7 @@ func TestKillMarginFollowsDestroyLatency(t *testing.T) {
 			stopMeter := runUntil(meter.Run)
 			defer stopMeter()
 			defer runUntil(f.Run)()
-			w.waitStatus(inst.ID, fleet.Terminated, 10*time.Second)
+			w.waitStatus(inst.ID, gpuproxy.Terminated, 10*time.Second)
 			stopMeter()
 			spent := w.settle()
 			t.Logf("destroy took %v, margin %v; limit %d µ$, spent %d µ$", took, f.DestroyMargin(providers.VastAI), limit, spent)
@@ -304,7 +304,7 @@ func TestKillSwitchKeepsKeyWindows(t *testing.T) {
 				gpuproxy.OnExceedDestroy); err != nil {
 				t.Fatal(err)
 			}
-			create := func(key string) fleet.Instance {
+			create := func(key string) gpuproxy.Instance {
 				inst, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI,
 					OfferID: w.dearOffer().ID, Image: "img", KeyID: key})
 				if err != nil {
@@ -330,7 +330,7 @@ func TestKillSwitchKeepsKeyWindows(t *testing.T) {
 			stop := runUntil(w.fleets[0].Run)
 			defer stop()
 
-			got := w.waitStatus(tight.ID, fleet.Terminated, 10*time.Second)
+			got := w.waitStatus(tight.ID, gpuproxy.Terminated, 10*time.Second)
 			stopMeter()
 			w.settle()
 			snap, err := w.guards[0].KeySpending(ctx, w.acct.ID, "tight")
@@ -342,7 +342,7 @@ func TestKillSwitchKeepsKeyWindows(t *testing.T) {
 			if spent > limit {
 				t.Fatalf("the key spent %s past its limit %s", spent, limit)
 			}
-			if v, err := w.stores[0].Instance(ctx, w.acct.ID, free.ID); err != nil || v.Status != fleet.Running {
+			if v, err := w.stores[0].Instance(ctx, w.acct.ID, free.ID); err != nil || v.Status != gpuproxy.Running {
 				t.Fatalf("the other key's instance: %s %v, want running", v.Status, err)
 			}
 			if ids := kills.list(); len(ids) != 1 || ids[0] != tight.ID {

@@ -13,7 +13,7 @@ import (
 
 // logCreated logs an instance the provider has accepted (or the
 // reconciler adopted).
-func (s *Service) logCreated(inst Instance) {
+func (s *Service) logCreated(inst gpuproxy.Instance) {
 	s.opts.Logger.Info("instance created", "instance", inst.ID, "account_id", inst.AccountID,
 		"provider", inst.Provider, "provider_instance_id", inst.ProviderInstanceID, "offer", inst.OfferID,
 		"gpu", inst.GPUName, "num_gpus", inst.NumGPUs, "billing", inst.Billing,
@@ -21,7 +21,7 @@ func (s *Service) logCreated(inst Instance) {
 }
 
 // logRunning logs an instance that has started running.
-func (s *Service) logRunning(inst Instance) {
+func (s *Service) logRunning(inst gpuproxy.Instance) {
 	s.opts.Logger.Info("instance running", "instance", inst.ID, "account_id", inst.AccountID,
 		"provider", inst.Provider, "gpu", inst.GPUName, "started_at", inst.StartedAt,
 		"start_seconds", inst.StartedAt.Sub(inst.CreatedAt).Seconds())
@@ -30,9 +30,9 @@ func (s *Service) logRunning(inst Instance) {
 // markTerminated is Store.MarkTerminated that logs the termination with
 // the instance's final cost, once: not when the row was already
 // terminated at another time (a repeated or raced call).
-func (s *Service) markTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry, why string) (Instance, error) {
+func (s *Service) markTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry, why string) (gpuproxy.Instance, error) {
 	out, err := s.store.MarkTerminated(ctx, id, at, refund)
-	if err != nil || out.Status != Terminated || out.TerminatedAt.UnixMicro() != at.UnixMicro() {
+	if err != nil || out.Status != gpuproxy.Terminated || out.TerminatedAt.UnixMicro() != at.UnixMicro() {
 		return out, err
 	}
 	cost, cerr := s.finalCost(ctx, out)
@@ -52,14 +52,14 @@ func (s *Service) markTerminated(ctx context.Context, id string, at time.Time, r
 // FinalCost is what inst costs in all once its meter has charged up to
 // its stop (see finalCost): for a terminated instance, its final cost even
 // before the last metering lands in the ledger.
-func (s *Service) FinalCost(ctx context.Context, inst Instance) (gpuproxy.Micros, error) {
+func (s *Service) FinalCost(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Micros, error) {
 	return s.finalCost(ctx, inst)
 }
 
 // finalCost is what the instance costs in all once its meter has charged
 // up to the stop: the ledger's entries for it (charges and adjustments
 // less refunds) plus the metered time up to the stop not yet charged.
-func (s *Service) finalCost(ctx context.Context, inst Instance) (gpuproxy.Micros, error) {
+func (s *Service) finalCost(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Micros, error) {
 	cost, err := s.store.CostToDate(ctx, inst.AccountID, inst.ID)
 	if err != nil {
 		return cost, err

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -50,7 +51,7 @@ func TestLifecycleLogs(t *testing.T) {
 			}
 			w.waitRunning(f, inst.ID)
 			got, err := f.Destroy(ctx, w.acct.ID, inst.ID)
-			if err != nil || got.Status != fleet.Terminated {
+			if err != nil || got.Status != gpuproxy.Terminated {
 				t.Fatalf("destroy: %+v %v", got, err)
 			}
 			if _, err := f.Destroy(ctx, w.acct.ID, inst.ID); err != nil { // again: no second line

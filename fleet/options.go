@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 )
 
@@ -117,7 +118,7 @@ type Options struct {
 	// AfterProviderCreate is a fault hook for tests: called after the
 	// provider created an instance and before our row records it; an error
 	// aborts there, as a crash would.
-	AfterProviderCreate func(inst Instance, providerID string) error
+	AfterProviderCreate func(inst gpuproxy.Instance, providerID string) error
 }
 
 // Validate reports the first field of o that New cannot use, naming it and

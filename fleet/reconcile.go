@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/providers"
 )
@@ -15,14 +16,14 @@ import (
 // confirms every terminating one, once. It runs on one replica at a time.
 func (s *Service) Poll(ctx context.Context) error {
 	_, err := s.opts.Leader(ctx, "fleet-poll", func(ctx context.Context) error {
-		insts, err := s.store.InstancesInStatus(ctx, Starting, Terminating)
+		insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Starting, gpuproxy.Terminating)
 		if err != nil {
 			return err
 		}
 		var errs []error
 		for _, inst := range insts {
 			var err error
-			if inst.Status == Starting {
+			if inst.Status == gpuproxy.Starting {
 				_, err = s.advance(ctx, inst)
 			} else {
 				_, err = s.finishDestroy(ctx, inst)
@@ -102,7 +103,7 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		return
 	}
 	l := indexListing(list)
-	rows, err := s.store.InstancesInStatus(ctx, Pending, Starting, Running, Terminating)
+	rows, err := s.store.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Terminating)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err)
 		return
@@ -140,7 +141,7 @@ func indexListing(list []providers.Instance) listing {
 // pending row is adopted when its tagged instance exists, or failed past
 // PendingGrace; any other row whose instance is gone is terminated; a
 // provider report of actual cost is trued up.
-func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l listing, row Instance, now time.Time,
+func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l listing, row gpuproxy.Instance, now time.Time,
 	rep *ReconcileReport) {
 	pi, found := l.byTag[row.ID]
 	if other, ok := l.byID[row.ProviderInstanceID]; !found && ok && row.ProviderInstanceID != "" {
@@ -151,20 +152,20 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 		rep.TagMismatch = append(rep.TagMismatch, row.ID)
 	}
 	switch {
-	case row.Status == Pending && found:
+	case row.Status == gpuproxy.Pending && found:
 		if _, err := s.markStarting(ctx, row, pi.ProviderID); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("adopting %s: %w", row.ID, err))
 			return
 		}
 		rep.Adopted = append(rep.Adopted, row.ID)
 		s.opts.Logger.Info("reconciler adopted instance", "instance", row.ID, "provider_id", pi.ProviderID)
-	case row.Status == Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
+	case row.Status == gpuproxy.Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
 		if _, err := s.store.MarkFailed(ctx, row.ID, "the provider has no such instance; the create did not happen", now); err != nil {
 			rep.Errors = append(rep.Errors, err)
 			return
 		}
 		rep.Failed = append(rep.Failed, row.ID)
-	case row.Status != Pending && (!found || pi.Status == providers.StatusTerminated):
+	case row.Status != gpuproxy.Pending && (!found || pi.Status == providers.StatusTerminated):
 		at := now
 		if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
 			at = pi.StoppedAt
@@ -209,7 +210,7 @@ func (s *Service) reconcileOrphans(ctx context.Context, p providers.Provider, l 
 // truthUp appends an adjustment when the provider's reported cost differs
 // from our ledger for the instance. The key includes the provider's figure,
 // so each distinct report is applied once.
-func (s *Service) truthUp(ctx context.Context, row Instance, pi providers.Instance, rep *ReconcileReport) bool {
+func (s *Service) truthUp(ctx context.Context, row gpuproxy.Instance, pi providers.Instance, rep *ReconcileReport) bool {
 	if s.opts.Ledger == nil {
 		return false
 	}
@@ -236,7 +237,7 @@ func (s *Service) truthUp(ctx context.Context, row Instance, pi providers.Instan
 // tagMismatch reports a provider instance found under a row's provider id
 // that carries another tag (or none), so it is not the row's: a log line
 // and the OnTagMismatch hook.
-func (s *Service) tagMismatch(provider string, row Instance, pi providers.Instance, where string) {
+func (s *Service) tagMismatch(provider string, row gpuproxy.Instance, pi providers.Instance, where string) {
 	s.opts.Logger.Error(where+": the provider instance with our stored id carries another tag; not ours, left alone",
 		"instance", row.ID, "account_id", row.AccountID, "provider", provider,
 		"provider_id", row.ProviderInstanceID, "provider_tag", pi.Tag)
@@ -249,7 +250,7 @@ func (s *Service) tagMismatch(provider string, row Instance, pi providers.Instan
 // id carries a tag that is not the row's. An empty tag is not proof here:
 // io.net's instance details carry no name (the complete listing, which
 // the reconciler reads, always has the tag).
-func otherTag(row Instance, pi providers.Instance) bool {
+func otherTag(row gpuproxy.Instance, pi providers.Instance) bool {
 	return pi.Tag != "" && pi.Tag != row.ID
 }
 

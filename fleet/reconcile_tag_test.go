@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -29,7 +30,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 			ctx := context.Background()
 			st := w.stores[0]
 			// Before the restart: A1..A4 running.
-			var as []fleet.Instance
+			var as []gpuproxy.Instance
 			for range 4 {
 				o := w.offer(providers.VastAI, 100)
 				a, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: o.ID, Image: "img"})
@@ -54,7 +55,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 				OnTagMismatch: func(string) { mismatches.Add(1) }})
 			// B1..B3 get A1..A3's provider ids; the fourth id goes to an
 			// instance without our tag (rented directly at the provider).
-			var bs []fleet.Instance
+			var bs []gpuproxy.Instance
 			for range 3 {
 				res, err := f2.Offers(ctx, fleet.OfferQuery{Provider: providers.VastAI, Limit: 1})
 				if err != nil || len(res.Offers) == 0 {
@@ -86,8 +87,8 @@ func TestTagBeatsProviderID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			forged := fleet.Instance{ID: fleet.NewInstanceID(), AccountID: w.acct.ID, Provider: providers.IONet,
-				OfferID: io.ID, Billing: string(providers.BillingPrepaid), Image: "img", Status: fleet.Pending, CreatedAt: time.Now()}
+			forged := gpuproxy.Instance{ID: fleet.NewInstanceID(), AccountID: w.acct.ID, Provider: providers.IONet,
+				OfferID: io.ID, Billing: string(providers.BillingPrepaid), Image: "img", Status: gpuproxy.Pending, CreatedAt: time.Now()}
 			if _, forged, _, err = st.AdmitInstance(ctx, w.guards[0].Request(w.acct.ID, 0, forged.ID), forged); err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 
 			// 1. Destroy A1: B1's instance, under the same id, must survive.
 			got, err := f2.Destroy(ctx, w.acct.ID, as[0].ID)
-			if err != nil || got.Status != fleet.Terminated {
+			if err != nil || got.Status != gpuproxy.Terminated {
 				t.Fatalf("destroying A1: %s %v", got.Status, err)
 			}
 			if si, _ := sim2.Instance(mustInt(bs[0].ProviderInstanceID)); si.Destroyed {
@@ -105,9 +106,9 @@ func TestTagBeatsProviderID(t *testing.T) {
 			}
 			// 2. Poll: a starting row whose provider id is B3's running
 			// instance must not become running on it (nor be metered).
-			a5 := fleet.Instance{ID: fleet.NewInstanceID(), AccountID: w.acct.ID, Provider: providers.VastAI,
+			a5 := gpuproxy.Instance{ID: fleet.NewInstanceID(), AccountID: w.acct.ID, Provider: providers.VastAI,
 				OfferID: "1", PricePerHour: bs[2].PricePerHour, Billing: string(providers.BillingHourly), Image: "img",
-				Status: fleet.Pending, CreatedAt: time.Now()}
+				Status: gpuproxy.Pending, CreatedAt: time.Now()}
 			if _, a5, _, err = st.AdmitInstance(ctx, w.guards[0].Request(w.acct.ID, 0, a5.ID), a5); err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +118,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 			if err := f2.Poll(ctx); err != nil {
 				t.Fatalf("poll: %v", err)
 			}
-			if got, _ := st.Instance(ctx, w.acct.ID, a5.ID); got.Status != fleet.Terminated || got.Endpoint != "" {
+			if got, _ := st.Instance(ctx, w.acct.ID, a5.ID); got.Status != gpuproxy.Terminated || got.Endpoint != "" {
 				t.Fatalf("a starting row took B3's instance by id: %s %q", got.Status, got.Endpoint)
 			}
 
@@ -137,7 +138,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 				}
 			}
 			for _, a := range append(as, forged) {
-				if got, _ := st.Instance(ctx, w.acct.ID, a.ID); got.Status != fleet.Terminated {
+				if got, _ := st.Instance(ctx, w.acct.ID, a.ID); got.Status != gpuproxy.Terminated {
 					t.Fatalf("row %s whose instance is gone is %s", a.ID, got.Status)
 				}
 			}
@@ -153,7 +154,7 @@ func TestTagBeatsProviderID(t *testing.T) {
 			}
 			var burn int64
 			for _, b := range bs {
-				if got, _ := st.Instance(ctx, w.acct.ID, b.ID); got.Status != fleet.Running {
+				if got, _ := st.Instance(ctx, w.acct.ID, b.ID); got.Status != gpuproxy.Running {
 					t.Fatalf("B row %s is %s", b.ID, got.Status)
 				}
 				burn += int64(b.PricePerHour)

@@ -139,10 +139,10 @@ func IsOurTag(tag string) bool { return strings.HasPrefix(tag, "gpi_") && len(ta
 // Create admits and rents an instance. The guard-rail admission and our
 // pending row are committed before the provider is called; a retried
 // request with the same idempotency key returns the same instance.
-func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (Instance, error) {
+func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (gpuproxy.Instance, error) {
 	p := s.byName[req.Provider]
 	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
-		return Instance{}, err
+		return gpuproxy.Instance{}, err
 	}
 	if req.IdempotencyKey != "" {
 		// A retry of a create that already happened returns it as it is,
@@ -151,30 +151,30 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		if err == nil {
 			return inst, nil
 		} else if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
-			return Instance{}, err
+			return gpuproxy.Instance{}, err
 		}
 	}
 	// Re-check the live price: offers are perishable and prices move.
 	q, err := p.Quote(ctx, req.OfferID, req.Hours)
 	if err != nil {
-		return Instance{}, providers.AsAppError(err)
+		return gpuproxy.Instance{}, providers.AsAppError(err)
 	}
 	if q.PricePerHour <= 0 && q.Total <= 0 {
-		return Instance{}, gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)
+		return gpuproxy.Instance{}, gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)
 	}
 	cost := q.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
 	if q.Billing == providers.BillingPrepaid {
 		cost = q.Total
 	}
-	inst := Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
+	inst := gpuproxy.Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
 		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
-		Image: req.Image, Label: req.Label, Status: Pending, IdempotencyKey: req.IdempotencyKey,
+		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
 		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC()}
 	if q.Billing == providers.BillingPrepaid {
 		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
 	}
 	if err := s.confirm(ctx, accountID, req, q, cost); err != nil {
-		return Instance{}, err
+		return gpuproxy.Instance{}, err
 	}
 	areq := s.guard.Request(accountID, cost, inst.ID)
 	areq.KeyID = req.KeyID
@@ -183,7 +183,7 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		return inst, err
 	}
 	if err := s.guard.Decide(res, cost, err); err != nil {
-		return Instance{}, err
+		return gpuproxy.Instance{}, err
 	}
 	// The provider call is detached from the caller: a client hanging up
 	// must not leave a rental we do not know about.
@@ -205,7 +205,7 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		if _, ferr := s.store.MarkFailed(context.WithoutCancel(ctx), inst.ID, gpuproxy.ErrorMessage(providers.AsAppError(err)), s.opts.Now()); ferr != nil {
 			s.opts.Logger.Error("marking failed create", "instance", inst.ID, "err", ferr)
 		}
-		return Instance{}, providers.AsAppError(err)
+		return gpuproxy.Instance{}, providers.AsAppError(err)
 	}
 	if s.opts.AfterProviderCreate != nil {
 		if err := s.opts.AfterProviderCreate(inst, pi.ProviderID); err != nil {
@@ -217,7 +217,7 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 
 // markStarting records the provider id; a prepaid instance is charged its
 // quoted total now, settling its hold.
-func (s *Service) markStarting(ctx context.Context, inst Instance, providerID string) (Instance, error) {
+func (s *Service) markStarting(ctx context.Context, inst gpuproxy.Instance, providerID string) (gpuproxy.Instance, error) {
 	var charge *billing.Entry
 	if inst.Billing == string(providers.BillingPrepaid) {
 		charge = &billing.Entry{AccountID: inst.AccountID, Type: billing.Charge, Amount: inst.PrepaidTotal,
@@ -235,7 +235,7 @@ func (s *Service) markStarting(ctx context.Context, inst Instance, providerID st
 // prepaidDescription is a prepaid charge's ledger description: "io.net
 // prepaid 2h of 1× NVIDIA A100-SXM4-80GB" ("… of 1 GPU" when the provider
 // did not name it).
-func prepaidDescription(inst Instance) string {
+func prepaidDescription(inst gpuproxy.Instance) string {
 	what := fmt.Sprintf("%d GPUs", inst.NumGPUs)
 	switch {
 	case inst.GPUName != "":
@@ -248,7 +248,7 @@ func prepaidDescription(inst Instance) string {
 
 // WaitRunning polls an instance until it is running, failed or ctx ends,
 // reporting progress.
-func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, progress Progress) (Instance, error) {
+func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, progress Progress) (gpuproxy.Instance, error) {
 	t := time.NewTicker(s.opts.PollInterval / 4)
 	defer t.Stop()
 	start := s.opts.Now()
@@ -257,11 +257,11 @@ func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, p
 		if err != nil {
 			return inst, err
 		}
-		if inst.Status == Starting {
+		if inst.Status == gpuproxy.Starting {
 			inst, _ = s.advance(ctx, inst)
 		}
 		switch inst.Status {
-		case Running, Failed, Terminated, Terminating:
+		case gpuproxy.Running, gpuproxy.Failed, gpuproxy.Terminated, gpuproxy.Terminating:
 			return inst, nil
 		}
 		if progress != nil {
@@ -278,7 +278,7 @@ func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, p
 }
 
 // advance checks one starting instance at its provider and moves it on.
-func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) {
+func (s *Service) advance(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
 	p, ok := s.byName[inst.Provider]
 	if !ok || inst.ProviderInstanceID == "" {
 		return inst, nil
@@ -307,7 +307,7 @@ func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) 
 				InstanceID: inst.ID, PricePerHour: inst.PricePerHour, Start: started}
 		}
 		out, err := s.store.MarkRunning(ctx, inst.ID, pi.Endpoint, started, meter)
-		if err == nil && out.Status == Running {
+		if err == nil && out.Status == gpuproxy.Running {
 			s.logRunning(out)
 		}
 		return out, err
@@ -325,12 +325,12 @@ func (s *Service) advance(ctx context.Context, inst Instance) (Instance, error) 
 // Destroy terminates one of the account's instances, by our id or the
 // provider's. It is idempotent; the row becomes terminated only once the
 // provider confirms the instance is gone.
-func (s *Service) Destroy(ctx context.Context, accountID int64, id string) (Instance, error) {
+func (s *Service) Destroy(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error) {
 	inst, err := s.find(ctx, accountID, id)
 	if err != nil {
 		return inst, err
 	}
-	if inst.Status == Terminated || inst.Status == Failed {
+	if inst.Status == gpuproxy.Terminated || inst.Status == gpuproxy.Failed {
 		return inst, nil
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -341,7 +341,7 @@ func (s *Service) Destroy(ctx context.Context, accountID int64, id string) (Inst
 }
 
 // finishDestroy destroys at the provider, confirms, and closes the row.
-func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, error) {
+func (s *Service) finishDestroy(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
 	p, ok := s.byName[inst.Provider]
 	if !ok {
 		return inst, gpuproxy.Errorf(gpuproxy.EPROVIDER, "provider %s is not configured", inst.Provider)
@@ -387,7 +387,7 @@ func (s *Service) finishDestroy(ctx context.Context, inst Instance) (Instance, e
 }
 
 // refundFor is the refund a prepaid provider gives for destroying early.
-func (s *Service) refundFor(inst Instance, p providers.Provider, at time.Time) *billing.Entry {
+func (s *Service) refundFor(inst gpuproxy.Instance, p providers.Provider, at time.Time) *billing.Entry {
 	r, ok := p.(providers.Refunder)
 	if !ok || inst.Billing != string(providers.BillingPrepaid) || inst.PrepaidTotal == 0 {
 		return nil
@@ -406,9 +406,9 @@ func (s *Service) refundFor(inst Instance, p providers.Provider, at time.Time) *
 }
 
 // find looks an instance up by our id or the provider's id.
-func (s *Service) find(ctx context.Context, accountID int64, id string) (Instance, error) {
+func (s *Service) find(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error) {
 	if id == "" || len(id) > 200 {
-		return Instance{}, gpuproxy.Invalid("instance_id", "is required")
+		return gpuproxy.Instance{}, gpuproxy.Invalid("instance_id", "is required")
 	}
 	inst, err := s.store.Instance(ctx, accountID, id)
 	if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
@@ -419,12 +419,12 @@ func (s *Service) find(ctx context.Context, accountID int64, id string) (Instanc
 			return inst, nil
 		}
 	}
-	return Instance{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %q not found", id)
+	return gpuproxy.Instance{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %q not found", id)
 }
 
 // View is an instance with its cost to date.
 type View struct {
-	Instance
+	gpuproxy.Instance
 	CostToDate gpuproxy.Micros
 }
 
@@ -440,10 +440,10 @@ func (s *Service) Get(ctx context.Context, accountID int64, id string) (View, er
 
 // List returns the account's instances, optionally in one status.
 func (s *Service) List(ctx context.Context, accountID int64, status string) ([]View, error) {
-	if status != "" && !validStatus(Status(status)) {
+	if status != "" && !validStatus(gpuproxy.InstanceStatus(status)) {
 		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, terminating, terminated or failed")
 	}
-	insts, err := s.store.Instances(ctx, accountID, Status(status))
+	insts, err := s.store.Instances(ctx, accountID, gpuproxy.InstanceStatus(status))
 	if err != nil {
 		return nil, err
 	}
@@ -465,7 +465,7 @@ func (s *Service) RunningEndpoint(ctx context.Context, accountID int64, id strin
 	if err != nil {
 		return "", err
 	}
-	if inst.Status != Running || inst.Endpoint == "" {
+	if inst.Status != gpuproxy.Running || inst.Endpoint == "" {
 		return "", gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %s is %s, not running", id, inst.Status)
 	}
 	return inst.Endpoint, nil
@@ -473,7 +473,7 @@ func (s *Service) RunningEndpoint(ctx context.Context, accountID int64, id strin
 
 // RunningEndpoints lists the endpoints of the account's running instances.
 func (s *Service) RunningEndpoints(ctx context.Context, accountID int64) (map[string]string, error) {
-	insts, err := s.store.Instances(ctx, accountID, Running)
+	insts, err := s.store.Instances(ctx, accountID, gpuproxy.Running)
 	if err != nil {
 		return nil, err
 	}
@@ -486,9 +486,9 @@ func (s *Service) RunningEndpoints(ctx context.Context, accountID int64) (map[st
 	return out, nil
 }
 
-func validStatus(s Status) bool {
+func validStatus(s gpuproxy.InstanceStatus) bool {
 	switch s {
-	case Pending, Starting, Running, Terminating, Terminated, Failed:
+	case gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
 		return true
 	}
 	return false

@@ -9,23 +9,6 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
-// Status is an instance's lifecycle state (gpuproxy.InstanceStatus).
-type Status = gpuproxy.InstanceStatus
-
-// Lifecycle: pending → starting → running → terminating → terminated, or failed.
-const (
-	Pending     = gpuproxy.Pending
-	Starting    = gpuproxy.Starting
-	Running     = gpuproxy.Running
-	Terminating = gpuproxy.Terminating
-	Terminated  = gpuproxy.Terminated
-	Failed      = gpuproxy.Failed
-)
-
-// Instance is our record of one rented instance (gpuproxy.Instance: the
-// store and the web layers share it).
-type Instance = gpuproxy.Instance
-
 // Store is what the fleet needs from the database. Every method that
 // changes money (holds, meters, ledger) does so in the same transaction as
 // the status change, so a crash never leaves one without the other.
@@ -34,36 +17,36 @@ type Store interface {
 	// account already has an instance with inst.IdempotencyKey, returns it
 	// (existing=true) without admitting; otherwise admits req (a hold) and,
 	// if admitted, inserts inst (status pending, HoldID set).
-	AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst Instance) (res guardrails.AdmitResult, out Instance, existing bool, err error)
+	AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst gpuproxy.Instance) (res guardrails.AdmitResult, out gpuproxy.Instance, existing bool, err error)
 	// InstanceByKey returns the account's instance created with an
 	// idempotency key (not found otherwise).
-	InstanceByKey(ctx context.Context, accountID int64, key string) (Instance, error)
+	InstanceByKey(ctx context.Context, accountID int64, key string) (gpuproxy.Instance, error)
 	// Instance returns one instance of the account (not found otherwise).
-	Instance(ctx context.Context, accountID int64, id string) (Instance, error)
+	Instance(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error)
 	// InstanceByID returns an instance by our id, any account (reconciler).
-	InstanceByID(ctx context.Context, id string) (Instance, error)
+	InstanceByID(ctx context.Context, id string) (gpuproxy.Instance, error)
 	// InstanceByProviderID returns the account's instance with that provider id.
-	InstanceByProviderID(ctx context.Context, accountID int64, provider, providerID string) (Instance, error)
+	InstanceByProviderID(ctx context.Context, accountID int64, provider, providerID string) (gpuproxy.Instance, error)
 	// Instances lists the account's instances, newest first, optionally by status.
-	Instances(ctx context.Context, accountID int64, status Status) ([]Instance, error)
+	Instances(ctx context.Context, accountID int64, status gpuproxy.InstanceStatus) ([]gpuproxy.Instance, error)
 	// InstancesInStatus lists every account's instances in the given states.
-	InstancesInStatus(ctx context.Context, statuses ...Status) ([]Instance, error)
+	InstancesInStatus(ctx context.Context, statuses ...gpuproxy.InstanceStatus) ([]gpuproxy.Instance, error)
 	// MarkStarting records the provider id (pending → starting). For a
 	// prepaid instance, charge settles its hold into that ledger entry.
-	MarkStarting(ctx context.Context, id, providerID string, charge *billing.Entry, now time.Time) (Instance, error)
+	MarkStarting(ctx context.Context, id, providerID string, charge *billing.Entry, now time.Time) (gpuproxy.Instance, error)
 	// MarkRunning records the endpoint (starting → running); for an hourly
 	// instance it releases the hold and starts its meter at startedAt, in
 	// one transaction.
-	MarkRunning(ctx context.Context, id, endpoint string, startedAt time.Time, meter *billing.Meter) (Instance, error)
+	MarkRunning(ctx context.Context, id, endpoint string, startedAt time.Time, meter *billing.Meter) (gpuproxy.Instance, error)
 	// MarkFailed moves a pending/starting instance to failed and releases
 	// its hold.
-	MarkFailed(ctx context.Context, id, reason string, now time.Time) (Instance, error)
+	MarkFailed(ctx context.Context, id, reason string, now time.Time) (gpuproxy.Instance, error)
 	// MarkTerminating moves an instance to terminating (idempotent).
-	MarkTerminating(ctx context.Context, id string, now time.Time) (Instance, error)
+	MarkTerminating(ctx context.Context, id string, now time.Time) (gpuproxy.Instance, error)
 	// MarkTerminated moves an instance to terminated at `at`: stops its
 	// meter at `at` (never charged after), releases any open hold and
 	// appends refund if not nil — one transaction, idempotent.
-	MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (Instance, error)
+	MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (gpuproxy.Instance, error)
 	// CostToDate sums the ledger for the instance (charges + adjustments − refunds).
 	CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error)
 	// CostsToDate is CostToDate for every instance of the account at once.

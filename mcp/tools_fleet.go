@@ -275,7 +275,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 		return result{}, confirmInput(c, renameOfferField(err))
 	}
 	s.changed(ctx, acct)
-	if inst.Status == fleet.Starting {
+	if inst.Status == gpuproxy.Starting {
 		progress := s.progressFunc(ctx, c.req)
 		progress(fmt.Sprintf("rented %s on %s as %s; waiting for it to start", inst.GPUName, inst.Provider, inst.ID), 0, 0)
 		wctx, cancel := context.WithTimeout(ctx, s.opts.StartWait)
@@ -285,7 +285,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 		cancel()
 		s.changed(ctx, acct)
 	}
-	if inst.Status == fleet.Failed {
+	if inst.Status == gpuproxy.Failed {
 		return result{}, &gpuproxy.Error{Code: gpuproxy.EPROVIDER, Message: fmt.Sprintf(
 			"instance %s did not start (%s); its hold was released and nothing more is charged. "+
 				"Pick another offer with list_gpu_instances and try again.", inst.ID, inst.Error)}
@@ -296,10 +296,10 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	}
 	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
 	switch v.Status {
-	case fleet.Running:
+	case gpuproxy.Running:
 		out.Message = fmt.Sprintf("Instance %s is running at %s. Call it with proxy_inference_request "+
 			"(target_url under that endpoint) and destroy it with destroy_gpu_instance when done.", v.ID, v.Endpoint)
-	case fleet.Pending:
+	case gpuproxy.Pending:
 		out.Message = fmt.Sprintf("The provider did not confirm the rental of %s yet; it is being reconciled. "+
 			"Check list_my_instances in a minute.", v.ID)
 	default:
@@ -361,7 +361,7 @@ func (s *Server) destroyInstance(ctx context.Context, c call, in destroyInput) (
 	if v, err = s.svc.Fleet.Get(ctx, acct, inst.ID); err != nil {
 		v = fleet.View{Instance: inst}
 	}
-	gone := v.Status == fleet.Terminated || v.Status == fleet.Failed
+	gone := v.Status == gpuproxy.Terminated || v.Status == gpuproxy.Failed
 	if gone {
 		// Its final cost, the metered time up to the stop included, not
 		// only what the ledger has charged so far.

@@ -87,7 +87,7 @@ func (s *Server) createInstance(c echo.Context) error {
 		return err
 	}
 	status := http.StatusCreated
-	if inst.Status == fleet.Pending {
+	if inst.Status == gpuproxy.Pending {
 		status = http.StatusAccepted
 	}
 	return c.JSON(status, httpapi.NewInstanceJSON(fleet.View{Instance: inst}))
