@@ -3,7 +3,6 @@ package server
 import (
 	_ "embed"
 	"net/http"
-	"slices"
 
 	"github.com/labstack/echo/v4"
 )
@@ -16,9 +15,6 @@ import (
 //
 //go:embed openapi.json
 var openAPIDoc []byte
-
-// OpenAPI returns the OpenAPI 3.1 document served at /openapi.json.
-func OpenAPI() []byte { return slices.Clone(openAPIDoc) }
 
 func (s *Server) openAPI(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "public, max-age=300")
