@@ -238,7 +238,7 @@ func TestShutdownCutsDetachedStreams(t *testing.T) {
 	defer up.Close()
 	e.fleet.add(e.acct.ID, "gpi_shut", up.URL)
 	srv := server.New(server.Services{Auth: e.auth, Guard: e.guard, Ledger: e.ledger, Store: e.store,
-		RateLimiter: auth.NewRateLimiter(1_000_000), Mount: []func(server.Registrar){e.proxy.Mount}},
+		RateLimiter: auth.NewSharedRateLimiter(1_000_000, auth.RateLimitOptions{}), Mount: []func(server.Registrar){e.proxy.Mount}},
 		server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

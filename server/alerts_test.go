@@ -29,7 +29,7 @@ func newAlertsEnv(t *testing.T, k dbtest.Kind) (*env, *alerts.Service) {
 		Defaults: []guardrails.Window{{Minutes: 60, Limit: 100 * usd}}})
 	al := alerts.New(st, g, alerts.Options{Logger: log})
 	srv := server.New(server.Services{Auth: a, Guard: g, Ledger: billing.NewLedger(st, nil), Store: st,
-		RateLimiter: auth.NewRateLimiter(10000), Alerts: al}, server.Options{Logger: log})
+		RateLimiter: auth.NewSharedRateLimiter(10000, auth.RateLimitOptions{}), Alerts: al}, server.Options{Logger: log})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: billing.NewLedger(st, nil), logs: logs}, al

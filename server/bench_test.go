@@ -54,7 +54,7 @@ func BenchmarkSpendingLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := server.New(server.Services{Auth: as, Guard: guardrails.New(st, guardrails.Options{}),
-		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewRateLimiter(0)},
+		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})},
 		server.Options{Logger: newTestLogger(discard{})})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()

@@ -40,7 +40,7 @@ func TestClientGoneIsNotAnError(t *testing.T) {
 	logs := &teststack.Buffer{}
 	log := newTestLogger(logs)
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
-		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewRateLimiter(10000)}, server.Options{Logger: log})
+		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(10000, auth.RateLimitOptions{})}, server.Options{Logger: log})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	key, _ := teststack.NewKey(t, a, "acme", "engineer")

@@ -95,7 +95,7 @@ func newPrefixEnvWith(t *testing.T, rateLimit int, so server.Options, idle time.
 		r.HandlePrefix("/api/v1/x/", "/api/v1/x/*", prefix)
 	}
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
-		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewRateLimiter(rateLimit),
+		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(rateLimit, auth.RateLimitOptions{}),
 		Metrics: pe.metrics, Mount: []func(server.Registrar){mount}}, server.Options{Logger: log, MaxBody: 1024,
 		KeepNetHTTP: so.KeepNetHTTP})
 	hs := httptest.NewUnstartedServer(srv)

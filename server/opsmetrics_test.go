@@ -73,7 +73,7 @@ func TestOperatorMetrics(t *testing.T) {
 		srv := server.New(server.Services{
 			Auth: a, Guard: guard, Ledger: billing.NewLedger(st, nil), Store: st, Metrics: metrics, Meterer: meterer,
 			Fleet:       fleet.New(st, guard, nil, fleet.Options{Logger: log}),
-			RateLimiter: auth.NewRateLimiter(1000),
+			RateLimiter: auth.NewSharedRateLimiter(1000, auth.RateLimitOptions{}),
 		}, server.Options{Logger: log, MetricsToken: "m-token", GaugeMaxAge: -1})
 		hs := httptest.NewServer(srv)
 		t.Cleanup(hs.Close)
@@ -182,7 +182,7 @@ func TestMetricsOwnListener(t *testing.T) {
 	st := dbtest.Open(t, dbtest.SQLite)
 	metrics := server.NewMetrics()
 	srv := server.New(server.Services{Auth: auth.New(st, auth.Options{}), Guard: guardrails.New(st, guardrails.Options{}),
-		Ledger: billing.NewLedger(st, nil), Store: st, Metrics: metrics, RateLimiter: auth.NewRateLimiter(100)},
+		Ledger: billing.NewLedger(st, nil), Store: st, Metrics: metrics, RateLimiter: auth.NewSharedRateLimiter(100, auth.RateLimitOptions{})},
 		server.Options{NoMetricsRoute: true, Logger: newTestLogger(&strings.Builder{})})
 	api := httptest.NewServer(srv)
 	t.Cleanup(api.Close)

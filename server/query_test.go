@@ -29,7 +29,7 @@ func TestUnknownQueryParameters(t *testing.T) {
 		g := guardrails.New(st, guardrails.Options{Logger: log})
 		srv := server.New(server.Services{Auth: a, Guard: g, Ledger: billing.NewLedger(st, nil), Store: st,
 			Fleet: fleet.New(st, g, nil, fleet.Options{Logger: log}), Alerts: alerts.New(st, g, alerts.Options{Logger: log}),
-			RateLimiter: auth.NewRateLimiter(10000)}, server.Options{Logger: log})
+			RateLimiter: auth.NewSharedRateLimiter(10000, auth.RateLimitOptions{})}, server.Options{Logger: log})
 		hs := httptest.NewServer(srv)
 		t.Cleanup(hs.Close)
 		e := &env{t: t, url: hs.URL, store: st, auth: a}

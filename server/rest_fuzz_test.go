@@ -114,7 +114,7 @@ func fuzzServer(f *testing.F) (http.Handler, string) {
 	fl := fleet.New(st, guard, []providers.Provider{va}, fleet.Options{OfferCacheTTL: time.Minute, Logger: log,
 		Leader: st.WithLeader, Ledger: ledger})
 	srv := server.New(server.Services{Auth: a, Guard: guard, Ledger: ledger, Fleet: fl, Store: st,
-		RateLimiter: auth.NewRateLimiter(0)}, server.Options{Logger: log})
+		RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})}, server.Options{Logger: log})
 	ctx := context.Background()
 	if _, err := a.CreateAccount(ctx, "root"); err != nil {
 		f.Fatal(err)

@@ -49,7 +49,7 @@ func newEnv(t *testing.T, k dbtest.Kind, o opts) *env {
 		Guard:       guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger:      billing.NewLedger(st, nil),
 		Store:       st,
-		RateLimiter: auth.NewRateLimiter(o.rateLimit),
+		RateLimiter: auth.NewSharedRateLimiter(o.rateLimit, auth.RateLimitOptions{}),
 	}, server.Options{Logger: log})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

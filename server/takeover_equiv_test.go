@@ -40,7 +40,7 @@ func newEquivEnv(t *testing.T, h http.HandlerFunc, keepNetHTTP bool, cfg func(*h
 	a := auth.New(st, auth.Options{CacheTTL: -1})
 	log := newTestLogger(discard{})
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
-		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewRateLimiter(1_000_000),
+		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(1_000_000, auth.RateLimitOptions{}),
 		Mount: []func(server.Registrar){func(r server.Registrar) { r.HandlePrefix("/api/v1/x/", "/api/v1/x/*", h) }}},
 		server.Options{Logger: log, MaxBody: 1024, KeepNetHTTP: keepNetHTTP})
 	hs := httptest.NewUnstartedServer(srv)
