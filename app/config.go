@@ -4,8 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"time"
-
-	"github.com/aiserve/gpuproxy/db"
 )
 
 // The HTTP server's limits (Serve) and how long shutting down may take.
@@ -32,7 +30,8 @@ func (c Config) withDefaults() Config {
 }
 
 // validate says which of c's fields is wrong: fields that contradict each
-// other, the store's options, and the options of each enabled provider
+// other, the store's options (unless Store is given), and the options of
+// each enabled provider
 // (whose constructors cannot return an error). The other packages'
 // options are checked by their own Validate.
 func (c Config) validate() error {
@@ -40,11 +39,8 @@ func (c Config) validate() error {
 	if c.InferenceProxy != nil && c.NoInferenceProxy {
 		errs = append(errs, errors.New("app.Config.InferenceProxy: must be nil with NoInferenceProxy"))
 	}
-	switch {
-	case c.Store == nil:
+	if c.Store == nil { // else Database is not used
 		errs = append(errs, c.Database.Validate())
-	case c.Database != (db.Options{}):
-		errs = append(errs, errors.New("app.Config.Database: must be empty when Store is set (Store is used)"))
 	}
 	if c.VastAI.APIKey != "" {
 		errs = append(errs, c.VastAI.Validate())
