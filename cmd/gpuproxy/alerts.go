@@ -27,17 +27,11 @@ type alertsConf struct {
 	RefusalGap   time.Duration `yaml:"refusal_gap"`   // one refusal event per account and window per gap, default 5m
 }
 
-// options returns alerts.Options for this configuration.
-func (c alertsConf) options() (alerts.Options, error) {
-	for name, d := range map[string]time.Duration{"eval_interval": c.EvalInterval, "send_interval": c.SendInterval,
-		"timeout": c.Timeout, "retry_min": c.RetryMin, "retry_max": c.RetryMax, "retry_for": c.RetryFor,
-		"refusal_gap": c.RefusalGap} {
-		if d < 0 {
-			return alerts.Options{}, fmt.Errorf("alerts.%s must not be negative", name)
-		}
-	}
+// options returns alerts.Options for this configuration (checked by
+// config.checkValues).
+func (c alertsConf) options() alerts.Options {
 	return alerts.Options{EvalInterval: c.EvalInterval, SendInterval: c.SendInterval, Timeout: c.Timeout,
-		RetryMin: c.RetryMin, RetryMax: c.RetryMax, RetryFor: c.RetryFor, RefusalGap: c.RefusalGap}, nil
+		RetryMin: c.RetryMin, RetryMax: c.RetryMax, RetryFor: c.RetryFor, RefusalGap: c.RefusalGap}
 }
 
 func cmdAlerts(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

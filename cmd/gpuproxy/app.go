@@ -35,10 +35,7 @@ func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
 		return app.Config{}, fmt.Errorf("proxy.request_cost: %w", err)
 	}
 	fc, pc := c.Fleet, c.Proxy
-	ao, err := c.Alerts.options()
-	if err != nil {
-		return app.Config{}, err
-	}
+	ao := c.Alerts.options()
 	// Webhooks reach the proxy's allowed networks too.
 	ao.AllowNetworks = pc.networks(sandbox)
 	return app.Config{

@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/proxy"
 )
@@ -35,6 +35,9 @@ type config struct {
 	Alerts           alertsConf    `yaml:"alerts"`
 	Metrics          metricsConf   `yaml:"metrics"`
 	OAuth            oauthConf     `yaml:"oauth"`
+	// fromEnv lists the environment variables that set a value, in order
+	// (messages name them rather than the YAML key).
+	fromEnv []string
 }
 
 // oauthConf configures the OAuth 2.1 authorization server that lets remote
@@ -150,9 +153,22 @@ func (u *usdText) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// The binary's own defaults; every other setting's zero value takes its
+// package's default (the Default* constants of guardrails, billing,
+// fleet, proxy, providers, alerts and oauth).
+const (
+	// defaultListen is the API's address.
+	defaultListen = "127.0.0.1:8080"
+	// defaultRateLimit is each key's requests per minute.
+	defaultRateLimit = 100
+	// defaultLogLevel is the least level logged.
+	defaultLogLevel = "info"
+)
+
+// defaultConfig is the configuration before the file and the environment.
 func defaultConfig() config {
-	return config{Listen: "127.0.0.1:8080", RateLimit: 100, Horizon: time.Hour, MeteringInterval: time.Minute,
-		LogLevel: "info"}
+	return config{Listen: defaultListen, RateLimit: defaultRateLimit, Horizon: guardrails.DefaultHorizon,
+		MeteringInterval: billing.DefaultMeterInterval, LogLevel: defaultLogLevel}
 }
 
 // loadConfig is the configuration: the defaults, then the file at path (if
@@ -196,6 +212,7 @@ type envOverride struct {
 func (c *config) applyEnv(getenv func(string) string) error {
 	for _, e := range c.envOverrides() {
 		if v := getenv(e.name); v != "" {
+			c.fromEnv = append(c.fromEnv, e.name)
 			if err := e.set(v); err != nil {
 				return fmt.Errorf("%s: %w", e.name, err)
 			}
@@ -264,32 +281,17 @@ func (c *config) envOverrides() []envOverride {
 	}
 }
 
-// validate checks the values no field type can, and parses the proxy's
+// validate checks every value (checkValues) and parses the proxy's
 // allowed networks.
 func (c *config) validate() error {
-	if c.Horizon <= 0 {
-		return fmt.Errorf("horizon must be positive")
-	}
-	if c.MeteringInterval <= 0 {
-		return fmt.Errorf("metering_interval must be positive")
-	}
-	if _, err := c.Proxy.requestCost(); err != nil {
-		return fmt.Errorf("proxy.request_cost: %w", err)
-	}
-	if c.Proxy.MaxRequestBody > 1<<20 {
-		return fmt.Errorf("proxy.max_request_body must be at most 1 MiB (the server's body limit)")
+	if err := c.checkValues(); err != nil {
+		return err
 	}
 	nets, err := parseNetworks(c.Proxy.AllowNetworks)
 	if err != nil {
-		return fmt.Errorf("proxy.allow_networks: %w", err)
+		return fmt.Errorf("%s: %w", c.field("proxy.allow_networks"), err)
 	}
 	c.Proxy.allowNets = nets
-	if c.Fleet.KillMargin < 0 {
-		return fmt.Errorf("fleet.kill_margin must not be negative")
-	}
-	if p := c.Fleet.OrphanPolicy; p != "" && p != fleet.OrphanDestroy && p != fleet.OrphanLeave && p != fleet.OrphanAdopt {
-		return fmt.Errorf("fleet.orphan_policy must be destroy or leave, got %q", p)
-	}
 	return nil
 }
 

@@ -12,7 +12,7 @@ func TestOrphanPolicyConfig(t *testing.T) {
 		}
 	}
 	_, err := loadConfig("", envFunc(map[string]string{"GPUPROXY_ORPHAN_POLICY": "keep"}))
-	if want := `fleet.orphan_policy must be destroy or leave, got "keep"`; err == nil || err.Error() != want {
+	if want := `GPUPROXY_ORPHAN_POLICY: must be destroy or leave, got "keep"`; err == nil || err.Error() != want {
 		t.Errorf("orphan_policy keep: %v, want %q", err, want)
 	}
 }
