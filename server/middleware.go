@@ -110,7 +110,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			httpapi.WriteError(w, r, http.StatusRequestEntityTooLarge, s.tooLarge())
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+		r.Body = http.MaxBytesReader(bodyOwner(w), r.Body, s.opts.MaxBody)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -125,9 +125,19 @@ func (s *Server) tooLarge() error {
 // handlers that answer an oversize body in their own format.
 func (s *Server) capBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+		r.Body = http.MaxBytesReader(bodyOwner(w), r.Body, s.opts.MaxBody)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bodyOwner is the writer MaxBytesReader is given: net/http's own under
+// the recorder, so that an oversize body still closes the connection
+// after the answer as net/http does.
+func bodyOwner(w http.ResponseWriter) http.ResponseWriter {
+	if sw, ok := w.(*statusWriter); ok {
+		return sw.ResponseWriter
+	}
+	return w
 }
 
 // authenticate resolves the caller (Authenticate: API key, JWT or OAuth

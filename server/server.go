@@ -198,6 +198,9 @@ func (r registrar) Handle(method, path string, h http.Handler, authenticated boo
 // HandlePrefix implements httpapi.Registrar: the fast path's route, with
 // the same authenticate and capBody as every other authenticated route.
 func (r registrar) HandlePrefix(prefix, route string, h http.Handler) {
-	h = r.s.authenticate(nil, nil)(r.s.capBody(h))
+	// capBody first: it bounds the body of the request net/http gave us
+	// (not a copy), whose end the takeover checks before it takes the
+	// connection over.
+	h = r.s.capBody(r.s.authenticate(nil, nil)(h))
 	r.s.prefixes = append(r.s.prefixes, directRoute{s: r.s, prefix: prefix, route: route, h: h})
 }
