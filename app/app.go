@@ -114,6 +114,7 @@ type App struct {
 func New(ctx context.Context, c Config) (*App, error) {
 	if err := errors.Join(c.validate(), c.Server.Validate(), c.Console.Validate(), c.MCP.Validate(),
 		c.Guard.Validate(), c.Gate.Validate(), c.Meter.Validate(), c.Alerts.Validate(), c.Fleet.Validate(),
+		c.Proxy.Validate(),
 		c.oauthValidate()); err != nil {
 		return nil, err
 	}
@@ -358,8 +359,9 @@ func (a *App) serverOptions(c Config) server.Options {
 }
 
 // Run does the background work — metering, the fleet's polling,
-// reconciliation and kill switch, budget alerts and pruning the shared
-// rate-limit buckets — until ctx ends. With a shared Postgres each job
+// reconciliation and kill switch, budget alerts, pruning the shared
+// rate-limit buckets, and the proxy's usage writer and sweep — until ctx
+// ends. With a shared Postgres each job
 // runs on one replica at a time, or records what it did so that no other
 // replica repeats it (pruning idle buckets is harmless to repeat).
 func (a *App) Run(ctx context.Context) {
@@ -368,6 +370,7 @@ func (a *App) Run(ctx context.Context) {
 	wg.Go(func() { a.Fleet.Run(ctx) })
 	wg.Go(func() { a.Alerts.Run(ctx) })
 	wg.Go(func() { a.RateLimiter.Run(ctx) })
+	wg.Go(func() { a.Proxy.Run(ctx) })
 	wg.Wait()
 }
 

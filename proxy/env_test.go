@@ -230,12 +230,14 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	e.ledger = billing.NewLedger(st, nil)
 	e.proxy = proxy.New(e.fleet, e.gate, st, po)
+	stopRun := runProxy(e.proxy)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := e.proxy.Close(ctx); err != nil {
 			t.Errorf("closing proxy: %v", err)
 		}
+		stopRun()
 		if err := e.gate.Close(ctx); err != nil {
 			t.Errorf("closing the gate: %v", err)
 		}
@@ -372,3 +374,12 @@ func (m *fakeMetrics) count(status int) int {
 // TestEndpointCache: lookups are reused for EndpointTTL.
 // TestConcurrentRequests: many concurrent callers through one instance,
 // each answer intact (race detector on).
+
+// runProxy runs p's background work (Run) until the returned function,
+// which waits for it to stop, is called.
+func runProxy(p *proxy.Proxy) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	return func() { cancel(); <-done }
+}

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,123 +49,6 @@ type Metrics interface {
 	ProxyOverloaded(limit string)
 }
 
-// Options configure a Proxy. Zero values take the documented defaults.
-type Options struct {
-	// Cost is the price of one proxied request (default 0), admitted by
-	// the gate before the call (against a budget lease) and charged,
-	// when the instance answered, as the lease is settled.
-	Cost gpuproxy.Micros
-	// MaxRequestBody bounds a request body (default 1 MiB): a larger
-	// declared length is refused (413) before anything is sent; so is a
-	// chunked body that passes it while the bound is at most 8 MiB (such a
-	// body is read whole before sending, see maxHeldChunked); over 8 MiB a
-	// chunked body that passes it is cut off (413) and the instance's
-	// connection closed before its last chunk. The server caps mounted routes' bodies too
-	// (server.Options.MaxBody, default 1 MiB) but only as they are read:
-	// keep MaxRequestBody at or below it (raise both to proxy larger
-	// bodies), or a body between the two is refused only mid-stream.
-	MaxRequestBody int64
-	// MaxResponseBody bounds a response body (default 64 MiB): a larger
-	// declared length is refused with 502, a stream that passes it is cut.
-	MaxResponseBody int64
-	// UpstreamTimeout bounds the wait for an instance's response headers
-	// (default 60s) — 504 after it. Call, which buffers the whole
-	// response, applies it to the whole exchange.
-	UpstreamTimeout time.Duration
-	// MaxDuration, when positive, bounds a whole proxied exchange,
-	// streamed body included (default: none; a caller that goes away
-	// cancels the upstream request).
-	MaxDuration time.Duration
-	// DialTimeout bounds connecting to an instance (default 5s).
-	DialTimeout time.Duration
-	// MaxIdleConnsPerHost is the keep-alive pool per instance
-	// (default 256).
-	MaxIdleConnsPerHost int
-	// EndpointTTL is how long an instance's endpoint lookup is reused
-	// (default 1s; negative: every request asks the fleet).
-	EndpointTTL time.Duration
-	// AllowNetworks lists networks the proxy may reach although their
-	// addresses are not public (loopback, private, link-local, shared,
-	// reserved): instances on a VPN or a cluster network, or
-	// LoopbackNetworks for simulated instances. It applies to literal
-	// endpoints and to every address a name resolves to; addresses are
-	// checked as they are dialed (IPv4-mapped IPv6 as the IPv4 address).
-	// Metadata addresses (169.254.169.254, fd00:ec2::254, …) stay refused
-	// whatever it lists. Default none: only public addresses.
-	AllowNetworks []netip.Prefix
-	// Resolver resolves endpoint host names (default net.DefaultResolver).
-	Resolver Resolver
-	// Dial connects to an already checked address (default a net.Dialer).
-	Dial DialFunc
-	// TLS configures connections to https endpoints (default: verify
-	// certificates, TLS 1.2 or later).
-	TLS *tls.Config
-	// BreakerFailures is how many consecutive failures open an instance's
-	// breaker (default 5); BreakerOpen how long it stays open before one
-	// trial request (default 15s).
-	BreakerFailures int
-	BreakerOpen     time.Duration
-	// UsageBuffer bounds the usage queue (default 8192): when the store
-	// falls that far behind, a finishing request waits for room rather
-	// than its record being dropped.
-	UsageBuffer int
-	// UsageBatch is the most records one insert writes (default 256).
-	UsageBatch int
-	// UsageFlushInterval is the longest a record waits (default 500ms).
-	UsageFlushInterval time.Duration
-	// Metrics, when set, observes requests, breakers and lost records.
-	Metrics Metrics
-	// Logger (default slog.Default()).
-	Logger *slog.Logger
-	// Now is the clock for usage records and caches (default time.Now).
-	Now func() time.Time
-}
-
-func (o *Options) defaults() {
-	if o.MaxRequestBody <= 0 {
-		o.MaxRequestBody = 1 << 20
-	}
-	if o.MaxResponseBody <= 0 {
-		o.MaxResponseBody = 64 << 20
-	}
-	if o.UpstreamTimeout <= 0 {
-		o.UpstreamTimeout = 60 * time.Second
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 5 * time.Second
-	}
-	if o.MaxIdleConnsPerHost <= 0 {
-		o.MaxIdleConnsPerHost = 256
-	}
-	if o.EndpointTTL == 0 {
-		o.EndpointTTL = time.Second
-	}
-	if o.BreakerFailures <= 0 {
-		o.BreakerFailures = 5
-	}
-	if o.BreakerOpen <= 0 {
-		o.BreakerOpen = 15 * time.Second
-	}
-	if o.UsageBuffer <= 0 {
-		o.UsageBuffer = 8192
-	}
-	if o.UsageBatch <= 0 {
-		o.UsageBatch = 256
-	}
-	if o.UsageFlushInterval <= 0 {
-		o.UsageFlushInterval = 500 * time.Millisecond
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Cost < 0 {
-		o.Cost = 0
-	}
-}
-
 // Proxy is the inference proxy. It is safe for concurrent use.
 type Proxy struct {
 	opts      Options
@@ -187,10 +69,11 @@ type Proxy struct {
 }
 
 // New returns a Proxy over the fleet (whose running instances it may
-// reach), the guard rails' proxy gate and the usage store. Close it after
-// the HTTP server has stopped, to flush usage records.
+// reach), the guard rails' proxy gate and the usage store. It starts
+// nothing: Run does the background work. Close it after the HTTP server
+// has stopped, to flush usage records.
 func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
-	o.defaults()
+	o = o.withDefaults()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	p := &Proxy{opts: o, gate: gate, store: store, log: o.Logger, idPrefix: "px" + hex.EncodeToString(b) + "-",
@@ -206,18 +89,17 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 		Proxy:                 nil, // never an environment-configured proxy
 		DialContext:           d.DialContext,
 		TLSClientConfig:       tlsConf,
-		TLSHandshakeTimeout:   10 * time.Second,
+		TLSHandshakeTimeout:   tlsHandshakeTimeout,
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		ResponseHeaderTimeout: o.UpstreamTimeout,
 		DisableCompression:    true, // pass Accept-Encoding and bodies through untouched
-		WriteBufferSize:       16 << 10,
-		ReadBufferSize:        16 << 10,
+		WriteBufferSize:       transportBufferSize,
+		ReadBufferSize:        transportBufferSize,
 	}
-	p.lean = &h1client.Client{Dial: d.DialContext, HeaderTimeout: o.UpstreamTimeout, IdleTimeout: 90 * time.Second,
+	p.lean = &h1client.Client{Dial: d.DialContext, HeaderTimeout: o.UpstreamTimeout, IdleTimeout: idleConnTimeout,
 		MaxIdlePerHost: o.MaxIdleConnsPerHost}
 	p.usage = newRecorder(store, o)
-	go p.sweep()
 	return p
 }
 
@@ -232,9 +114,9 @@ func (p *Proxy) Mount(r httpapi.Registrar) {
 	r.HandlePrefix(routePrefix, "/api/v1/proxy/:instance_id/*", p)
 }
 
-// Close stops the background work and writes every queued usage record,
-// retrying refused batches until ctx ends; what is still unwritten then
-// is logged, each record with its request id, and counted as lost. Call
+// Close stops the background work (Run returns) and writes every queued
+// usage record, retrying refused batches until ctx ends; what is still
+// unwritten then is logged, each record with its request id, and counted as lost. Call
 // it after the HTTP server has shut down; a request still running writes
 // its record itself when it finishes.
 func (p *Proxy) Close(ctx context.Context) error {
@@ -249,12 +131,27 @@ func (p *Proxy) Close(ctx context.Context) error {
 // "half-open" or "open"), e.g. for /ready or tests.
 func (p *Proxy) BreakerState(instanceID string) string { return p.breakers.state(instanceID) }
 
-func (p *Proxy) sweep() {
+// Run does the proxy's background work until ctx ends or the proxy is
+// closed: it writes the queued usage records in batches (every
+// UsageFlushInterval, or as soon as a batch is full) and sweeps what the
+// proxy no longer needs (see sweepOnce). The app's Run calls it. Without
+// it, usage records wait in the queue until Close writes them, and a
+// request that finds the queue full (UsageBuffer) waits for Close.
+func (p *Proxy) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { p.usage.run(ctx) })
+	wg.Go(func() { p.sweep(ctx) })
+	wg.Wait()
+}
+
+func (p *Proxy) sweep(ctx context.Context) {
 	every := max(10*p.opts.EndpointTTL, 10*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
+		case <-ctx.Done():
+			return
 		case <-p.stopSweep:
 			return
 		case <-t.C:

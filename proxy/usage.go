@@ -48,9 +48,10 @@ type retryPolicy struct {
 }
 
 // recorder queues usage records and writes them in batches from one
-// goroutine. Records go into a mutex-guarded buffer (no goroutine hand-off
-// per request); the writer is woken when a batch is full, on a tick, and
-// at close.
+// goroutine, run (Proxy.Run). Records go into a mutex-guarded buffer (no
+// goroutine hand-off per request); the writer is woken when a batch is
+// full, on a tick, and at close. Records queued while no writer runs (Run
+// not called, or its context ended) are written by close.
 //
 // No record is dropped. When the store falls behind, the queue grows to
 // maxBuf records and then record blocks its caller (the request that
@@ -82,7 +83,7 @@ type recorder struct {
 	// cancelled and what is left is given up.
 	abort     context.Context
 	stopWrite context.CancelFunc
-	done      chan struct{}
+	writing   sync.Mutex // held by the one writer: run, or close's final write
 	once      sync.Once
 }
 
@@ -90,11 +91,9 @@ func newRecorder(store UsageStore, o Options) *recorder {
 	r := &recorder{store: store, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch, maxBuf: o.UsageBuffer,
 		kickAt: min(o.UsageBatch, o.UsageBuffer), interval: o.UsageFlushInterval,
 		retry: retryPolicy{first: usageRetryFirst, max: usageRetryMax, giveUp: usageRetryGiveUp},
-		buf:   make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{}),
-		done: make(chan struct{})}
+		buf:   make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{})}
 	r.room.L = &r.mu
 	r.abort, r.stopWrite = context.WithCancel(context.Background())
-	go r.run()
 	return r
 }
 
@@ -173,9 +172,10 @@ func (r *recorder) lost(recs []Usage, why string, err error) {
 }
 
 // close stops accepting records and writes every queued one, retrying
-// refused batches, and returns when done. When ctx ends first, the
-// writer's inserts are cancelled and what is left is given up (logged
-// and counted); close returns once that is done.
+// refused batches, and returns when done: it waits for a running writer
+// to end, then writes what is left. When ctx ends first, the inserts are
+// cancelled and what is left is given up (logged and counted); close
+// returns once that is done.
 func (r *recorder) close(ctx context.Context) error {
 	r.once.Do(func() {
 		r.mu.Lock()
@@ -184,32 +184,44 @@ func (r *recorder) close(ctx context.Context) error {
 		r.mu.Unlock()
 		close(r.closing)
 	})
+	done := make(chan struct{})
+	go func() { // ends before close returns
+		defer close(done)
+		r.writing.Lock()
+		defer r.writing.Unlock()
+		// After close no record is queued any more: this take gets the
+		// last of them.
+		r.write(r.take())
+	}()
 	select {
-	case <-r.done:
+	case <-done:
 		return nil
 	case <-ctx.Done():
 	}
 	r.stopWrite()
-	<-r.done // the store's inserts honour the cancelled context
+	<-done // the store's inserts honour the cancelled context
 	return fmt.Errorf("flushing proxy usage: %w", ctx.Err())
 }
 
-func (r *recorder) run() {
-	defer close(r.done)
+// run writes queued records in batches until ctx ends or the recorder
+// closes, and writes what is queued then before it returns.
+func (r *recorder) run(ctx context.Context) {
+	r.writing.Lock()
+	defer r.writing.Unlock()
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
-		closing := false
+		stop := false
 		select {
 		case <-r.kick:
 		case <-t.C:
 		case <-r.closing:
-			closing = true
+			stop = true
+		case <-ctx.Done():
+			stop = true
 		}
-		// After close no record is queued any more: this take gets the
-		// last of them.
 		r.write(r.take())
-		if closing {
+		if stop {
 			return
 		}
 	}

@@ -72,6 +72,7 @@ func recorderProxy(t *testing.T, st proxy.UsageStore, o proxy.Options) (*proxy.P
 	m := &fakeMetrics{}
 	o.AllowNetworks, o.Metrics = proxy.LoopbackNetworks(), m
 	p := proxy.New(f, openGate{}, st, o)
+	t.Cleanup(runProxy(p))
 	return p, s.URL(), m
 }
 
@@ -292,5 +293,51 @@ func TestUsageAPI(t *testing.T) {
 		if r := e.do(e.key, "GET", "/api/v1/proxy/usage"+q, nil, nil); r.Status != 400 || r.ErrCode() != gpuproxy.EINVALID {
 			t.Errorf("%s: %d %s", q, r.Status, r.Body)
 		}
+	}
+}
+
+// TestRunWritesUntilItsContextEnds: New starts nothing; Run writes usage
+// records until its context ends and then returns; a record queued after
+// that waits for Close, which writes it.
+func TestRunWritesUntilItsContextEnds(t *testing.T) {
+	t.Parallel()
+	s := sim(t)
+	f := &fakeFleet{}
+	f.add(1, "gpi_rec", s.URL())
+	st := &usageStore{}
+	p := proxy.New(f, openGate{}, st, proxy.Options{AllowNetworks: proxy.LoopbackNetworks(),
+		UsageFlushInterval: time.Millisecond})
+	call := func() {
+		t.Helper()
+		if _, _, _, err := p.Call(context.Background(), invoker(1), s.URL()+"/v1/models", "GET", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call()
+	if n := st.count(); n != 0 {
+		t.Fatalf("%d records written before Run", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	testpoll.Until(t, 5*time.Second, "Run writes the queued record", func() bool { return st.count() == 1 })
+	cancel()
+	testpoll.Until(t, 5*time.Second, "Run returns once its context ends", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	call()
+	if n := st.count(); n != 1 {
+		t.Fatalf("%d records written after Run stopped, want 1", n)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.count(); n != 2 {
+		t.Fatalf("%d records written after Close, want 2", n)
 	}
 }

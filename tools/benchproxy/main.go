@@ -188,8 +188,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
+	// The proxy's usage writer and sweep, as the app's Run starts them
+	// (the rest of Run, metering and the fleet's polling, is not measured).
+	rctx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); a.Proxy.Run(rctx) }()
 	fmt.Fprintf(stdout, "READY %s %s\n", ln.Addr(), key)
-	if err := a.Serve(ctx, ln); err != nil {
+	err = a.Serve(ctx, ln)
+	stopRun()
+	<-runDone
+	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -197,7 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := a.Flush(sctx); err != nil {
 		return err
 	}
-	tot, err := a.Store.UsageTotals(context.Background(), proxy.UsageFilter{AccountID: acct.ID})
+	tot, err := a.Store.UsageTotals(context.Background(), gpuproxy.UsageFilter{AccountID: acct.ID})
 	if err != nil {
 		return err
 	}
