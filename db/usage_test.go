@@ -11,8 +11,8 @@ import (
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
-func usageRec(acct int64, inst string, status int, at time.Time, i int) proxy.Usage {
-	return proxy.Usage{AccountID: acct, InstanceID: inst, Method: "POST", Path: "/v1/chat/completions", Status: status,
+func usageRec(acct int64, inst string, status int, at time.Time, i int) gpuproxy.Usage {
+	return gpuproxy.Usage{AccountID: acct, InstanceID: inst, Method: "POST", Path: "/v1/chat/completions", Status: status,
 		BytesIn: 100, BytesOut: 1000, Latency: 2500 * time.Microsecond, TTFB: 1200 * time.Microsecond,
 		Cost: 10, At: at, RequestID: fmt.Sprintf("req-%d", i)}
 }
@@ -26,7 +26,7 @@ func TestProxyUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 		// 1500 records in one call: more than one INSERT statement.
-		var recs []proxy.Usage
+		var recs []gpuproxy.Usage
 		for i := range 1500 {
 			inst, status := "gpi_a", 200
 			if i%3 == 0 {
@@ -42,18 +42,18 @@ func TestProxyUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		tot, err := s.UsageTotals(ctx, proxy.UsageFilter{AccountID: a.ID})
+		tot, err := s.UsageTotals(ctx, gpuproxy.UsageFilter{AccountID: a.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := proxy.UsageTotals{Requests: 1500, Errors: 150, BytesIn: 150000, BytesOut: 1500000,
+		want := gpuproxy.UsageTotals{Requests: 1500, Errors: 150, BytesIn: 150000, BytesOut: 1500000,
 			Latency: 1500 * 2500 * time.Microsecond, TTFB: 1500 * 1200 * time.Microsecond, Cost: 15000}
 		if tot != want {
 			t.Fatalf("totals = %+v, want %+v", tot, want)
 		}
 
 		// from/to bound [from, to); instance filter.
-		f := proxy.UsageFilter{AccountID: a.ID, From: t0.Add(100 * time.Second), To: t0.Add(200 * time.Second), InstanceID: "gpi_b"}
+		f := gpuproxy.UsageFilter{AccountID: a.ID, From: t0.Add(100 * time.Second), To: t0.Add(200 * time.Second), InstanceID: "gpi_b"}
 		tot, err = s.UsageTotals(ctx, f)
 		if err != nil {
 			t.Fatal(err)
@@ -99,19 +99,19 @@ func TestProxyUsage(t *testing.T) {
 		}
 
 		// Accounts never see each other's records.
-		other, err := s.ListUsage(ctx, proxy.UsageFilter{AccountID: b.ID})
+		other, err := s.ListUsage(ctx, gpuproxy.UsageFilter{AccountID: b.ID})
 		if err != nil || len(other) != 1 || other[0].RequestID != "req-9999" {
 			t.Fatalf("other account = %+v, %v", other, err)
 		}
-		none, err := s.UsageTotals(ctx, proxy.UsageFilter{AccountID: a.ID, InstanceID: "gpi_zzz"})
-		if err != nil || none != (proxy.UsageTotals{}) {
+		none, err := s.UsageTotals(ctx, gpuproxy.UsageFilter{AccountID: a.ID, InstanceID: "gpi_zzz"})
+		if err != nil || none != (gpuproxy.UsageTotals{}) {
 			t.Fatalf("empty totals = %+v, %v", none, err)
 		}
 
 		// Negative values are clamped, never refused (telemetry).
 		bad := usageRec(a.ID, "gpi_c", 0, t0, 1)
 		bad.BytesIn, bad.Latency, bad.Cost = -1, -time.Second, gpuproxy.Micros(-5)
-		if err := s.InsertUsage(ctx, "", []proxy.Usage{bad}); err != nil {
+		if err := s.InsertUsage(ctx, "", []gpuproxy.Usage{bad}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -122,11 +122,11 @@ func TestProxyUsage(t *testing.T) {
 func TestProxyUsageStoreDown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *db.Store) {
 		s.Close()
-		err := s.InsertUsage(context.Background(), "", []proxy.Usage{usageRec(1, "x", 200, t0, 1)})
+		err := s.InsertUsage(context.Background(), "", []gpuproxy.Usage{usageRec(1, "x", 200, t0, 1)})
 		if gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE {
 			t.Fatalf("insert with store closed: %v", err)
 		}
-		if _, err := s.ListUsage(context.Background(), proxy.UsageFilter{AccountID: 1}); gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE {
+		if _, err := s.ListUsage(context.Background(), gpuproxy.UsageFilter{AccountID: 1}); gpuproxy.ErrorCode(err) != gpuproxy.EUNAVAILABLE {
 			t.Fatalf("list with store closed: %v", err)
 		}
 	})

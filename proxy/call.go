@@ -28,7 +28,7 @@ import (
 func (p *Proxy) Call(ctx context.Context, pr gpuproxy.Principal, targetURL, method string, headers map[string]string,
 	body []byte) (status int, respHeaders map[string]string, respBody []byte, err error) {
 	start := time.Now()
-	u := &Usage{AccountID: pr.AccountID, At: p.opts.Now(), RequestID: p.requestID()}
+	u := &gpuproxy.Usage{AccountID: pr.AccountID, At: p.opts.Now(), RequestID: p.requestID()}
 	defer func() { p.callDone(u, start, status, err) }()
 	t, err := p.callTarget(pr, targetURL, method, headers, body, u)
 	if err != nil {
@@ -66,7 +66,7 @@ func (p *Proxy) Call(ctx context.Context, pr gpuproxy.Principal, targetURL, meth
 // absolute http or https URL without credentials or dot segments). u gets
 // the method and the path as each passes.
 func (p *Proxy) callTarget(pr gpuproxy.Principal, targetURL, method string, headers map[string]string, body []byte,
-	u *Usage) (target, error) {
+	u *gpuproxy.Usage) (target, error) {
 	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
 		return target{}, err
 	}
@@ -113,7 +113,7 @@ func callMethod(method string, hasBody bool) (string, error) {
 
 // callDone records a Call's usage: the instance's status, or the one its
 // error maps to (statusClientClosed when the caller gave up).
-func (p *Proxy) callDone(u *Usage, start time.Time, status int, err error) {
+func (p *Proxy) callDone(u *gpuproxy.Usage, start time.Time, status int, err error) {
 	u.Status = status
 	if err != nil {
 		u.Status = HTTPStatus(err)

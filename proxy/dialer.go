@@ -19,11 +19,6 @@ type Resolver = netpolicy.Resolver
 // DialFunc opens a connection to an address that has already been checked.
 type DialFunc = netpolicy.DialFunc
 
-// AddressClass returns "" for a public unicast address, else the class that
-// makes it unreachable through the proxy: "loopback", "private",
-// "link-local", "metadata", "unspecified", "multicast" or "reserved".
-func AddressClass(ip netip.Addr) string { return netpolicy.Class(ip) }
-
 // refusal is the error for an address the proxy will not connect to.
 func refusal(host string, ip netip.Addr, class string) error {
 	d := map[string]any{"host": host, "address_class": class}

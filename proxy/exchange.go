@@ -54,7 +54,7 @@ type exchange struct {
 // else is reachable) and builds the exchange, with the caller's headers
 // less credentials and hop-by-hop ones, and the request id. u gets the
 // instance's id. Nothing is sent, and the body is left to each entry point.
-func (p *Proxy) prepare(ctx context.Context, t *target, u *Usage) (exchange, error) {
+func (p *Proxy) prepare(ctx context.Context, t *target, u *gpuproxy.Usage) (exchange, error) {
 	ep, id, err := p.find(ctx, t)
 	if err != nil {
 		return exchange{}, err

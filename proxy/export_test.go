@@ -1,6 +1,16 @@
 package proxy
 
-import "time"
+import (
+	"net/netip"
+	"time"
+
+	"github.com/aiserve/gpuproxy/internal/netpolicy"
+)
+
+// AddressClass returns "" for a public unicast address, else the class that
+// makes it unreachable through the proxy: "loopback", "private",
+// "link-local", "metadata", "unspecified", "multicast" or "reserved".
+func AddressClass(ip netip.Addr) string { return netpolicy.Class(ip) }
 
 // Breakers returns how many instance breakers p keeps.
 func Breakers(p *Proxy) int { return p.breakers.len() }

@@ -103,7 +103,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", rid)
 	}
 	id, rest := splitProxyPath(r.URL.EscapedPath())
-	u := &Usage{AccountID: pr.AccountID, InstanceID: id, Method: r.Method, Path: trimPath(rest), At: p.opts.Now(),
+	u := &gpuproxy.Usage{AccountID: pr.AccountID, InstanceID: id, Method: r.Method, Path: trimPath(rest), At: p.opts.Now(),
 		RequestID: rid}
 	// Deferred so a cut stream (which aborts the handler) is recorded too.
 	defer func() {
@@ -121,7 +121,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve forwards r and returns the status the caller got.
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, id, rest string, u *Usage, start time.Time) int {
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, id, rest string, u *gpuproxy.Usage, start time.Time) int {
 	if err := p.checkRoute(id, rest, r.ContentLength); err != nil {
 		return writeError(w, r, p.log, err)
 	}
@@ -185,7 +185,7 @@ func (p *Proxy) checkRoute(id, rest string, length int64) error {
 // bound: 413, nothing sent); a larger one streamed, bounded and counted
 // (returned). The caller
 // hanging up mid-body is context.Canceled.
-func (p *Proxy) attachBody(x *exchange, r *http.Request, u *Usage) (*countingBody, error) {
+func (p *Proxy) attachBody(x *exchange, r *http.Request, u *gpuproxy.Usage) (*countingBody, error) {
 	switch {
 	case r.ContentLength > 0 && r.ContentLength <= smallBody:
 		// A small body is read whole first: the transport then writes
@@ -245,7 +245,7 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, body *countingBod
 // status. An answer that fails mid-body (or passes MaxResponseBody) is
 // cut, so the caller cannot mistake it for a complete one.
 func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
-	body *countingBody, u *Usage, start time.Time) int {
+	body *countingBody, u *gpuproxy.Usage, start time.Time) int {
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	u.Status = resp.StatusCode
@@ -335,7 +335,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 }
 
 // finish queues the usage record and reports metrics.
-func (p *Proxy) finish(u *Usage) {
+func (p *Proxy) finish(u *gpuproxy.Usage) {
 	if u.Status >= 100 && u.Status < 600 && u.TTFB > 0 {
 		u.Cost = p.opts.Cost // only requests the instance answered are charged
 	}

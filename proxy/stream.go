@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/h1client"
 )
 
@@ -25,7 +26,7 @@ const statusDetached = -1
 // detach hands the rest of the response (its head not yet sent) to a
 // goroutine of its own, if the lean client can, and reports whether it
 // did. The stream's end writes u's record.
-func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, u *Usage,
+func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, u *gpuproxy.Usage,
 	start time.Time) bool {
 	rec := *u
 	return p.lean.Detach(ctx, w, r, resp, p.opts.MaxResponseBody, func(end h1client.StreamEnd) {

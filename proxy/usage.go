@@ -12,23 +12,14 @@ import (
 	"github.com/aiserve/gpuproxy"
 )
 
-// Usage is the record of one proxied request (gpuproxy.Usage).
-type Usage = gpuproxy.Usage
-
-// UsageFilter selects usage records of one account.
-type UsageFilter = gpuproxy.UsageFilter
-
-// UsageTotals sums the records a filter matches.
-type UsageTotals = gpuproxy.UsageTotals
-
 // UsageStore persists usage records (db.Store implements it).
 type UsageStore interface {
 	// InsertUsage writes records in one transaction; batch, when not
 	// empty, names the batch so that writing it again (a retry after an
 	// answer was lost) writes nothing.
-	InsertUsage(ctx context.Context, batch string, records []Usage) error
-	ListUsage(ctx context.Context, f UsageFilter) ([]Usage, error)
-	UsageTotals(ctx context.Context, f UsageFilter) (UsageTotals, error)
+	InsertUsage(ctx context.Context, batch string, records []gpuproxy.Usage) error
+	ListUsage(ctx context.Context, f gpuproxy.UsageFilter) ([]gpuproxy.Usage, error)
+	UsageTotals(ctx context.Context, f gpuproxy.UsageFilter) (gpuproxy.UsageTotals, error)
 }
 
 // Retrying a batch the store refused: the first wait, the longest, and
@@ -71,7 +62,7 @@ type recorder struct {
 
 	mu      sync.Mutex
 	room    sync.Cond // broadcast when records are written or given up, and at close
-	buf     []Usage
+	buf     []gpuproxy.Usage
 	queued  int // accepted and neither written nor given up: buf and the writer's
 	waiting int // callers blocked in record
 	closed  bool
@@ -91,7 +82,7 @@ func newRecorder(store UsageStore, o Options) *recorder {
 	r := &recorder{store: store, metrics: o.Metrics, log: o.Logger, batch: o.UsageBatch, maxBuf: o.UsageBuffer,
 		kickAt: min(o.UsageBatch, o.UsageBuffer), interval: o.UsageFlushInterval,
 		retry: retryPolicy{first: usageRetryFirst, max: usageRetryMax, giveUp: usageRetryGiveUp},
-		buf:   make([]Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{})}
+		buf:   make([]gpuproxy.Usage, 0, o.UsageBatch), kick: make(chan struct{}, 1), closing: make(chan struct{})}
 	r.room.L = &r.mu
 	r.abort, r.stopWrite = context.WithCancel(context.Background())
 	return r
@@ -100,7 +91,7 @@ func newRecorder(store UsageStore, o Options) *recorder {
 // record queues u. When maxBuf records are already queued (the store is
 // slower than the traffic, or failing) it waits until the writer has made
 // room. After close, u is written at once.
-func (r *recorder) record(u Usage) {
+func (r *recorder) record(u gpuproxy.Usage) {
 	r.mu.Lock()
 	for r.queued >= r.maxBuf && !r.closed {
 		r.waiting++
@@ -127,24 +118,24 @@ func (r *recorder) record(u Usage) {
 // writeLate writes a record that finished after close (a request still
 // running when the proxy was closed): one attempt, given up if it fails or
 // if close has already run out of time.
-func (r *recorder) writeLate(u Usage) {
+func (r *recorder) writeLate(u gpuproxy.Usage) {
 	ctx, cancel := context.WithTimeout(r.abort, usageWriteTimeout)
 	defer cancel()
-	recs := []Usage{u}
+	recs := []gpuproxy.Usage{u}
 	if err := r.store.InsertUsage(ctx, "", recs); err != nil {
 		r.lost(recs, "finished after the proxy was closed", err)
 	}
 }
 
 // take returns the buffered records and starts a new buffer.
-func (r *recorder) take() []Usage {
+func (r *recorder) take() []gpuproxy.Usage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.buf) == 0 {
 		return nil // an idle tick keeps the empty buffer
 	}
 	out := r.buf
-	r.buf = make([]Usage, 0, max(r.batch, len(out)))
+	r.buf = make([]gpuproxy.Usage, 0, max(r.batch, len(out)))
 	return out
 }
 
@@ -161,7 +152,7 @@ func (r *recorder) release(n int) {
 
 // lost gives records up: one Error line each, with its request id, and the
 // metric counts them.
-func (r *recorder) lost(recs []Usage, why string, err error) {
+func (r *recorder) lost(recs []gpuproxy.Usage, why string, err error) {
 	for _, u := range recs {
 		r.log.Error("proxy usage record lost", "request_id", u.RequestID, "account_id", u.AccountID,
 			"instance_id", u.InstanceID, "status", u.Status, "cost_micros", int64(u.Cost), "reason", why, "err", err)
@@ -229,7 +220,7 @@ func (r *recorder) run(ctx context.Context) {
 
 // write writes recs in batches of at most r.batch, each retried until
 // written or given up, freeing their places in the queue as it goes.
-func (r *recorder) write(recs []Usage) {
+func (r *recorder) write(recs []gpuproxy.Usage) {
 	for len(recs) > 0 {
 		n := min(len(recs), r.batch)
 		r.writeBatch(recs[:n])
@@ -241,7 +232,7 @@ func (r *recorder) write(recs []Usage) {
 // writeBatch inserts b, retrying with backoff while the store refuses it.
 // It gives b up when the store has refused it for retry.giveUp, or when
 // close has run out of time.
-func (r *recorder) writeBatch(b []Usage) {
+func (r *recorder) writeBatch(b []gpuproxy.Usage) {
 	r.mu.Lock()
 	policy := r.retry
 	r.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/internal/testpoll"
@@ -28,7 +29,7 @@ type slowStore struct {
 	refused atomic.Int64
 }
 
-func (s *slowStore) InsertUsage(ctx context.Context, batch string, rs []proxy.Usage) error {
+func (s *slowStore) InsertUsage(ctx context.Context, batch string, rs []gpuproxy.Usage) error {
 	s.inserts.Add(1)
 	select {
 	case <-time.After(s.delay):
@@ -83,7 +84,7 @@ func usageStoreWithSQL(t *testing.T, k dbtest.Kind) (*db.Store, func(q string)) 
 func storedRequestIDs(t *testing.T, st proxy.UsageStore, acct int64) map[string]int {
 	t.Helper()
 	ids := map[string]int{}
-	f := proxy.UsageFilter{AccountID: acct, Limit: 1000}
+	f := gpuproxy.UsageFilter{AccountID: acct, Limit: 1000}
 	for {
 		page, err := st.ListUsage(context.Background(), f)
 		if err != nil {
@@ -272,7 +273,7 @@ type lostAnswerStore struct {
 	calls, lost atomic.Int64
 }
 
-func (s *lostAnswerStore) InsertUsage(ctx context.Context, batch string, rs []proxy.Usage) error {
+func (s *lostAnswerStore) InsertUsage(ctx context.Context, batch string, rs []gpuproxy.Usage) error {
 	if err := s.UsageStore.InsertUsage(ctx, batch, rs); err != nil {
 		return err
 	}

@@ -19,14 +19,14 @@ import (
 // block, for the recorder's failure paths.
 type usageStore struct {
 	mu      sync.Mutex
-	rows    []proxy.Usage
+	rows    []gpuproxy.Usage
 	batches []int
 	fail    bool
 	block   chan struct{}
 	inserts atomic.Int64
 }
 
-func (s *usageStore) InsertUsage(ctx context.Context, _ string, rs []proxy.Usage) error {
+func (s *usageStore) InsertUsage(ctx context.Context, _ string, rs []gpuproxy.Usage) error {
 	s.inserts.Add(1)
 	if s.block != nil {
 		select {
@@ -45,11 +45,11 @@ func (s *usageStore) InsertUsage(ctx context.Context, _ string, rs []proxy.Usage
 	return nil
 }
 
-func (s *usageStore) ListUsage(context.Context, proxy.UsageFilter) ([]proxy.Usage, error) {
+func (s *usageStore) ListUsage(context.Context, gpuproxy.UsageFilter) ([]gpuproxy.Usage, error) {
 	return nil, nil
 }
-func (s *usageStore) UsageTotals(context.Context, proxy.UsageFilter) (proxy.UsageTotals, error) {
-	return proxy.UsageTotals{}, nil
+func (s *usageStore) UsageTotals(context.Context, gpuproxy.UsageFilter) (gpuproxy.UsageTotals, error) {
+	return gpuproxy.UsageTotals{}, nil
 }
 
 func (s *usageStore) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.rows) }

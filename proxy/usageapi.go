@@ -70,7 +70,7 @@ func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, err)
 		return
 	}
-	f := UsageFilter{AccountID: pr.AccountID, InstanceID: q.Get("instance_id"), Limit: 100}
+	f := gpuproxy.UsageFilter{AccountID: pr.AccountID, InstanceID: q.Get("instance_id"), Limit: 100}
 	var err error
 	if f.From, f.To, err = httpapi.TimeRange(q.Get); err != nil {
 		writeError(w, r, p.log, err)
