@@ -56,8 +56,18 @@
 // ahead of the router, and the server takes keep-alive connections over
 // after a proxied request (see the server package).
 //
-// Each request leaves a Usage record (account, instance, method, path,
-// status, bytes in/out, latency, time to first byte, cost), queued without
-// blocking and written in batches by a background flusher; Close flushes.
-// Metrics observes every request through plain methods.
+// Each request leaves a usage record (gpuproxy.Usage: account, instance,
+// method, path, status, bytes in/out, latency, time to first byte, cost),
+// queued without blocking and written in batches by Run, which also
+// sweeps expired caches, idle connections and unused breakers; New starts
+// no goroutine. Close stops Run and writes what is still queued. Metrics
+// observes every request through plain methods.
+//
+// The request path reads as the policy it applies, one file a step:
+// route (forward.go: ServeHTTP, checkRoute, the body), find the caller's
+// instance (exchange.go, endpoint.go), admit the cost (exchange.go: send,
+// the Gate), the breaker (breaker.go), forward (the lean client in
+// internal/h1client, or http.Transport), relay the answer (forward.go,
+// stream.go) and record usage (usage.go). Options and their defaults are
+// in options.go.
 package proxy
