@@ -37,7 +37,8 @@ func TestKeepAliveAndClosedIdleConnections(t *testing.T) {
 			closed.Add(1)
 		}
 	}
-	// Past the proxy's probeAfter, so the pool checks the connection.
+	// Past the lean client's probeAfter (internal/h1client), so the pool
+	// checks the connection.
 	up.Config.IdleTimeout = 300 * time.Millisecond
 	up.Start()
 	defer up.Close()
