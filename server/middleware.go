@@ -153,6 +153,15 @@ func (s *Server) authenticate(rw httpapi.RateLimitWriter, rc httpapi.RateCounter
 				r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
 			}
 			p, err := s.Authenticate(r)
+			if err != nil && r.Context().Err() != nil {
+				// The caller hung up while its key was looked up: nobody
+				// reads an answer and nothing here went wrong; the request
+				// log says 499 at INFO, as errorHandler does.
+				if sw := recorderOf(w); sw != nil {
+					sw.status = statusClientClosed
+				}
+				return
+			}
 			if err != nil {
 				if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
 					w.Header().Set("WWW-Authenticate", s.opts.Challenge(r))
