@@ -130,12 +130,6 @@ type keyRate struct {
 	claiming  chan struct{} // closed when the claim in flight ends; nil if none
 }
 
-// NewRateLimiter returns an in-memory, per-process limiter; perMinute ≤ 0
-// disables limiting.
-func NewRateLimiter(perMinute int) *RateLimiter {
-	return NewSharedRateLimiter(perMinute, RateLimitOptions{})
-}
-
 // NewSharedRateLimiter returns a limiter whose buckets live in o.Store when
 // it is set (see RateLimiter); perMinute ≤ 0 disables limiting. Run prunes
 // the store's idle buckets.

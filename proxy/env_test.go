@@ -243,7 +243,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}
 	})
 	srv := server.New(server.Services{Auth: e.auth, Guard: e.guard, Ledger: e.ledger, Store: st,
-		RateLimiter: auth.NewRateLimiter(1_000_000), Mount: []func(server.Registrar){e.proxy.Mount}},
+		RateLimiter: auth.NewSharedRateLimiter(1_000_000, auth.RateLimitOptions{}), Mount: []func(server.Registrar){e.proxy.Mount}},
 		// scripts/test runs this suite a second time with every request on
 		// net/http (no connection takeover after the first request).
 		server.Options{Logger: log, MaxBody: o.maxBody, KeepNetHTTP: os.Getenv("GPUPROXY_TEST_KEEP_NET_HTTP") != ""})
