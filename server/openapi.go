@@ -9,9 +9,11 @@ import (
 
 // openAPIDoc is the OpenAPI 3.1 document of every route the server and
 // its mounted transports answer, maintained by hand beside the routes
-// (openapi.json). TestOpenAPI keeps it honest: every registered route is
-// documented, every documented route is served, and every example (and a
-// live answer of each REST route) validates against its schema.
+// (openapi.json). Tests keep it honest: TestOpenAPICoversEveryRoute
+// (cmd/gpuproxy) that every route the binary serves is documented and
+// every documented route served, TestOpenAPIDocument that every example
+// validates against its schema, TestOpenAPIMatchesAnswers that live
+// answers of the REST routes do.
 //
 //go:embed openapi.json
 var openAPIDoc []byte

@@ -18,6 +18,15 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 )
 
+// The sandbox's fleet intervals, unless configured: shorter than the
+// production defaults (fleet.Default…), so that a simulated instance is
+// seen running, and an interrupted create adopted, within seconds.
+const (
+	sandboxPollInterval      = time.Second
+	sandboxReconcileInterval = 15 * time.Second
+	sandboxPendingGrace      = 30 * time.Second
+)
+
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.
 const sandboxDB = "data/sandbox.db"
 
@@ -92,13 +101,13 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 			databaseName(cfg.DatabaseURL))
 	}
 	if cfg.Fleet.PollInterval == 0 {
-		cfg.Fleet.PollInterval = time.Second
+		cfg.Fleet.PollInterval = sandboxPollInterval
 	}
 	if cfg.Fleet.ReconcileInterval == 0 {
-		cfg.Fleet.ReconcileInterval = 15 * time.Second
+		cfg.Fleet.ReconcileInterval = sandboxReconcileInterval
 	}
 	if cfg.Fleet.PendingGrace == 0 {
-		cfg.Fleet.PendingGrace = 30 * time.Second
+		cfg.Fleet.PendingGrace = sandboxPendingGrace
 	}
 	if sb.sims, err = startSimulators(simOptions{}); err != nil {
 		sb.Close()
