@@ -112,6 +112,7 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advance()
+	s.takePending() // someone else may have rented what we listed
 	switch {
 	case sp.hasPool:
 		writeDetail(w, http.StatusBadRequest, "Node pool not found")

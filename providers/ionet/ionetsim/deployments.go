@@ -126,6 +126,7 @@ func (d *deployment) secretKeys() []string {
 // runs out; termination requested → destroyed. The caller holds s.mu.
 func (s *Server) advance() {
 	now := s.opts.Now().UTC()
+	s.releaseHolds(now)
 	closed := false
 	select {
 	case <-s.closing: // no new listeners once closed

@@ -15,5 +15,7 @@
 // loopback port and reports it as public_url; DELETE moves them to
 // "termination requested" and then "destroyed". Faults (latency, 429/5xx,
 // hangs, ambiguous or rejected deploys, rate limits) can be injected at run
-// time.
+// time, and Options.OfferChurn makes a share of the listed offers be taken
+// by someone else before our deploy (io.net's no-capacity answer), their
+// capacity coming back after Options.ChurnHold.
 package ionetsim

@@ -52,6 +52,7 @@ type hardwareJSON struct {
 func (s *Server) hardware(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	s.advance()
+	s.takePending() // a new search begins: earlier listings may be gone
 	out := []hardwareJSON{}
 	total := 0
 	for i := range s.hw {
@@ -102,6 +103,7 @@ func (s *Server) availableReplicas(w http.ResponseWriter, r *http.Request) {
 				AvailableReplicas: replicasOf(h, st, qty)})
 		}
 	}
+	s.churnListed(id, qty, out)
 	writeJSON(w, http.StatusOK, map[string]any{"data": out})
 }
 

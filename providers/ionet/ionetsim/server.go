@@ -14,34 +14,6 @@ import (
 // Prefix is the path prefix of the simulated CaaS API.
 const Prefix = "/enterprise/v1/io-cloud/caas"
 
-// Options configure a Server. Zero values take the documented defaults.
-type Options struct {
-	// APIKey is the only key accepted in X-API-KEY. Required: a missing or
-	// different key gets 401 {"detail": ...}.
-	APIKey string
-	// Catalog is the hardware on offer. Default DefaultCatalog(). The
-	// server works on a copy.
-	Catalog []Hardware
-	// StartDelay is how long a deployment stays "deployment requested"
-	// before it runs and its public_url appears. Default 1s.
-	StartDelay time.Duration
-	// TerminateDelay is how long a destroyed deployment stays "termination
-	// requested" before it reads "destroyed". Default 200ms.
-	TerminateDelay time.Duration
-	// ChunkDelay is the pause between streamed completion chunks of the
-	// inference endpoints. Default 10ms.
-	ChunkDelay time.Duration
-	// RateLimit, when positive, allows that many API requests per
-	// RateWindow (default 10s) and answers 429 beyond it. io.net documents
-	// no IO Cloud limit (its Explorer API allows 150 per 10s), so it is off
-	// by default.
-	RateLimit  int
-	RateWindow time.Duration
-	// Now is the clock. Default time.Now. Lifecycle steps happen lazily,
-	// when a request or an inspection call observes the clock past them.
-	Now func() time.Time
-}
-
 // Server simulates io.net's IO Cloud CaaS API. It is safe for concurrent
 // use; every exported method may be called while it serves.
 type Server struct {
@@ -61,30 +33,14 @@ type Server struct {
 	winStart time.Time
 	winCount int
 	counts   map[string]int
+	churn    churn
 	srv      *http.Server
 }
 
 // New returns a Server with o's defaults filled in. It serves nothing until
 // Start, or until Handler is mounted (e.g. in httptest).
 func New(o Options) *Server {
-	if o.Catalog == nil {
-		o.Catalog = DefaultCatalog()
-	}
-	if o.StartDelay <= 0 {
-		o.StartDelay = time.Second
-	}
-	if o.TerminateDelay <= 0 {
-		o.TerminateDelay = 200 * time.Millisecond
-	}
-	if o.ChunkDelay <= 0 {
-		o.ChunkDelay = 10 * time.Millisecond
-	}
-	if o.RateWindow <= 0 {
-		o.RateWindow = 10 * time.Second
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o = o.withDefaults()
 	s := &Server{
 		opts:    o,
 		closing: make(chan struct{}),
@@ -93,6 +49,7 @@ func New(o Options) *Server {
 		limit:   o.RateLimit,
 		window:  o.RateWindow,
 		counts:  map[string]int{},
+		churn:   churn{listed: map[offerKey]uint64{}, pending: map[offerKey]bool{}},
 	}
 	s.handler = s.routes()
 	return s
