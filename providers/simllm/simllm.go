@@ -18,6 +18,11 @@ import (
 // Server unless SetChunkDelay changes it.
 const DefaultChunkDelay = 5 * time.Millisecond
 
+// MaxRequestBody is the largest chat request body, in bytes, a Server
+// reads; a longer one is refused with 400 invalid_request_error. Test
+// prompts are a few words, so 1 MiB only stops a runaway client.
+const MaxRequestBody = 1 << 20
+
 // Server is a tiny OpenAI-compatible inference endpoint on its own
 // loopback listener: GET /v1/models, POST /v1/chat/completions (plain and
 // "stream":true as server-sent events ending with "data: [DONE]") and
@@ -158,7 +163,7 @@ func contentText(raw json.RawMessage) string {
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.Messages) == 0 {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody)).Decode(&req); err != nil || len(req.Messages) == 0 {
 		writeJSONReply(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
 			"message": "request must be JSON with a non-empty messages list",
 			"type":    "invalid_request_error", "code": nil,

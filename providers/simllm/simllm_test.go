@@ -150,3 +150,27 @@ func call(t *testing.T, method, u, _ string, body any) teststack.Response {
 	t.Helper()
 	return teststack.SendJSON(t, method, u, body)
 }
+
+// TestRequestBodyCap: a chat body of exactly MaxRequestBody bytes is read,
+// one byte more is refused.
+func TestRequestBodyCap(t *testing.T) {
+	t.Parallel()
+	s := startInference(t)
+	post := func(size int) int {
+		t.Helper()
+		head, tail := `{"messages":[{"role":"user","content":"`, `"}]}`
+		body := head + strings.Repeat("a", size-len(head)-len(tail)) + tail
+		resp, err := http.Post(s.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := post(MaxRequestBody); st != http.StatusOK {
+		t.Fatalf("body of MaxRequestBody bytes: HTTP %d", st)
+	}
+	if st := post(MaxRequestBody + 1); st != http.StatusBadRequest {
+		t.Fatalf("body one byte over MaxRequestBody: HTTP %d", st)
+	}
+}
