@@ -363,7 +363,7 @@ func TestCreateRefusals(t *testing.T) {
 		msg  string
 	}{
 		{"422 from fault", req("r1", nil), providers.KindInvalid, "body.registry_config.image_url"},
-		{"422 port range", req("r2", func(r *providers.CreateRequest) { r.Ports = []int{70000} }), providers.KindInvalid, "body.container_config.traffic_port: Input should be less than or equal to 65535"},
+		{"port range", req("r2", func(r *providers.CreateRequest) { r.Ports = []int{70000} }), providers.KindInvalid, "traffic port must be between 1 and 65535, got 70000"},
 		{"422 hours", req("r3", func(r *providers.CreateRequest) { r.Hours = 9000 }), providers.KindInvalid, "body.duration_hours"},
 		{"no capacity", req("r4", func(r *providers.CreateRequest) { r.OfferID = "210:7:4"; r.Hours = 1 }), providers.KindGone, "capacity"},
 		{"unknown hardware", req("r5", func(r *providers.CreateRequest) { r.OfferID = "999:1:1" }), providers.KindGone, "not found"},

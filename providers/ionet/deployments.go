@@ -19,6 +19,9 @@ import (
 // when the request names none.
 const DefaultTrafficPort = 8000
 
+// maxPort is the largest TCP port.
+const maxPort = 65535
+
 // Create deploys one container of the offer's hardware, location and GPUs
 // for req.Hours prepaid hours (DefaultHours when ≤ 0), tagged with req.Tag as
 // resource_private_name. io.net routes a single HTTP traffic port, so at most
@@ -45,6 +48,9 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 		return providers.Instance{}, invalid("an image is required")
 	case len(req.Ports) > 1:
 		return providers.Instance{}, invalid(fmt.Sprintf("io.net routes a single traffic port, got %d ports", len(req.Ports)))
+	case len(req.Ports) == 1 && (req.Ports[0] < 1 || req.Ports[0] > maxPort):
+		// io.net's schema does not bound traffic_port: check it here.
+		return providers.Instance{}, invalid(fmt.Sprintf("the traffic port must be between 1 and %d, got %d", maxPort, req.Ports[0]))
 	}
 	hours := req.Hours
 	if hours <= 0 {

@@ -1,7 +1,6 @@
 package ionetsim
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -48,31 +47,30 @@ func parseDeploy(v *validator, body []byte) deploySpec {
 		if h <= 0 {
 			v.add("greater_than", with(b, "duration_hours"), "Input should be greater than 0", h, map[string]any{"gt": 0})
 		} else {
-			v.bound(with(b, "duration_hours"), h, h, 1, 8760)
+			v.bound(with(b, "duration_hours"), h, h, 1, MaxDurationHours)
 		}
 	}
 	if g, ok := v.intField(m, b, "gpus_per_container", true); ok {
 		sp.gpus = g
-		v.bound(with(b, "gpus_per_container"), g, g, 1, 8)
+		v.bound(with(b, "gpus_per_container"), g, g, 1, MaxGPUsPerContainer)
 	}
 	sp.hardware, _ = v.intField(m, b, "hardware_id", true)
 	sp.locations, sp.hasLocations = listField[int](v, m, b, "location_ids", 1, 1)
-	_, sp.hasPool = v.strField(m, b, "node_pool_id", false)
+	if pool, ok := v.strField(m, b, "node_pool_id", false); ok {
+		sp.hasPool = v.uuid(with(b, "node_pool_id"), pool)
+	}
 
 	if raw, has := m["container_config"]; !has {
 		v.add("missing", with(b, "container_config"), "Field required", nil, nil)
 	} else if cm := v.object(raw, with(b, "container_config"), containerKeys...); cm != nil {
 		cl := with(b, "container_config")
-		if n, ok := v.intField(cm, cl, "replica_count", true); ok {
-			sp.replicas = n
-			v.bound(with(cl, "replica_count"), n, n, 1, 0)
-		}
-		if p, ok := v.intField(cm, cl, "traffic_port", true); ok {
-			sp.port = p
-			v.bound(with(cl, "traffic_port"), p, p, 1, 65535)
-		}
-		sp.env, _ = v.mapField(cm, cl, "env_variables", false)
-		sp.secrets, _ = v.mapField(cm, cl, "secret_env_variables", false)
+		// The schema bounds neither replica_count nor traffic_port:
+		// deploy refuses nonsense after validation, with a 400.
+		sp.replicas, _ = v.intField(cm, cl, "replica_count", true)
+		sp.port, _ = v.intField(cm, cl, "traffic_port", true)
+		// Unlike PATCH, deploy's env maps are not nullable.
+		sp.env, _ = v.mapField(cm, cl, "env_variables", false, false)
+		sp.secrets, _ = v.mapField(cm, cl, "secret_env_variables", false, false)
 		sp.entrypoint, _ = listField[string](v, cm, cl, "entrypoint", 1, 0)
 		sp.args, _ = listField[string](v, cm, cl, "args", 1, 0)
 		if c, ok := v.strField(cm, cl, "command", false); ok {
@@ -94,7 +92,7 @@ func parseDeploy(v *validator, body []byte) deploySpec {
 // stock, charges the prepaid total and answers the bare
 // {"status","deployment_id"}.
 func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	s.mu.Lock()
 	reject := s.takeFault(r, faultReject)
 	s.mu.Unlock()
@@ -114,6 +112,9 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	s.advance()
 	s.takePending() // someone else may have rented what we listed
 	switch {
+	case sp.hasPool && sp.hasLocations: // the schema: "Can't be used if location_ids are provided."
+		writeDetail(w, http.StatusBadRequest, "node_pool_id can't be used if location_ids are provided")
+		return
 	case sp.hasPool:
 		writeDetail(w, http.StatusBadRequest, "Node pool not found")
 		return
@@ -122,6 +123,12 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 		return
 	case strings.TrimSpace(sp.name) == "":
 		writeDetail(w, http.StatusBadRequest, "resource_private_name must not be empty")
+		return
+	case sp.replicas < 1:
+		writeDetail(w, http.StatusBadRequest, "replica_count must be at least 1, got %d", sp.replicas)
+		return
+	case badPort(sp.port):
+		writeDetail(w, http.StatusBadRequest, "traffic_port must be between 1 and 65535, got %d", sp.port)
 		return
 	}
 	for _, d := range s.order {
@@ -180,33 +187,57 @@ func (s *Server) deploy(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "success", "deployment_id": d.id})
 }
 
+// updateSpec is a validated ContainerUpdateRequest: every member optional,
+// null meaning "unchanged" (secret values excepted: null deletes one).
+type updateSpec struct {
+	env, secrets               map[string]*string
+	hasEnv                     bool
+	image, command             *string
+	port                       *int
+	entrypoint, args           []string
+	hasEntrypoint, hasArgs     bool
+	registryUser, registrySecr *string
+}
+
+// parseUpdate validates a PATCH body like FastAPI would: members at the top
+// level, unknown ones (container_config included) 422 extra_forbidden.
+func parseUpdate(v *validator, body []byte) updateSpec {
+	var u updateSpec
+	b := loc("body")
+	raw, ok := v.decodeBody(body)
+	if !ok {
+		return u
+	}
+	m := v.object(raw, b, updateKeys...)
+	if m == nil {
+		return u
+	}
+	opt := func(key string) *string {
+		if s, ok := v.strField(m, b, key, false); ok {
+			return &s
+		}
+		return nil
+	}
+	u.env, u.hasEnv = v.mapField(m, b, "env_variables", true, false)
+	u.secrets, _ = v.mapField(m, b, "secret_env_variables", true, true)
+	u.entrypoint, u.hasEntrypoint = listField[string](v, m, b, "entrypoint", 0, 0)
+	if p, ok := v.intField(m, b, "traffic_port", false); ok {
+		u.port = &p
+	}
+	u.image = opt("image_url")
+	u.registryUser, u.registrySecr = opt("registry_username"), opt("registry_secret")
+	u.args, u.hasArgs = listField[string](v, m, b, "args", 0, 0)
+	u.command = opt("command")
+	return u
+}
+
 // update serves PATCH caas/deployment/{id}: top-level container settings;
 // env_variables replaces the map, secret_env_variables merges (null
 // deletes a key). container_config here is 422 extra_forbidden.
 func (s *Server) update(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	var v validator
-	b := loc("body")
-	var m map[string]json.RawMessage
-	if raw, ok := v.decodeBody(body); ok {
-		m = v.object(raw, b, updateKeys...)
-	}
-	var (
-		env, secrets map[string]*string
-		hasEnv       bool
-		image        string
-		hasImage     bool
-		port         int
-		hasPort      bool
-	)
-	if m != nil {
-		env, hasEnv = v.mapField(m, b, "env_variables", false)
-		secrets, _ = v.mapField(m, b, "secret_env_variables", true)
-		image, hasImage = v.strField(m, b, "image_url", false)
-		if port, hasPort = v.intField(m, b, "traffic_port", false); hasPort {
-			v.bound(with(b, "traffic_port"), port, port, 1, 65535)
-		}
-	}
+	u := parseUpdate(&v, body)
 	if !v.ok() {
 		write422(w, v.errs)
 		return
@@ -216,28 +247,50 @@ func (s *Server) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer unlock()
-	if d.status != stRunning && d.status != stRequested {
+	switch {
+	case d.status != stRunning && d.status != stRequested:
 		writeDetail(w, http.StatusBadRequest, "Deployment is %s and cannot be updated", d.status)
 		return
+	case u.port != nil && badPort(*u.port):
+		writeDetail(w, http.StatusBadRequest, "traffic_port must be between 1 and 65535, got %d", *u.port)
+		return
 	}
-	if hasEnv {
+	if u.hasEnv {
 		d.env = map[string]string{}
-		for k, p := range env {
+		for k, p := range u.env {
 			d.env[k] = *p
 		}
 	}
-	for k, p := range secrets {
+	for k, p := range u.secrets {
 		if p == nil {
 			delete(d.secrets, k)
 		} else {
 			d.secrets[k] = *p
 		}
 	}
-	if hasImage {
-		d.image = image
+	if u.image != nil {
+		d.image = *u.image
 	}
-	if hasPort {
-		d.port = port
+	if u.port != nil {
+		d.port = *u.port
+	}
+	if u.hasEntrypoint {
+		d.entrypoint = u.entrypoint
+	}
+	if u.hasArgs {
+		d.args = u.args
+	}
+	if u.command != nil {
+		d.command = u.command
+	}
+	if u.registryUser != nil {
+		d.registryUser = *u.registryUser
+	}
+	if u.registrySecr != nil {
+		d.registrySecrets = true
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "success", "deployment_id": d.id})
 }
+
+// badPort reports a traffic_port no container can listen on.
+func badPort(p int) bool { return p < 1 || p > 65535 }

@@ -5,8 +5,8 @@ import (
 	"io"
 	"math/big"
 	"net/http"
-	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -203,10 +203,6 @@ func refund(paid gpuproxy.Micros, hours int, started, at time.Time) gpuproxy.Mic
 	return gpuproxy.Micros(r.Quo(r, big.NewInt(int64(prepaid))).Int64())
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)
-
-// lookup finds the deployment of the {id} path value, answering 422 for a
-// malformed UUID and 404 for an unknown one. The caller holds s.mu.
 // lockDeployment takes the server lock, advances every lifecycle to now and
 // finds the deployment of the request's path. When it returns nil the reply
 // is written and the lock released; otherwise the caller calls unlock.
@@ -220,18 +216,27 @@ func (s *Server) lockDeployment(w http.ResponseWriter, r *http.Request) (d *depl
 	return d, s.mu.Unlock
 }
 
+// lookup finds the deployment of the {id} path value, answering 422 for a
+// malformed UUID and 404 for an unknown one. Like Pydantic, it reads the
+// UUID in any case, with or without hyphens. The caller holds s.mu.
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) *deployment {
 	id := r.PathValue("id")
-	if !uuidRE.MatchString(id) {
-		write422(w, []detailItem{{Type: "uuid_parsing", Loc: loc("path", "deployment_id"),
-			Msg: "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-]", Input: id}})
+	var v validator
+	if !v.uuid(loc("path", "deployment_id"), id) {
+		write422(w, v.errs)
 		return nil
 	}
-	d := s.deps[id]
+	d := s.deps[canonicalUUID(id)]
 	if d == nil {
 		writeDetail(w, http.StatusNotFound, "Deployment not found")
 	}
 	return d
+}
+
+// canonicalUUID writes a UUID as newUUID does: lowercase, hyphenated.
+func canonicalUUID(s string) string {
+	h := strings.ToLower(strings.ReplaceAll(s, "-", ""))
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // destroy serves DELETE caas/deployment/{id}: the deployment goes to
@@ -269,14 +274,16 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 }
 
 // extend serves POST caas/deployment/{id}/extend {"duration_hours": n}:
-// n more hours are paid and the details are returned, wrapped.
+// n more hours are paid and the details are returned, wrapped. Unlike the
+// deploy body, ExtendCluster does not forbid other members: they are
+// ignored.
 func (s *Server) extend(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	var v validator
 	raw, ok := v.decodeBody(body)
 	var n int
 	if ok {
-		m := v.object(raw, loc("body"), "duration_hours")
+		m := v.object(raw, loc("body"), anyKey)
 		if m != nil {
 			var has bool
 			if n, has = v.intField(m, loc("body"), "duration_hours", true); has && n <= 0 {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 )
@@ -54,8 +55,39 @@ func loc(parts ...any) []any { return parts }
 
 func with(base []any, part any) []any { return append(append([]any(nil), base...), part) }
 
-// queryInt reads an integer query parameter. min/max bound it (max 0 = no
-// bound); def is used when it is absent and not required.
+// noMin is the lo of queryInt and bound for a parameter whose schema sets
+// no minimum.
+const noMin = math.MinInt
+
+// uuidRE matches what Pydantic accepts as a UUID: hex digits, hyphens
+// optional.
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)
+
+// uuid reports whether s is a UUID, adding Pydantic's uuid_parsing error
+// at l when it is not.
+func (v *validator) uuid(l []any, s string) bool {
+	if uuidRE.MatchString(s) {
+		return true
+	}
+	v.add("uuid_parsing", l, "Input should be a valid UUID, invalid character: expected an optional prefix of `urn:uuid:` followed by [0-9a-fA-F-]", s, nil)
+	return false
+}
+
+// queryUUID reads an optional UUID query parameter ("" when absent).
+func (v *validator) queryUUID(q url.Values, name string) string {
+	if !q.Has(name) {
+		return ""
+	}
+	s := q.Get(name)
+	if !v.uuid(loc("query", name), s) {
+		return ""
+	}
+	return s
+}
+
+// queryInt reads an integer query parameter. lo/hi bound it (lo noMin or
+// hi 0: no bound that side); def is used when it is absent and not
+// required.
 func (v *validator) queryInt(q url.Values, name string, required bool, def, lo, hi int) int {
 	if !q.Has(name) {
 		if required {
@@ -103,6 +135,14 @@ func (v *validator) decodeBody(body []byte) (json.RawMessage, bool) {
 	return raw, true
 }
 
+// maxBody caps the request bodies the simulator reads: io.net's are a few
+// kilobytes.
+const maxBody = 1 << 20
+
+// anyKey, as the only allowed key of validator.object, allows every member
+// (a schema without additionalProperties: false).
+const anyKey = "*"
+
 // object checks that raw is a JSON object without keys beyond allowed
 // (additionalProperties: false) and returns its members.
 func (v *validator) object(raw json.RawMessage, l []any, allowed ...string) map[string]json.RawMessage {
@@ -110,6 +150,9 @@ func (v *validator) object(raw json.RawMessage, l []any, allowed ...string) map[
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
 		v.add("model_attributes_type", l, "Input should be a valid dictionary or object to extract fields from", anyOf(raw), nil)
 		return nil
+	}
+	if len(allowed) == 1 && allowed[0] == anyKey {
+		return m
 	}
 	ok := map[string]bool{}
 	for _, k := range allowed {
@@ -225,15 +268,16 @@ func listField[T any](v *validator, m map[string]json.RawMessage, l []any, key s
 	return out, !bad
 }
 
-// mapField reads a nullable map of strings; nullValues allows null values
-// (secret merges, where null deletes a key).
-func (v *validator) mapField(m map[string]json.RawMessage, l []any, key string, nullValues bool) (map[string]*string, bool) {
+// mapField reads an optional map of strings. nullable allows null for the
+// whole map (absent then); nullValues allows null values (secret merges,
+// where null deletes a key).
+func (v *validator) mapField(m map[string]json.RawMessage, l []any, key string, nullable, nullValues bool) (map[string]*string, bool) {
 	raw, has := m[key]
-	if !has || isNull(raw) {
+	if !has || (nullable && isNull(raw)) {
 		return nil, false
 	}
 	var mm map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &mm); err != nil {
+	if err := json.Unmarshal(raw, &mm); err != nil || mm == nil {
 		v.add("dict_type", with(l, key), "Input should be a valid dictionary", anyOf(raw), nil)
 		return nil, false
 	}

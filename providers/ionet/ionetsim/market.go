@@ -2,6 +2,7 @@ package ionetsim
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 
 	"github.com/aiserve/gpuproxy"
@@ -46,17 +47,28 @@ type hardwareJSON struct {
 	Price               gpuproxy.Micros `json:"price"`
 }
 
-// hardware serves GET caas/hardware/max-gpus-per-container. available is
-// the free GPUs over all locations; max_gpus_per_container is the largest
-// container that fits somewhere right now.
-func (s *Server) hardware(w http.ResponseWriter, _ *http.Request) {
+// hardware serves GET caas/hardware/max-gpus-per-container?node_pool_id=.
+// available is the free GPUs over all locations; max_gpus_per_container is
+// the largest container that fits somewhere right now. The simulator has
+// no private node pools: a node_pool_id lists nothing.
+func (s *Server) hardware(w http.ResponseWriter, r *http.Request) {
+	var v validator
+	pool := v.queryUUID(r.URL.Query(), "node_pool_id")
+	if !v.ok() {
+		write422(w, v.errs)
+		return
+	}
 	s.mu.Lock()
 	s.advance()
 	s.takePending() // a new search begins: earlier listings may be gone
+	listed := s.hw
+	if pool != "" {
+		listed = nil
+	}
 	out := []hardwareJSON{}
 	total := 0
-	for i := range s.hw {
-		h := &s.hw[i]
+	for i := range listed {
+		h := &listed[i]
 		free, most := 0, 0
 		for _, st := range h.Stock {
 			free += st.FreeGPUs
@@ -77,12 +89,15 @@ type locationJSON struct {
 	AvailableReplicas int    `json:"available_replicas"`
 }
 
-// availableReplicas serves GET caas/available-replicas?hardware_id=&hardware_qty=.
+// availableReplicas serves GET
+// caas/available-replicas?hardware_id=&hardware_qty=&node_pool_id=; a node
+// pool (the simulator has none) lists no location.
 func (s *Server) availableReplicas(w http.ResponseWriter, r *http.Request) {
 	var v validator
 	q := r.URL.Query()
-	id := v.queryInt(q, "hardware_id", true, 0, 0, 0)
+	id := v.queryInt(q, "hardware_id", true, 0, noMin, 0)
 	qty := v.queryInt(q, "hardware_qty", true, 0, 1, 0)
+	pool := v.queryUUID(q, "node_pool_id")
 	if !v.ok() {
 		write422(w, v.errs)
 		return
@@ -96,7 +111,7 @@ func (s *Server) availableReplicas(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []locationJSON{}
-	if q.Get("node_pool_id") == "" {
+	if pool == "" {
 		for i := range h.Stock {
 			st := &h.Stock[i]
 			out = append(out, locationJSON{ID: st.LocationID, ISO2: st.ISO2, Name: st.Name,
@@ -132,9 +147,10 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 	if !q.Has("location_ids") {
 		v.add("missing", loc("query", "location_ids"), "Field required", nil, nil)
 	}
-	id := v.queryInt(q, "hardware_id", true, 0, 0, 0)
-	hours := v.queryInt(q, "duration_hours", true, 0, 1, 8760)
-	gpus := v.queryInt(q, "gpus_per_container", true, 0, 1, 8)
+	// Unlike deploy, the price query bounds hours and GPUs only below.
+	id := v.queryInt(q, "hardware_id", true, 0, noMin, 0)
+	hours := v.queryInt(q, "duration_hours", true, 0, 1, 0)
+	gpus := v.queryInt(q, "gpus_per_container", true, 0, 1, 0)
 	replicas := v.queryInt(q, "replica_count", true, 0, 1, 0)
 	if !v.ok() {
 		write422(w, v.errs)
@@ -151,6 +167,10 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 	h := s.findHardware(id)
 	if h == nil {
 		writeDetail(w, http.StatusNotFound, "Hardware %d not found", id)
+		return
+	}
+	if float64(h.PricePerGPUHour)*float64(gpus)*float64(replicas)*float64(hours) > math.MaxInt64/2 {
+		writeDetail(w, http.StatusBadRequest, "The requested deployment is too large to price")
 		return
 	}
 	avail := make([]int, len(locs))

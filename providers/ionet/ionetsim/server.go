@@ -14,6 +14,10 @@ import (
 // Prefix is the path prefix of the simulated CaaS API.
 const Prefix = "/enterprise/v1/io-cloud/caas"
 
+// forever is how long a hung request waits: until the client gives up or
+// the server closes.
+const forever = 365 * 24 * time.Hour
+
 // Server simulates io.net's IO Cloud CaaS API. It is safe for concurrent
 // use; every exported method may be called while it serves.
 type Server struct {
@@ -61,6 +65,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"/hardware/max-gpus-per-container", s.hardware)
 	mux.HandleFunc("GET "+Prefix+"/available-replicas", s.availableReplicas)
 	mux.HandleFunc("GET "+Prefix+"/price", s.price)
+	mux.HandleFunc("GET "+Prefix+"/node-pools", s.nodePools)
 	mux.HandleFunc("POST "+Prefix+"/deploy", s.deploy)
 	mux.HandleFunc("GET "+Prefix+"/deployments", s.list)
 	mux.HandleFunc("GET "+Prefix+"/deployment/{id}", s.details)
@@ -68,6 +73,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE "+Prefix+"/deployment/{id}", s.destroy)
 	mux.HandleFunc("POST "+Prefix+"/deployment/{id}/extend", s.extend)
 	mux.HandleFunc("GET "+Prefix+"/deployment/{id}/containers", s.containers)
+	mux.HandleFunc("GET "+Prefix+"/deployment/{id}/containers-jobs/{container}", s.containerJobs)
 	mux.HandleFunc("GET "+Prefix+"/deployment/{id}/log/{container}", s.logs)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
@@ -89,7 +95,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		}
 		if f != nil {
 			if f.kind == faultHang {
-				s.sleep(r.Context(), 365*24*time.Hour)
+				s.sleep(r.Context(), forever)
 				return
 			}
 			writeFault(w, f.status)

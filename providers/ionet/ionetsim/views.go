@@ -57,10 +57,10 @@ type locJSON struct {
 	Name string `json:"name"`
 }
 
+// containerConfigJSON is the details' ContainerConfig-Output: no args,
+// command or registry settings, and secrets by name only.
 type containerConfigJSON struct {
 	Entrypoint    []string          `json:"entrypoint"`
-	Args          []string          `json:"args"`
-	Command       *string           `json:"command"`
 	EnvVariables  map[string]string `json:"env_variables"`
 	TrafficPort   int               `json:"traffic_port"`
 	ImageURL      string            `json:"image_url"`
@@ -105,8 +105,8 @@ func (s *Server) detailsOf(d *deployment) detailsJSON {
 		HardwareName: d.hw.Name, HardwareID: d.hw.ID, BrandName: d.hw.Brand,
 		Locations:            []locJSON{{ID: d.loc.LocationID, ISO2: d.loc.ISO2, Name: d.loc.Name}},
 		ComputeMinutesServed: served, ComputeMinutesRemaining: remaining,
-		ContainerConfig: containerConfigJSON{Entrypoint: d.entrypoint, Args: d.args, Command: d.command,
-			EnvVariables: env, TrafficPort: d.port, ImageURL: d.image, SecretEnvKeys: d.secretKeys()},
+		ContainerConfig: containerConfigJSON{Entrypoint: d.entrypoint, EnvVariables: env, TrafficPort: d.port,
+			ImageURL: d.image, SecretEnvKeys: d.secretKeys()},
 	}
 }
 
@@ -131,15 +131,32 @@ type listItemJSON struct {
 	ComputeMinutesRemaining int     `json:"compute_minutes_remaining"`
 }
 
+// Page sizes of the list routes.
+const (
+	maxPageSize               = 100 // page_size maximum of every list
+	defaultPageSize           = 10  // deployments
+	defaultContainersPageSize = 20  // containers and container jobs
+)
+
+// page returns the items of a zero-based page of size n out of total:
+// [from, to). The schemas give page no minimum; a negative page is empty.
+func page(p, n, total int) (from, to int) {
+	if p < 0 || n <= 0 || p > total/n {
+		return 0, 0
+	}
+	return p * n, min((p+1)*n, total)
+}
+
 // list serves GET caas/deployments?status=&page=&page_size=: newest first,
-// zero-based pages of at most 100 (default 10).
+// zero-based pages of at most 100 (default 10). status is
+// CaaSResourceStatus: the console's "all" is not one of its values.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	var v validator
 	q := r.URL.Query()
-	page := v.queryInt(q, "page", false, 0, 0, 0)
-	size := v.queryInt(q, "page_size", false, 10, 1, 100)
+	pg := v.queryInt(q, "page", false, 0, noMin, 0)
+	size := v.queryInt(q, "page_size", false, defaultPageSize, 1, maxPageSize)
 	status := q.Get("status")
-	if q.Has("status") && status != "all" && !slices.Contains(statuses, status) {
+	if q.Has("status") && !slices.Contains(statuses, status) {
 		v.add("enum", loc("query", "status"), "Input should be 'running', 'completed', 'failed', 'deployment requested', 'termination requested' or 'destroyed'",
 			status, map[string]any{"expected": "'running', 'completed', 'failed', 'deployment requested', 'termination requested' or 'destroyed'"})
 	}
@@ -155,13 +172,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	seen := map[string]bool{}
 	for i := len(s.order) - 1; i >= 0; i-- {
 		d := s.order[i]
-		if status == "" || status == "all" || d.status == status {
+		if status == "" || d.status == status {
 			match = append(match, d)
 			seen[d.status] = true
 		}
 	}
 	items := []listItemJSON{}
-	for i := page * size; i < len(match) && i < (page+1)*size; i++ {
+	from, to := page(pg, size, len(match))
+	for i := from; i < to; i++ {
 		d := match[i]
 		served, remaining := d.minutes(now)
 		items = append(items, listItemJSON{ID: d.id, Status: d.status, Name: d.name,
@@ -194,10 +212,25 @@ type workerJSON struct {
 // containers serves GET caas/deployment/{id}/containers?page=&page_size=:
 // public_url is null until the container runs.
 func (s *Server) containers(w http.ResponseWriter, r *http.Request) {
+	s.workerList(w, r, func(*worker) bool { return true })
+}
+
+// containerJobs serves GET
+// caas/deployment/{id}/containers-jobs/{container}?page=&page_size=: the
+// job history of one container, in the containers' shape. A simulated
+// container never restarts, so its history is one job.
+func (s *Server) containerJobs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("container")
+	s.workerList(w, r, func(wk *worker) bool { return wk.containerID == id })
+}
+
+// workerList serves a page of the workers of the request's deployment that
+// keep accepts, answering 404 when keep accepts none.
+func (s *Server) workerList(w http.ResponseWriter, r *http.Request, keep func(*worker) bool) {
 	var v validator
 	q := r.URL.Query()
-	page := v.queryInt(q, "page", false, 0, 0, 0)
-	size := v.queryInt(q, "page_size", false, 20, 1, 100)
+	pg := v.queryInt(q, "page", false, 0, noMin, 0)
+	size := v.queryInt(q, "page_size", false, defaultContainersPageSize, 1, maxPageSize)
 	if !v.ok() {
 		write422(w, v.errs)
 		return
@@ -207,29 +240,50 @@ func (s *Server) containers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer unlock()
-	out := []workerJSON{}
-	for i := page * size; i < len(d.workers) && i < (page+1)*size; i++ {
-		wk := d.workers[i]
-		wj := workerJSON{DeviceID: wk.deviceID, ContainerID: wk.containerID, Hardware: d.hw.Name,
-			BrandName: d.hw.Brand, CreatedAt: withZ(wk.created), GPUsPerContainer: d.gpus,
-			ContainerEvents: append([]eventJSON{}, wk.events...)}
-		switch d.status {
-		case stRequested:
-			wj.Status = "pending"
-		case stRunning:
-			wj.Status, wj.UptimePercent = "running", 100
-		case stFailed:
-			wj.Status = "failed"
-		default:
-			wj.Status = "terminated"
+	var kept []*worker
+	for _, wk := range d.workers {
+		if keep(wk) {
+			kept = append(kept, wk)
 		}
-		if wk.inf != nil {
-			u := wk.inf.url
-			wj.PublicURL = &u
-		}
-		out = append(out, wj)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{"total": len(d.workers), "workers": out}})
+	if len(kept) == 0 && len(d.workers) > 0 {
+		writeDetail(w, http.StatusNotFound, "Container not found")
+		return
+	}
+	out := []workerJSON{}
+	from, to := page(pg, size, len(kept))
+	for _, wk := range kept[from:to] {
+		out = append(out, d.workerJSON(wk))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{"total": len(kept), "workers": out}})
+}
+
+// workerJSON renders one container of d as WorkerData.
+func (d *deployment) workerJSON(wk *worker) workerJSON {
+	wj := workerJSON{DeviceID: wk.deviceID, ContainerID: wk.containerID, Hardware: d.hw.Name,
+		BrandName: d.hw.Brand, CreatedAt: withZ(wk.created), GPUsPerContainer: d.gpus,
+		ContainerEvents: append([]eventJSON{}, wk.events...)}
+	switch d.status {
+	case stRequested:
+		wj.Status = "pending"
+	case stRunning:
+		wj.Status, wj.UptimePercent = "running", 100
+	case stFailed:
+		wj.Status = "failed"
+	default:
+		wj.Status = "terminated"
+	}
+	if wk.inf != nil {
+		u := wk.inf.url
+		wj.PublicURL = &u
+	}
+	return wj
+}
+
+// nodePools serves GET caas/node-pools: the account's private node pools,
+// of which the simulator has none.
+func (s *Server) nodePools(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"data": []any{}})
 }
 
 // logs serves GET caas/deployment/{id}/log/{container}?stream=: plain text
