@@ -242,7 +242,8 @@ func canonicalUUID(s string) string {
 // destroy serves DELETE caas/deployment/{id}: the deployment goes to
 // "termination requested", its containers stop, its GPUs return to the
 // stock and the unused prepaid time is refunded. Deleting a destroyed
-// deployment answers 410; one still terminating answers 200 again.
+// deployment answers 404, the one error (besides 422) the spec lists; one
+// still terminating answers 200 again.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	d, unlock := s.lockDeployment(w, r)
 	if d == nil {
@@ -251,7 +252,7 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	defer unlock()
 	switch d.status {
 	case stDestroyed:
-		writeDetail(w, http.StatusGone, "Deployment %s is already destroyed", d.id)
+		writeDetail(w, http.StatusNotFound, "Deployment %s is already destroyed", d.id)
 		return
 	case stTerminating:
 	default:

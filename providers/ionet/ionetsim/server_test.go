@@ -267,8 +267,8 @@ func TestLifecycleAndRefund(t *testing.T) {
 	if d := data(t, body); d["status"] != "destroyed" || !zonelessRE.MatchString(d["finished_at"].(string)) {
 		t.Fatalf("after terminate delay: %v", d)
 	}
-	if st, body = e.call("DELETE", Prefix+"/deployment/"+id, nil); st != 410 {
-		t.Fatalf("second delete: %d %v", st, body)
+	if st, body = e.call("DELETE", Prefix+"/deployment/"+id, nil); st != 404 {
+		t.Fatalf("second delete: %d %v, want the documented 404", st, body)
 	}
 	if st, _ = e.call("DELETE", Prefix+"/deployment/3fa85f64-5717-4562-b3fc-2c963f66afa6", nil); st != 404 {
 		t.Fatalf("unknown delete: %d", st)
