@@ -9,28 +9,76 @@ import (
 	"time"
 )
 
-// accrued is what an instance cost between from and to: dph_total for the
-// time it existed (vast.ai bills storage while an instance exists); s.mu
-// must be held. An amount set with SetCharge overrides it.
-func (s *Server) accrued(in *instance, from, to time.Time) (amount float64, start, end time.Time) {
-	end = s.now()
+// cost is what an instance was charged over a period, as vast.ai bills:
+// storage (storage_cost × disk) for the whole time the instance exists,
+// stopped or not, and GPU time (dph_base, or the bid of an interruptible
+// instance) only while it runs: from reaching "running" to a stop or the
+// destroy. Loading and stopped time bill storage only. (Statuses forced
+// with SetInstanceStatus, such as "frozen" or "exited", change what is
+// reported, not what is billed.)
+type cost struct {
+	gpu, disk  float64 // USD
+	gpuHours   float64
+	start, end time.Time // the instance's existence within the period
+	override   bool      // set with SetCharge: total is the set amount
+	total      float64
+}
+
+// accrued is what an instance cost between from and to (zero times: no
+// bound); s.mu must be held.
+func (s *Server) accrued(in *instance, from, to time.Time) cost {
+	end := s.now()
 	if in.destroyed {
 		end = in.destroyedAt
 	}
-	start = in.created
+	start := in.created
 	if start.Before(from) {
 		start = from
 	}
 	if !to.IsZero() && end.After(to) {
 		end = to
 	}
+	c := cost{start: start, end: end}
 	if v, ok := s.charges[in.id]; ok {
-		return v, start, end
+		c.override, c.total, c.gpu = true, v, v
+		return c
 	}
 	if !end.After(start) {
-		return 0, start, start
+		c.end = start
+		return c
 	}
-	return in.offer.DPHTotal * end.Sub(start).Hours(), start, end
+	var gpu time.Duration
+	add := func(a, b time.Time) {
+		a, b = later(a, start), earlier(b, end)
+		if b.After(a) {
+			gpu += b.Sub(a)
+		}
+	}
+	for _, r := range in.runs {
+		add(r.from, r.to)
+	}
+	if !in.runFrom.IsZero() {
+		add(in.runFrom, end)
+	}
+	c.gpuHours = gpu.Hours()
+	c.gpu = in.gpuRate() * c.gpuHours
+	c.disk = in.offer.StorageTotalCost * end.Sub(start).Hours()
+	c.total = c.gpu + c.disk
+	return c
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // currentUser answers GET /api/v0/users/current/. Like vast.ai's, the reply
@@ -38,9 +86,8 @@ func (s *Server) accrued(in *instance, from, to time.Time) (amount float64, star
 func (s *Server) currentUser(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
 	s.mu.Lock()
 	spent := 0.0
-	for _, in := range s.instances {
-		a, _, _ := s.accrued(in, time.Time{}, time.Time{})
-		spent += a
+	for _, in := range s.sortedInstances() {
+		spent += s.accrued(in, time.Time{}, time.Time{}).total
 	}
 	credit := s.credit - spent
 	s.mu.Unlock()
@@ -102,23 +149,21 @@ func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _
 		if !wantInstances {
 			break
 		}
-		amount, start, end := s.accrued(in, from, to)
-		_, override := s.charges[in.id]
-		if !override && !end.After(start) {
+		c := s.accrued(in, from, to)
+		if !c.override && !c.end.After(c.start) {
 			continue
 		}
-		hours := end.Sub(start).Hours()
-		disk := in.offer.StorageTotalCost * hours
 		results = append(results, map[string]any{
-			"start": float64(start.Unix()), "end": float64(end.Unix()), "type": "instance",
+			"start": float64(c.start.Unix()), "end": float64(c.end.Unix()), "type": "instance",
 			"source":      fmt.Sprintf("instance-%d", in.id),
 			"description": fmt.Sprintf("Instance %d: %d× %s", in.id, in.offer.NumGPUs, in.offer.GPUName),
-			"amount":      round6(amount),
+			"amount":      round6(c.total),
 			"metadata":    map[string]any{"label": in.label, "instance_id": in.id},
 			"items": []map[string]any{
-				{"type": "gpu", "description": fmt.Sprintf("%.3f hours at $%.3f/hour", hours, in.offer.DPHBase),
-					"amount": round6(amount - disk)},
-				{"type": "disk", "description": fmt.Sprintf("%.0f GB storage", in.disk), "amount": round6(disk)},
+				{"type": "gpu", "description": fmt.Sprintf("%.3f hours at $%.3f/hour", c.gpuHours, in.gpuRate()),
+					"amount": round6(c.gpu)},
+				{"type": "disk", "description": fmt.Sprintf("%.3f hours of %.0f GB storage at $%.3f/GB/month",
+					c.end.Sub(c.start).Hours(), in.disk, in.offer.StorageCost), "amount": round6(c.disk)},
 			},
 		})
 	}
@@ -174,7 +219,8 @@ func (s *Server) snapshot(in *instance) SimInstance {
 	}
 	si := SimInstance{
 		ID: in.id, OfferID: in.offer.ID, Label: in.label, Image: in.image, Env: env, DiskGB: in.disk,
-		Status: st, Destroyed: in.destroyed, DPHTotal: in.offer.DPHTotal,
+		Status: st, Destroyed: in.destroyed, DPHTotal: in.gpuRate() + in.offer.StorageTotalCost,
+		IsBid: in.isBid, Charged: s.accrued(in, time.Time{}, time.Time{}).total,
 		CreatedAt: in.created, DestroyedAt: in.destroyedAt,
 	}
 	if in.inf != nil {
@@ -210,14 +256,18 @@ func (s *Server) InstanceInference(id int64) *InferenceServer {
 	return in.inf
 }
 
-// Offers returns every offer in id order, rented ones included (marked
-// Rented), priced for 5 GB of storage.
+// Offers returns every offer in id order, priced for 5 GB of storage,
+// including those rented by us or taken by someone else (OfferChurn,
+// RemoveOffer), which are marked Rented.
 func (s *Server) Offers() []Offer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleChurn(s.now())
 	out := make([]Offer, 0, len(s.offers))
 	for _, id := range s.offerIDs() {
-		out = append(out, s.offers[id].priced(5))
+		o := s.offers[id].priced(defaultSearchStorage)
+		o.Rented = !s.listed(id)
+		out = append(out, o)
 	}
 	return out
 }

@@ -22,8 +22,10 @@ type SimInstance struct {
 	DiskGB      float64
 	Status      string // actual_status; "" while it is null
 	Destroyed   bool
-	Endpoint    string // inference base URL while running, else ""
-	DPHTotal    float64
+	Endpoint    string  // inference base URL while running, else ""
+	DPHTotal    float64 // USD/hour while running: GPU (or the bid) plus storage
+	IsBid       bool
+	Charged     float64 // USD charged so far (what the charges endpoint reports, unrounded)
 	CreatedAt   time.Time
 	DestroyedAt time.Time
 }
@@ -39,14 +41,51 @@ type instance struct {
 	env         [][2]string
 	disk        float64
 	isBid       bool
-	created     time.Time // start_date
+	bid         float64   // USD/hour of a bid instance's GPU time
+	created     time.Time // start_date; storage bills from here to destroy
 	phaseStart  time.Time // start of the current null → loading → running run
 	intended    string    // "running" or "stopped"
+	runFrom     time.Time // when the current run's GPU billing starts; zero while stopped
+	runs        []span    // past runs' GPU billing
 	forced      string    // actual_status set by SetInstanceStatus
 	statusMsg   string
 	inf         *InferenceServer
 	destroyed   bool
 	destroyedAt time.Time
+}
+
+// span is a period of GPU billing.
+type span struct{ from, to time.Time }
+
+// startRun makes in run from now: it reaches "running" after StartDelay,
+// when its GPU time starts to bill.
+func (s *Server) startRun(in *instance, now time.Time) {
+	in.intended, in.phaseStart, in.runFrom = "running", now, now.Add(s.opts.StartDelay)
+}
+
+// stopRun stops in at now, ending its GPU billing (storage goes on).
+func (in *instance) stopRun(now time.Time) {
+	in.intended = "stopped"
+	in.endRun(now)
+}
+
+// endRun closes the current run's GPU billing at now.
+func (in *instance) endRun(now time.Time) {
+	if in.runFrom.IsZero() {
+		return
+	}
+	if now.After(in.runFrom) {
+		in.runs = append(in.runs, span{in.runFrom, now})
+	}
+	in.runFrom = time.Time{}
+}
+
+// gpuRate is what an hour of GPU time costs: the bid, or dph_base.
+func (in *instance) gpuRate() float64 {
+	if in.isBid {
+		return in.bid
+	}
+	return in.offer.DPHBase
 }
 
 func (in *instance) stopInference() {
@@ -163,7 +202,7 @@ func (s *Server) instanceJSON(in *instance) map[string]any {
 		"cpu_name": o.CPUName, "cpu_cores": o.CPUCores, "cpu_cores_effective": o.CPUCoresEffective,
 		"cpu_ram": o.CPURAM, "cpu_util": 0.0, "disk_space": in.disk, "disk_usage": 0.0, "disk_bw": o.DiskBW,
 		"inet_up": o.InetUp, "inet_down": o.InetDown,
-		"dph_total": o.DPHTotal, "dph_base": o.DPHBase, "storage_cost": o.StorageCost,
+		"dph_total": in.gpuRate() + o.StorageTotalCost, "dph_base": o.DPHBase, "storage_cost": o.StorageCost,
 		"storage_total_cost": o.StorageTotalCost, "is_bid": in.isBid, "min_bid": o.MinBid,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "127.0.0.1",
 		"ssh_host": "127.0.0.1", "ssh_port": 20000 + int(in.id%10000), "ssh_idx": "5",
@@ -174,16 +213,32 @@ func (s *Server) instanceJSON(in *instance) map[string]any {
 	}
 }
 
-// createRequest is the PUT /asks/{id}/ body.
+// createRequest is the PUT /asks/{id}/ body. The official client also sends
+// image_login, python_utf8, lang_utf8, use_jupyter_lab, jupyter_dir,
+// extra, force, user, args and volume_info, which the simulator accepts
+// and ignores.
 type createRequest struct {
-	ClientID string          `json:"client_id"`
-	Image    string          `json:"image"`
-	Disk     *float64        `json:"disk"`
-	Label    string          `json:"label"`
-	Env      json.RawMessage `json:"env"`
-	Runtype  string          `json:"runtype"`
-	Onstart  string          `json:"onstart"`
-	Price    *float64        `json:"price"`
+	ClientID       string          `json:"client_id"`
+	Image          string          `json:"image"`
+	TemplateHashID string          `json:"template_hash_id"`
+	Disk           *float64        `json:"disk"`
+	Label          string          `json:"label"`
+	Env            json.RawMessage `json:"env"`
+	Runtype        string          `json:"runtype"`
+	Onstart        string          `json:"onstart"`
+	// Price is a bid in USD/hour: the instance is interruptible and its GPU
+	// time bills at the bid.
+	Price *float64 `json:"price"`
+	// CancelUnavail refuses (410 no_such_ask) a create whose machine is
+	// taken instead of leaving a stopped instance; when absent it is true
+	// for an on-demand create meant to run, false for bids (vast.ai's
+	// documented defaults). The official CLI sends false unless told.
+	CancelUnavail *bool `json:"cancel_unavail"`
+	// TargetState is "running" (the default) or "stopped".
+	TargetState string `json:"target_state"`
+	// Type ("on-demand", "bid", "interruptible", ...) is accepted and
+	// ignored: as on vast.ai, a price is what makes a bid.
+	Type json.RawMessage `json:"type"`
 }
 
 // parseEnv reads env as an object, or as a docker-flag string.
@@ -240,6 +295,11 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": slug,
 			"msg": "error 400/3467: Invalid args: " + msg, "ask_id": askID})
 	}
+	if strings.TrimSpace(req.Image) == "" && req.TemplateHashID != "" {
+		// The template would supply the image; the simulator has no
+		// templates, so it names the image after it.
+		req.Image = "template/" + req.TemplateHashID
+	}
 	switch {
 	case err != nil:
 		bad("invalid_args", err.Error())
@@ -256,20 +316,30 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 	case req.Price != nil && (*req.Price < 0.001 || *req.Price > 128):
 		bad("invalid_price", "price must be between 0.001 and 128")
 		return
+	case req.TargetState != "" && req.TargetState != "running" && req.TargetState != "stopped":
+		bad("invalid_args", fmt.Sprintf("target_state must be running or stopped, got %q", req.TargetState))
+		return
 	}
 	disk := 8.0
 	if req.Disk != nil {
 		disk = *req.Disk
 	}
+	cancelUnavail := req.TargetState != "stopped" && req.Price == nil
+	if req.CancelUnavail != nil {
+		cancelUnavail = *req.CancelUnavail
+	}
 	s.mu.Lock()
+	now := s.now()
+	s.settleChurn(now)
 	o := s.offers[askID]
+	_, taken := s.taken[askID]
 	switch {
 	case o == nil:
 		s.mu.Unlock()
 		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "invalid_args",
 			"msg": fmt.Sprintf("error 404/3603: no_such_ask Instance type by id %d is not available.", askID), "ask_id": askID})
 		return
-	case o.Rented || !o.Rentable:
+	case o.Rented || !o.Rentable || (taken && cancelUnavail):
 		s.mu.Unlock()
 		writeJSON(w, http.StatusGone, map[string]any{"success": false, "error": "no_such_ask",
 			"msg": fmt.Sprintf("error 410/3907: no_such_ask Instance type %d is no longer available.", askID), "ask_id": askID})
@@ -279,25 +349,36 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 		bad("invalid_args", fmt.Sprintf("disk %g GB exceeds the %g GB available", disk, o.DiskSpace))
 		return
 	}
+	if taken {
+		// Someone else holds the GPUs and the caller did not ask to cancel:
+		// the instance is created stopped, as vast.ai does. It keeps the
+		// machine from now on (the simulator does not model waiting for it).
+		delete(s.taken, askID)
+	}
 	o.Rented = true
-	now := s.now()
 	in := &instance{
 		id: s.nextInstance, offer: o.priced(disk), label: req.Label, image: req.Image,
 		runtype: req.Runtype, onstart: req.Onstart, env: env, disk: disk, isBid: req.Price != nil,
-		created: now, phaseStart: now, intended: "running",
+		created: now,
+	}
+	if in.isBid {
+		in.bid = *req.Price
 	}
 	if in.runtype == "" {
 		in.runtype = "ssh"
 	}
 	s.nextInstance++
+	s.created++
 	s.instances[in.id] = in
+	s.startRun(in, now)
 	lowBid := req.Price != nil && *req.Price < o.MinBid
-	if lowBid {
-		in.intended = "stopped"
-	}
 	mode, ambiguous := s.faults.takeAmbiguous()
-	if ambiguous && mode == AmbiguousStopped {
-		in.intended = "stopped"
+	switch {
+	case taken:
+		in.stopRun(now)
+		in.statusMsg = "created stopped: the machine is rented by another client (cancel_unavail is false)"
+	case lowBid, req.TargetState == "stopped", ambiguous && mode == AmbiguousStopped:
+		in.stopRun(now)
 	}
 	s.mu.Unlock()
 
@@ -355,110 +436,6 @@ func (s *Server) showInstance(w http.ResponseWriter, _ *http.Request, _ []byte, 
 	}
 }
 
-// queryJSON reads a query parameter that clients JSON-encode; plain
-// strings are accepted too.
-func queryJSON(r *http.Request, name string) (any, bool) {
-	raw := r.URL.Query().Get(name)
-	if raw == "" {
-		return nil, false
-	}
-	var v any
-	if json.Unmarshal([]byte(raw), &v) != nil {
-		return raw, true
-	}
-	return v, true
-}
-
-// listInstancesV1 answers GET /api/v1/instances/: pages of at most 25 in
-// id order, with next_token/after_token.
-func (s *Server) listInstancesV1(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
-	limit := 25
-	if v, ok := queryJSON(r, "limit"); ok {
-		switch n, _ := v.(float64); {
-		case n <= 0:
-			limit = 5
-		case n < 25:
-			limit = int(n)
-		}
-	}
-	after := int64(0)
-	if v, ok := queryJSON(r, "after_token"); ok {
-		tok, _ := v.(string)
-		n, err := strconv.ParseInt(strings.TrimPrefix(tok, "tok_"), 36, 64)
-		if !strings.HasPrefix(tok, "tok_") || err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_token", "Invalid pagination token")
-			return
-		}
-		after = n
-	}
-	var fs []filter
-	if v, ok := queryJSON(r, "select_filters"); ok {
-		q, isObj := v.(map[string]any)
-		if !isObj {
-			writeError(w, http.StatusBadRequest, "invalid_request", "select_filters must be a JSON object")
-			return
-		}
-		var err error
-		fs, err = parseFilters(q, func(f string) bool { return f != "dph_total" && f != "num_gpus" })
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", err.Error()+" (computed fields cannot be filtered)")
-			return
-		}
-	}
-	s.mu.Lock()
-	ids := make([]int64, 0, len(s.instances))
-	for id, in := range s.instances {
-		if !in.destroyed {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	var all []map[string]any
-	for _, id := range ids {
-		if row := s.instanceJSON(s.instances[id]); matches(toRow(row), fs) {
-			all = append(all, row)
-		}
-	}
-	s.mu.Unlock()
-	counts := map[string]int{}
-	var page []map[string]any
-	more := false
-	for _, row := range all {
-		l, _ := row["label"].(string)
-		counts[l]++
-		if row["id"].(int64) <= after {
-			continue
-		}
-		if len(page) == limit {
-			more = true
-			continue
-		}
-		page = append(page, row)
-	}
-	var next any
-	if more {
-		next = "tok_" + strconv.FormatInt(page[len(page)-1]["id"].(int64), 36)
-	}
-	if page == nil {
-		page = []map[string]any{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "instances_found": len(page),
-		"total_instances": len(all), "label_counts": counts, "next_token": next, "instances": page})
-}
-
-// listInstancesV0 answers the deprecated GET /api/v0/instances/.
-func (s *Server) listInstancesV0(w http.ResponseWriter, _ *http.Request, _ []byte, _ int64) {
-	s.mu.Lock()
-	rows := []map[string]any{}
-	for _, in := range s.sortedInstances() {
-		if !in.destroyed {
-			rows = append(rows, s.instanceJSON(in))
-		}
-	}
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"instances_found": len(rows), "instances": rows})
-}
-
 // sortedInstances lists every instance by id; s.mu must be held.
 func (s *Server) sortedInstances() []*instance {
 	out := make([]*instance, 0, len(s.instances))
@@ -479,14 +456,12 @@ func (s *Server) destroyInstance(w http.ResponseWriter, _ *http.Request, _ []byt
 		writeError(w, http.StatusNotFound, "not_found", "Instance not found")
 		return
 	}
-	in.destroyed, in.destroyedAt = true, s.now()
+	now := s.now()
+	in.endRun(now)
+	in.destroyed, in.destroyedAt = true, now
 	in.stopInference()
 	if o := s.offers[in.offer.ID]; o != nil && o.Rented {
-		relisted := *o
-		relisted.ID, relisted.AskContractID, relisted.Rented = s.nextOffer, s.nextOffer, false
-		s.nextOffer++
-		delete(s.offers, o.ID)
-		s.offers[relisted.ID] = &relisted
+		s.relist(o.ID)
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": fmt.Sprintf("destroying instance %d.", id)})
@@ -522,10 +497,10 @@ func (s *Server) manageInstance(w http.ResponseWriter, _ *http.Request, body []b
 	}
 	switch *req.State {
 	case "stopped":
-		in.intended = "stopped"
+		in.stopRun(s.now())
 	case "running":
 		if in.intended != "running" {
-			in.intended, in.phaseStart = "running", s.now()
+			s.startRun(in, s.now())
 		}
 	default:
 		writeError(w, http.StatusBadRequest, "invalid_args", "state must be running or stopped")

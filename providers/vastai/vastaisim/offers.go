@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -211,266 +211,15 @@ func DefaultCatalog() []Offer {
 	return out
 }
 
-// fieldAliases are the CLI's field aliases.
-var fieldAliases = map[string]string{
-	"dph": "dph_total", "cuda_vers": "cuda_max_good",
-	"dlperf_usd": "dlperf_per_dphtotal", "flops_usd": "flops_per_dphtotal",
-}
-
-// reservedKeys are the top-level query keys that are not filters.
-var reservedKeys = map[string]bool{
-	"order": true, "limit": true, "type": true, "allocated_storage": true, "disable_bundling": true,
-}
-
-// filter is one parsed {"field":{"op":value}} clause.
-type filter struct {
-	field, op string
-	value     any
-}
-
-var validOps = map[string]bool{"eq": true, "neq": true, "gt": true, "gte": true, "lt": true, "lte": true,
-	"in": true, "notin": true}
-
-// parseFilters reads the flat filter object; known is the set of fields
-// that may be filtered.
-func parseFilters(q map[string]any, known func(string) bool) ([]filter, error) {
-	var out []filter
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if reservedKeys[k] {
-			continue
-		}
-		field := k
-		if a, ok := fieldAliases[k]; ok {
-			field = a
-		}
-		if !known(field) {
-			return nil, fmt.Errorf("unknown filter field %q", k)
-		}
-		ops, ok := q[k].(map[string]any)
-		if !ok { // a bare value is read as eq
-			ops = map[string]any{"eq": q[k]}
-		}
-		for op, v := range ops {
-			if !validOps[op] {
-				return nil, fmt.Errorf("unknown operator %q on %q", op, k)
-			}
-			if _, isList := v.([]any); (op == "in" || op == "notin") && !isList {
-				return nil, fmt.Errorf("operator %q on %q needs a list", op, k)
-			}
-			if field == "gpu_name" {
-				v = normalizeNames(v)
-			}
-			out = append(out, filter{field, op, v})
-		}
-	}
-	return out, nil
-}
-
-// normalizeNames turns CLI spelling (RTX_4090) into wire spelling.
-func normalizeNames(v any) any {
-	switch t := v.(type) {
-	case string:
-		return strings.ReplaceAll(t, "_", " ")
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = normalizeNames(x)
-		}
-		return out
-	}
-	return v
-}
-
-// matches reports whether row satisfies every filter.
-func matches(row map[string]any, fs []filter) bool {
-	for _, f := range fs {
-		if !f.match(row) {
-			return false
-		}
-	}
-	return true
-}
-
-// value reads a field, computing the filter-only names verified and
-// datacenter from verification and hosting_type.
-func value(row map[string]any, field string) any {
-	switch field {
-	case "verified":
-		return row["verification"] == "verified"
-	case "datacenter":
-		return row["hosting_type"] == float64(1)
-	}
-	return row[field]
-}
-
-func (f filter) match(row map[string]any) bool {
-	v := value(row, f.field)
-	if f.field == "geolocation" { // filters take country codes; rows say "Texas, US"
-		if s, ok := v.(string); ok {
-			if i := strings.LastIndex(s, ", "); i >= 0 {
-				v = s[i+2:]
-			}
-		}
-	}
-	switch f.op {
-	case "eq":
-		return equal(v, f.value)
-	case "neq":
-		return !equal(v, f.value)
-	case "in", "notin":
-		found := false
-		for _, x := range f.value.([]any) {
-			found = found || equal(v, x)
-		}
-		return found == (f.op == "in")
-	}
-	c, ok := compare(v, f.value)
-	if !ok {
-		return false
-	}
-	switch f.op {
-	case "gt":
-		return c > 0
-	case "gte":
-		return c >= 0
-	case "lt":
-		return c < 0
-	default: // lte
-		return c <= 0
-	}
-}
-
-// equal compares JSON values; null reads as false, booleans as 0/1.
-func equal(a, b any) bool {
-	if a == nil {
-		a = false
-	}
-	if b == nil {
-		b = false
-	}
-	if c, ok := compare(a, b); ok {
-		return c == 0
-	}
-	return a == b
-}
-
-// compare orders two JSON values of the same kind.
-func compare(a, b any) (int, bool) {
-	num := func(x any) (float64, bool) {
-		switch t := x.(type) {
-		case float64:
-			return t, true
-		case bool:
-			if t {
-				return 1, true
-			}
-			return 0, true
-		}
-		return 0, false
-	}
-	if x, ok := num(a); ok {
-		if y, ok := num(b); ok {
-			switch {
-			case x < y:
-				return -1, true
-			case x > y:
-				return 1, true
-			}
-			return 0, true
-		}
-	}
-	if x, ok := a.(string); ok {
-		if y, ok := b.(string); ok {
-			return strings.Compare(x, y), true
-		}
-	}
-	return 0, false
-}
-
-// orderKey is one [field, "asc"|"desc"] pair.
-type orderKey struct {
-	field string
-	desc  bool
-}
-
-// parseOrder reads [[field, dir], ...], tolerating one bare pair.
-func parseOrder(v any) ([]orderKey, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("order must be a list of [field, direction] pairs")
-	}
-	if len(list) == 2 {
-		if _, ok := list[0].(string); ok {
-			list = []any{list}
-		}
-	}
-	var out []orderKey
-	for _, p := range list {
-		pair, ok := p.([]any)
-		if !ok || len(pair) == 0 {
-			return nil, fmt.Errorf("order must be a list of [field, direction] pairs")
-		}
-		f, _ := pair[0].(string)
-		if a, ok := fieldAliases[f]; ok {
-			f = a
-		}
-		dir := "asc"
-		if len(pair) > 1 {
-			dir, _ = pair[1].(string)
-		}
-		out = append(out, orderKey{f, strings.EqualFold(dir, "desc")})
-	}
-	return out, nil
-}
-
-// sortRows orders rows by keys, missing values last.
-func sortRows(rows []map[string]any, keys []orderKey) {
-	sort.SliceStable(rows, func(i, j int) bool {
-		for _, k := range keys {
-			a, b := rows[i][k.field], rows[j][k.field]
-			if a == nil || b == nil {
-				if (a == nil) != (b == nil) {
-					return b == nil
-				}
-				continue
-			}
-			c, ok := compare(a, b)
-			if !ok || c == 0 {
-				continue
-			}
-			return (c < 0) != k.desc
-		}
-		return false
-	})
-}
-
-// toRow turns a value into a generic JSON object.
-func toRow(v any) map[string]any {
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return m
-}
-
-// offerFields is the set of filterable offer fields.
-var offerFields = func() map[string]bool {
-	m := map[string]bool{"verified": true, "datacenter": true, "flops_per_dphtotal": true,
-		"cluster_id": true, "vms_enabled": true, "has_avx": true, "pci_gen": true, "pcie_bw": true,
-		"ubuntu_version": true, "verification": true, "bw_nvlink": true, "cpu_ghz": true,
-		"gpu_display_active": true, "gpu_max_power": true, "gpu_max_temp": true,
-		"inet_down_cost": true, "inet_up_cost": true, "mobo_name": true}
-	for k := range toRow(Offer{}) {
-		m[k] = true
-	}
-	return m
-}()
+// Defaults of a search that sets no limit or allocated_storage.
+const (
+	defaultSearchLimit   = 64
+	defaultSearchStorage = 5.0 // GB, the CLI's default
+)
 
 // searchOffers answers POST /api/v0/bundles/ (and the legacy GET ?q=).
+// With Options.OfferChurn, some of the offers it returns are taken by
+// someone else right after (see churn).
 func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byte) {
 	var q map[string]any
 	if r.Method == http.MethodGet {
@@ -482,7 +231,7 @@ func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byt
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
 		return
 	}
-	fs, err := parseFilters(q, func(f string) bool { return offerFields[f] })
+	fs, err := parseFilters(q, isOfferField, offerKind)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
@@ -500,30 +249,48 @@ func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byt
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("invalid type %q", t))
 		return
 	}
-	limit := 64
-	if l, ok := q["limit"].(float64); ok && l > 0 {
+	limit := defaultSearchLimit
+	if l, ok := numberOf(q["limit"]); ok && l > 0 {
 		limit = int(l)
 	}
-	storage := 5.0
-	if st, ok := q["allocated_storage"].(float64); ok && st > 0 {
+	storage := defaultSearchStorage
+	if st, ok := numberOf(q["allocated_storage"]); ok && st > 0 {
 		storage = st
 	}
 	s.mu.Lock()
+	now := s.now()
+	s.settleChurn(now)
 	rows := make([]map[string]any, 0, len(s.offers))
 	for _, id := range s.offerIDs() {
-		o := s.offers[id]
-		if o.Rented {
+		if !s.listed(id) {
 			continue
 		}
-		row := toRow(o.priced(storage))
+		row := toRow(s.offers[id].priced(storage))
 		if matches(row, fs) {
 			rows = append(rows, row)
 		}
 	}
-	s.mu.Unlock()
 	sortRows(rows, order)
 	if len(rows) > limit {
 		rows = rows[:limit]
 	}
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		ids[i] = int64(row["id"].(float64))
+	}
+	s.churn(ids, now)
+	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"offers": rows})
+}
+
+// numberOf reads a JSON number, or a numeric string as the CLI sends.
+func numberOf(v any) (float64, bool) {
+	switch t := v.(type) {
+	case float64:
+		return t, true
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+		return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+	}
+	return 0, false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -12,41 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/aiserve/gpuproxy/providers/simllm"
 )
-
-// Options configure a Server. Zero values take the documented defaults.
-type Options struct {
-	// APIKey is the key the server accepts as "Authorization: Bearer <key>"
-	// (or ?api_key=). A wrong key gets 401 auth_error "Invalid user key", a
-	// missing one 403 "This action requires login.". Empty accepts any
-	// non-empty key.
-	APIKey string
-	// Catalog is the market of offers. Default DefaultCatalog().
-	Catalog []Offer
-	// StartDelay is the time from create to actual_status "running": the
-	// status is null for the first third, then "loading". Default 1s;
-	// negative means running at once.
-	StartDelay time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
-	// Model is the model id the instances' inference servers report.
-	// Default "sim-llm".
-	Model string
-	// ChunkDelay is the pause between streamed chunks of the inference
-	// servers. Default simllm.DefaultChunkDelay.
-	ChunkDelay time.Duration
-	// RateLimits are minimum intervals between calls per endpoint and
-	// identity; nil (the default) disables rate limiting. DefaultRateLimits
-	// returns vast.ai's documented thresholds.
-	RateLimits map[Endpoint]time.Duration
-	// Credit is the account's prepaid USD credit before charges. Default 100.
-	Credit float64
-	// MissingInstance404 makes GET of a destroyed or unknown instance answer
-	// 404 not_found instead of 200 {"instances":null} (both occur).
-	MissingInstance404 bool
-}
 
 // Server is an in-process simulator of vast.ai's REST API. Start it on a
 // loopback port with Start, or mount Handler in an httptest.Server. It is
@@ -64,6 +31,11 @@ type Server struct {
 	nextInstance int64
 	charges      map[int64]float64
 	credit       float64
+	created      int                 // instances created so far
+	taken        map[int64]time.Time // ask id → when someone else's rental of it ends
+	listings     map[int64]uint64    // ask id → how many searches listed it
+	minMarket    int                 // churn never leaves fewer offers listed
+	gpuNames     []string            // the catalog's distinct gpu_name values
 
 	faults faultState
 
@@ -71,35 +43,19 @@ type Server struct {
 	httpSrv *http.Server
 }
 
-// New returns a Server with defaults filled in. It serves nothing until
-// Start, or until its Handler is mounted.
+// New returns a Server with defaults filled in (check o first with
+// Validate). It serves nothing until Start, or until its Handler is
+// mounted.
 func New(o Options) *Server {
-	if o.Catalog == nil {
-		o.Catalog = DefaultCatalog()
-	}
-	if o.StartDelay == 0 {
-		o.StartDelay = time.Second
-	}
-	if o.StartDelay < 0 {
-		o.StartDelay = 0
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Model == "" {
-		o.Model = "sim-llm"
-	}
-	if o.ChunkDelay <= 0 {
-		o.ChunkDelay = simllm.DefaultChunkDelay
-	}
-	if o.Credit == 0 {
-		o.Credit = 100
-	}
+	o = o.withDefaults()
 	s := &Server{
 		opts: o, now: o.Now, done: make(chan struct{}),
 		offers: map[int64]*Offer{}, instances: map[int64]*instance{},
 		nextInstance: 33402296, charges: map[int64]float64{}, credit: o.Credit,
+		taken: map[int64]time.Time{}, listings: map[int64]uint64{},
+		minMarket: int(math.Ceil(float64(len(o.Catalog)) * minMarketShare)),
 	}
+	names := map[string]bool{}
 	for i := range o.Catalog {
 		c := o.Catalog[i]
 		if c.AskContractID == 0 {
@@ -107,7 +63,15 @@ func New(o Options) *Server {
 		}
 		s.offers[c.ID] = &c
 		s.nextOffer = max(s.nextOffer, c.ID+1)
+		if c.GPUName != "" && !names[c.GPUName] {
+			names[c.GPUName] = true
+			s.gpuNames = append(s.gpuNames, c.GPUName)
+		}
 	}
+	if s.gpuNames == nil {
+		s.gpuNames = []string{} // vast.py iterates the list: never null
+	}
+	sort.Strings(s.gpuNames)
 	s.faults.init(o.RateLimits)
 	return s
 }
@@ -270,6 +234,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.applyFault(w, r, f)
 		return
 	}
+	if isPublic(r) {
+		// vast.py asks for the GPU names without a key before anything else.
+		s.gpuNamesUnique(w)
+		return
+	}
 	ident, ok := s.authenticate(w, r)
 	if !ok {
 		return
@@ -288,6 +257,19 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.handle(w, r, body, rt.id)
+}
+
+// isPublic reports the one route served without a key: GET
+// /api/v0/gpu_names/unique/.
+func isPublic(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.Trim(r.URL.Path, "/") == "api/v0/gpu_names/unique"
+}
+
+// gpuNamesUnique answers GET /api/v0/gpu_names/unique/ with
+// {"gpu_names":[...]}, the distinct GPU names of the market in wire
+// spelling ("RTX 4090"); vast.py turns them into its --gpu-name choices.
+func (s *Server) gpuNamesUnique(w http.ResponseWriter) {
+	writeJSON(w, http.StatusOK, map[string]any{"gpu_names": s.gpuNames})
 }
 
 // authenticate checks the Bearer header (or ?api_key=) and returns the
