@@ -19,6 +19,7 @@ const (
 	EUNAVAILABLE  = "unavailable"
 	EPROVIDER     = "provider_unavailable"
 	EGONE         = "offer_gone"
+	ENOMATCH      = "no_matching_offer" // a rent by spec found no offer it could rent (details name the nearest misses)
 	ETOOLARGE     = "too_large"
 	EINTERNAL     = "internal"
 )

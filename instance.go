@@ -40,4 +40,34 @@ type Instance struct {
 	StartedAt          time.Time // provider reported running (metering starts)
 	TerminatedAt       time.Time
 	UpdatedAt          time.Time
+	// Attempts are the offers a rent by spec tried before this one was
+	// rented, this one last (empty for a create of one offer).
+	Attempts []RentAttempt
 }
+
+// RentAttempt is one offer a rent by spec tried: what it cost, how it
+// ended and how long it took.
+type RentAttempt struct {
+	Provider     string
+	OfferID      string
+	GPUName      string
+	NumGPUs      int
+	PricePerHour Micros // the live quote, or the search's price when the quote failed
+	Outcome      RentOutcome
+	Error        string // the provider's or guard rail's message; "" when rented
+	Duration     time.Duration
+}
+
+// RentOutcome is how one rent attempt ended.
+type RentOutcome string
+
+// Rent attempt outcomes.
+const (
+	RentRented       RentOutcome = "rented"         // the provider created the instance
+	RentOfferGone    RentOutcome = "offer_gone"     // taken by someone else between search and create
+	RentProviderErr  RentOutcome = "provider_error" // the provider failed or refused; the next offer is tried
+	RentBreakerOpen  RentOutcome = "breaker_open"   // the provider's circuit breaker is open: not called
+	RentOverLimit    RentOutcome = "over_limit"     // a guard-rail window refused the cost: the call stops
+	RentPriceOverCap RentOutcome = "price_over_cap" // the live price rose above max_price_per_hour
+	RentPending      RentOutcome = "pending"        // the provider did not confirm; the reconciler resolves it
+)

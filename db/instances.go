@@ -20,17 +20,21 @@ import (
 const instanceCols = `id, account_id, provider, provider_instance_id, offer_id, gpu_name, num_gpus,
 	price_micros, billing, hours, prepaid_total_micros, image, label, status, endpoint,
 	COALESCE(idempotency_key, ''), COALESCE(hold_id, 0), error, created_us, started_us, terminated_us, updated_us,
-	COALESCE(key_id, '')`
+	COALESCE(key_id, ''), attempts`
 
 func scanInstance(r row) (gpuproxy.Instance, error) {
 	var in gpuproxy.Instance
 	var status string
 	var created, updated int64
 	var started, terminated *int64
+	var attempts string
 	err := r.Scan(&in.ID, &in.AccountID, &in.Provider, &in.ProviderInstanceID, &in.OfferID, &in.GPUName,
 		&in.NumGPUs, &in.PricePerHour, &in.Billing, &in.Hours, &in.PrepaidTotal, &in.Image, &in.Label,
 		&status, &in.Endpoint, &in.IdempotencyKey, &in.HoldID, &in.Error, &created, &started, &terminated, &updated,
-		&in.KeyID)
+		&in.KeyID, &attempts)
+	if err == nil {
+		in.Attempts, err = decodeAttempts(attempts)
+	}
 	in.Status = gpuproxy.InstanceStatus(status)
 	in.CreatedAt, in.UpdatedAt = fromUS(created), fromUS(updated)
 	in.StartedAt, in.TerminatedAt = fromNullUS(started), fromNullUS(terminated)
@@ -154,13 +158,13 @@ func (s *Store) AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, 
 func insertInstance(ctx context.Context, c conn, in gpuproxy.Instance) (gpuproxy.Instance, error) {
 	out, err := scanInstance(c.queryRow(ctx, `INSERT INTO instances (id, account_id, provider, provider_instance_id,
 		offer_id, gpu_name, num_gpus, price_micros, billing, hours, prepaid_total_micros, image, label, status,
-		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us, key_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us, key_id, attempts)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
 		RETURNING `+instanceCols,
 		in.ID, in.AccountID, in.Provider, in.ProviderInstanceID, in.OfferID, in.GPUName, in.NumGPUs,
 		int64(in.PricePerHour), in.Billing, in.Hours, int64(in.PrepaidTotal), in.Image, in.Label, string(in.Status),
 		in.Endpoint, nullString(in.IdempotencyKey), nullID(in.HoldID), in.Error, us(in.CreatedAt),
-		nullUS(in.StartedAt), nullUS(in.TerminatedAt), us(in.UpdatedAt), nullString(in.KeyID)))
+		nullUS(in.StartedAt), nullUS(in.TerminatedAt), us(in.UpdatedAt), nullString(in.KeyID), encodeAttempts(in.Attempts)))
 	if err = translate(err); err != nil {
 		return out, fmt.Errorf("inserting instance: %w", err)
 	}
@@ -302,10 +306,10 @@ func (s *Store) transition(ctx context.Context, id string, step func(c conn, in 
 		}
 		if changed {
 			out, err = scanInstance(c.queryRow(ctx, `UPDATE instances SET provider_instance_id = $1, status = $2,
-				endpoint = $3, error = $4, started_us = $5, terminated_us = $6, updated_us = $7
-				WHERE id = $8 RETURNING `+instanceCols,
+				endpoint = $3, error = $4, started_us = $5, terminated_us = $6, updated_us = $7, attempts = $8
+				WHERE id = $9 RETURNING `+instanceCols,
 				in.ProviderInstanceID, string(in.Status), in.Endpoint, in.Error, nullUS(in.StartedAt),
-				nullUS(in.TerminatedAt), us(in.UpdatedAt), id))
+				nullUS(in.TerminatedAt), us(in.UpdatedAt), encodeAttempts(in.Attempts), id))
 			if err = translate(err); err != nil {
 				return fmt.Errorf("updating instance: %w", err)
 			}

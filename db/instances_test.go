@@ -3,6 +3,7 @@ package db_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +89,7 @@ func TestAdmitInstanceIdempotent(t *testing.T) {
 			t.Fatalf("admitted instance = %+v", first)
 		}
 		got, err := s.Instance(ctx, a.ID, "gpi_1")
-		if err != nil || got != first {
+		if err != nil || !reflect.DeepEqual(got, first) {
 			t.Fatalf("Instance = %+v, %v; want %+v", got, err, first)
 		}
 		wantHeld(t, s, a.ID, 3*usd)
@@ -96,7 +97,7 @@ func TestAdmitInstanceIdempotent(t *testing.T) {
 		// A retry with the same key (a new id, another price) admits nothing.
 		res, again, existing, err := s.AdmitInstance(ctx, admitReq(a.ID, 7*usd, t0.Add(time.Minute)),
 			newInstance("gpi_2", "key-1", "hourly", 7*usd))
-		if err != nil || !existing || again != first || !res.Admitted || res.HoldID != first.HoldID {
+		if err != nil || !existing || !reflect.DeepEqual(again, first) || !res.Admitted || res.HoldID != first.HoldID {
 			t.Fatalf("retry = %+v, %+v, existing=%v, err=%v", res, again, existing, err)
 		}
 		wantHeld(t, s, a.ID, 3*usd)
@@ -231,7 +232,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 		}
 		wantHeld(t, s, a.ID, 3*usd) // an hourly hold stays until running
 		again, err := s.MarkStarting(ctx, id, "v-100", nil, t1.Add(time.Minute))
-		if err != nil || again != in {
+		if err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("repeated MarkStarting = %+v, %v", again, err)
 		}
 		_, err = s.MarkStarting(ctx, id, "v-999", nil, t1)
@@ -264,7 +265,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 			t.Fatalf("after running: burn %s held %s", res.Burn, res.Held)
 		}
 		again, err = s.MarkRunning(ctx, id, "http://elsewhere", started.Add(time.Hour), &billing.Meter{PricePerHour: usd})
-		if err != nil || again != in {
+		if err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("repeated MarkRunning = %+v, %v", again, err)
 		}
 		_, err = s.MarkFailed(ctx, id, "late", started)
@@ -285,7 +286,7 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 		if err != nil || in.Status != gpuproxy.Terminating || !in.UpdatedAt.Equal(t4) {
 			t.Fatalf("MarkTerminating = %+v, %v", in, err)
 		}
-		if again, err := s.MarkTerminating(ctx, id, t4.Add(time.Minute)); err != nil || again != in {
+		if again, err := s.MarkTerminating(ctx, id, t4.Add(time.Minute)); err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("repeated MarkTerminating = %+v, %v", again, err)
 		}
 		_, err = s.MarkRunning(ctx, id, "http://x", t4, nil)
@@ -303,13 +304,13 @@ func TestInstanceLifecycleHourly(t *testing.T) {
 			t.Fatalf("burn after terminate = %s", res.Burn)
 		}
 		again, err = s.MarkTerminated(ctx, id, at.Add(time.Hour), nil)
-		if err != nil || again != in {
+		if err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("repeated MarkTerminated = %+v, %v", again, err)
 		}
 		if m, _ := s.Meter(ctx, id); !m.Stop.Equal(at) {
 			t.Fatalf("meter stop moved to %v", m.Stop)
 		}
-		if again, err := s.MarkTerminating(ctx, id, at.Add(time.Hour)); err != nil || again != in {
+		if again, err := s.MarkTerminating(ctx, id, at.Add(time.Hour)); err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("MarkTerminating after terminated = %+v, %v", again, err)
 		}
 		_, err = s.MarkRunning(ctx, id, "http://x", at, nil)
@@ -412,17 +413,17 @@ func TestInstanceFailure(t *testing.T) {
 			t.Fatalf("MarkFailed = %+v, %v", in, err)
 		}
 		wantHeld(t, s, a.ID, 0)
-		if again, err := s.MarkFailed(ctx, in.ID, "other", t1.Add(time.Minute)); err != nil || again != in {
+		if again, err := s.MarkFailed(ctx, in.ID, "other", t1.Add(time.Minute)); err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("repeated MarkFailed = %+v, %v", again, err)
 		}
 		_, err = s.MarkStarting(ctx, in.ID, "v-1", nil, t1)
 		wantCode(t, "MarkStarting while failed", err, gpuproxy.ECONFLICT)
 		_, err = s.MarkRunning(ctx, in.ID, "http://x", t1, nil)
 		wantCode(t, "MarkRunning while failed", err, gpuproxy.ECONFLICT)
-		if got, err := s.MarkTerminating(ctx, in.ID, t1); err != nil || got != in {
+		if got, err := s.MarkTerminating(ctx, in.ID, t1); err != nil || !reflect.DeepEqual(got, in) {
 			t.Fatalf("MarkTerminating on failed = %+v, %v", got, err)
 		}
-		if got, err := s.MarkTerminated(ctx, in.ID, t1, nil); err != nil || got != in {
+		if got, err := s.MarkTerminated(ctx, in.ID, t1, nil); err != nil || !reflect.DeepEqual(got, in) {
 			t.Fatalf("MarkTerminated on failed = %+v, %v", got, err)
 		}
 

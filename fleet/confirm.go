@@ -35,10 +35,22 @@ type ConfirmPrompt struct {
 	Hours        int             // prepaid hours (0: hourly)
 	Cost         gpuproxy.Micros // the admitted cost: the first hour, or the prepaid total
 	Threshold    gpuproxy.Micros // the key's confirm_above
+	// Spec, for a rent by spec, says what was asked for (Provider and
+	// OfferID are then empty, PricePerHour is the cap and Cost the most
+	// it admits).
+	Spec string
 }
 
 // Message is the question put to the person.
 func (p ConfirmPrompt) Message() string {
+	if p.Spec != "" {
+		what := fmt.Sprintf("up to $%s (the cap over the admission horizon)", p.Cost)
+		if p.Hours > 0 {
+			what = fmt.Sprintf("up to $%s (the cap, or %d prepaid hours at the cap)", p.Cost, p.Hours)
+		}
+		return fmt.Sprintf("Rent by spec: %s? This admits %s, above this key's confirmation threshold of $%s.",
+			p.Spec, what, p.Threshold)
+	}
 	what := fmt.Sprintf("the first hour, $%s", p.Cost)
 	if p.Hours > 0 {
 		what = fmt.Sprintf("the prepaid total for %d hours, $%s", p.Hours, p.Cost)
@@ -54,6 +66,31 @@ func (p ConfirmPrompt) Message() string {
 // puts to the person by elicitation). A store failure refuses (fail
 // closed).
 func (s *Service) confirm(ctx context.Context, accountID int64, req CreateRequest, q providers.Quote, cost gpuproxy.Micros) error {
+	p := ConfirmPrompt{Provider: req.Provider, OfferID: req.OfferID, GPUName: q.GPUName, NumGPUs: q.NumGPUs,
+		PricePerHour: q.PricePerHour, Cost: cost}
+	if q.Billing == providers.BillingPrepaid {
+		p.Hours = req.Hours
+	}
+	subject := fmt.Sprintf("%s/%s/%d", req.Provider, req.OfferID, req.Hours)
+	return s.askConfirm(ctx, accountID, req, subject, p, map[string]any{
+		"provider": req.Provider, "offer_id": req.OfferID, "gpu_name": q.GPUName, "num_gpus": q.NumGPUs,
+		"price_per_hour": q.PricePerHour, "hours": p.Hours})
+}
+
+// confirmSpec is confirm for a rent by spec: asked once, for the cap (the
+// most any offer it may rent admits), with a token bound to the spec and
+// the cap.
+func (s *Service) confirmSpec(ctx context.Context, accountID int64, req CreateRequest, cost gpuproxy.Micros) error {
+	sp := req.Spec
+	p := ConfirmPrompt{Spec: sp.searched(s.specProviderNames(sp)), PricePerHour: sp.MaxPricePerHour, Cost: cost,
+		Hours: sp.Hours, NumGPUs: sp.NumGPUs}
+	return s.askConfirm(ctx, accountID, req, "spec/"+req.fingerprint(), p, map[string]any{
+		"spec": p.Spec, "max_price_per_hour": sp.MaxPricePerHour, "num_gpus": sp.NumGPUs, "hours": sp.Hours})
+}
+
+// askConfirm is confirm's common part: subject and cost bind the token.
+func (s *Service) askConfirm(ctx context.Context, accountID int64, req CreateRequest, subject string, p ConfirmPrompt,
+	details map[string]any) error {
 	cs := s.opts.Confirm
 	if cs == nil || req.KeyID == "" {
 		return nil
@@ -62,13 +99,13 @@ func (s *Service) confirm(ctx context.Context, accountID int64, req CreateReques
 	if err != nil {
 		return fmt.Errorf("reading the key's confirmation threshold: %w", err)
 	}
-	if !ok || cost <= above {
+	if !ok || p.Cost <= above {
 		return nil
 	}
-	subject := fmt.Sprintf("%s/%s/%d", req.Provider, req.OfferID, req.Hours)
+	p.Threshold = above
 	now := s.opts.Now()
 	if req.ConfirmToken != "" {
-		used, err := cs.ConsumeConfirmToken(ctx, tokenHash(req.ConfirmToken), req.KeyID, subject, cost, now)
+		used, err := cs.ConsumeConfirmToken(ctx, tokenHash(req.ConfirmToken), req.KeyID, subject, p.Cost, now)
 		if err != nil {
 			return fmt.Errorf("checking the confirm token: %w", err)
 		}
@@ -78,29 +115,22 @@ func (s *Service) confirm(ctx context.Context, accountID int64, req CreateReques
 		// Unknown, used, expired, or for another offer or cost (the price
 		// moved): a new confirmation is needed.
 	}
-	p := ConfirmPrompt{Provider: req.Provider, OfferID: req.OfferID, GPUName: q.GPUName, NumGPUs: q.NumGPUs,
-		PricePerHour: q.PricePerHour, Cost: cost, Threshold: above}
-	if q.Billing == providers.BillingPrepaid {
-		p.Hours = req.Hours
-	}
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
 		return fmt.Errorf("making a confirm token: %w", err)
 	}
 	token := "gpc_" + base64.RawURLEncoding.EncodeToString(b)
 	expires := now.Add(ConfirmTTL)
-	if err := cs.CreateConfirmToken(ctx, tokenHash(token), req.KeyID, accountID, subject, cost, now, expires); err != nil {
+	if err := cs.CreateConfirmToken(ctx, tokenHash(token), req.KeyID, accountID, subject, p.Cost, now, expires); err != nil {
 		return fmt.Errorf("storing the confirm token: %w", err)
 	}
 	msg := p.Message() + " A person must confirm: if they agree, repeat the same create with confirm_token within 10 minutes."
 	if req.ConfirmToken != "" {
 		msg = "The confirm token given is not valid for this create (used, expired, or the offer or its price changed). " + msg
 	}
-	return &gpuproxy.Error{Code: gpuproxy.ECONFIRM, Message: msg, Details: map[string]any{
-		"confirm_token": token, "expires_at": expires.UTC(), "cost": cost, "confirm_above": above,
-		"provider": req.Provider, "offer_id": req.OfferID, "gpu_name": q.GPUName, "num_gpus": q.NumGPUs,
-		"price_per_hour": q.PricePerHour, "hours": p.Hours, "question": p.Message(),
-	}}
+	details["confirm_token"], details["expires_at"], details["cost"] = token, expires.UTC(), p.Cost
+	details["confirm_above"], details["question"] = above, p.Message()
+	return &gpuproxy.Error{Code: gpuproxy.ECONFIRM, Message: msg, Details: details}
 }
 
 func tokenHash(t string) string {

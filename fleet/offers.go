@@ -114,20 +114,45 @@ func (s *Service) Offers(ctx context.Context, q OfferQuery) (OffersResult, error
 	}
 	f := providers.SearchFilter{MinVRAMGB: q.MinVRAM, MaxPricePerHour: q.MaxPrice, GPUName: q.GPUName,
 		MinGPUs: q.MinGPUs, Limit: 500}
+	var names []string
+	for _, p := range s.providers {
+		if q.Provider == "" || q.Provider == "all" || q.Provider == p.Name() {
+			names = append(names, p.Name())
+		}
+	}
+	all, perrs := s.search(ctx, names, f)
+	res := OffersResult{Errors: perrs}
+	for _, o := range all {
+		if matches(o, q) {
+			res.Offers = append(res.Offers, o)
+		}
+	}
+	sort.SliceStable(res.Offers, func(i, j int) bool {
+		a, b := res.Offers[i], res.Offers[j]
+		if a.PricePerHour != b.PricePerHour {
+			return a.PricePerHour < b.PricePerHour
+		}
+		return a.Provider+a.ID < b.Provider+b.ID
+	})
+	if len(res.Offers) > q.Limit {
+		res.Offers = res.Offers[:q.Limit]
+	}
+	return res, nil
+}
+
+// search asks the named providers concurrently (each answer cached for
+// OfferCacheTTL) and returns their offers, with an error for each provider
+// that failed (the others still answer).
+func (s *Service) search(ctx context.Context, names []string, f providers.SearchFilter) ([]providers.Offer, []ProviderError) {
 	type answer struct {
 		name   string
 		offers []providers.Offer
 		err    error
 	}
-	var sel []providers.Provider
-	for _, p := range s.providers {
-		if q.Provider == "" || q.Provider == "all" || q.Provider == p.Name() {
-			sel = append(sel, p)
-		}
-	}
-	answers := make([]answer, len(sel))
+	answers := make([]answer, len(names))
 	var wg sync.WaitGroup
-	for i, p := range sel {
+	for i, name := range names {
+		p := s.byName[name]
 		wg.Go(func() {
 			key := p.Name() + "|" + filterKey(f)
 			now := s.opts.Now()
@@ -145,29 +170,16 @@ func (s *Service) Offers(ctx context.Context, q OfferQuery) (OffersResult, error
 		})
 	}
 	wg.Wait()
-	var res OffersResult
+	var all []providers.Offer
+	var perrs []ProviderError
 	for _, a := range answers {
 		if a.err != nil {
-			res.Errors = append(res.Errors, ProviderError{Provider: a.name, Message: gpuproxy.ErrorMessage(providers.AsAppError(a.err))})
+			perrs = append(perrs, ProviderError{Provider: a.name, Message: gpuproxy.ErrorMessage(providers.AsAppError(a.err))})
 			continue
 		}
-		for _, o := range a.offers {
-			if matches(o, q) {
-				res.Offers = append(res.Offers, o)
-			}
-		}
+		all = append(all, a.offers...)
 	}
-	sort.SliceStable(res.Offers, func(i, j int) bool {
-		a, b := res.Offers[i], res.Offers[j]
-		if a.PricePerHour != b.PricePerHour {
-			return a.PricePerHour < b.PricePerHour
-		}
-		return a.Provider+a.ID < b.Provider+b.ID
-	})
-	if len(res.Offers) > q.Limit {
-		res.Offers = res.Offers[:q.Limit]
-	}
-	return res, nil
+	return all, perrs
 }
 
 // matches re-applies the filter to normalized offers: providers filter

@@ -112,6 +112,9 @@ type Options struct {
 	// destroys (metrics, alerts), with the key whose own window it kept
 	// (empty: the account's windows).
 	OnKillSwitch func(accountID int64, instanceID, keyID string)
+	// OnRentAttempt, when set, observes each offer a rent by spec tried,
+	// with its outcome (gpuproxy.RentOutcome) (metrics).
+	OnRentAttempt func(provider, outcome string)
 	// OnTagMismatch, when set, observes each provider instance found under
 	// one of our rows' provider ids but tagged otherwise (metrics).
 	OnTagMismatch func(provider string)

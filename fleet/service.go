@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,6 +80,9 @@ type CreateRequest struct {
 	// state once the person accepted), when the key asks for confirmation
 	// above a cost.
 	ConfirmToken string
+	// Spec, when set instead of Provider and OfferID, rents the best live
+	// offer matching it, failing over (see Spec).
+	Spec *Spec
 }
 
 // MaxHours is the longest prepaid duration a create may ask for (30 days).
@@ -89,20 +91,39 @@ const MaxHours = 24 * 30
 // validate checks the request; prepaid tells whether its provider charges
 // a duration up front, which then must be given.
 func (r *CreateRequest) validate(known []string, prepaid bool) error {
+	if r.Spec != nil {
+		if r.Provider != "" || r.OfferID != "" {
+			return gpuproxy.Invalid("spec", "give either spec or provider and offer_id, not both")
+		}
+		if r.Hours != 0 {
+			return gpuproxy.Invalid("hours", "goes inside spec (spec.hours) when renting by spec")
+		}
+		if err := r.Spec.validate(known); err != nil {
+			return err
+		}
+		return r.validateRest()
+	}
 	switch {
 	case !contains(known, r.Provider):
 		return gpuproxy.Invalid("provider", "must be one of %s", strings.Join(known, ", "))
 	case r.OfferID == "" || len(r.OfferID) > 200:
-		return gpuproxy.Invalid("offer_id", "is required (an offer id from the offer search)")
-	case r.Image == "" || len(r.Image) > 500 || strings.ContainsAny(r.Image, " \n\t"):
-		return gpuproxy.Invalid("image", "is required: a container image such as vllm/vllm-openai:latest")
-	case len(r.Label) > 200:
-		return gpuproxy.Invalid("label", "must be at most 200 characters")
+		return gpuproxy.Invalid("offer_id", "is required (an offer id from the offer search), or give a spec to rent by spec")
 	case prepaid && r.Hours == 0:
 		return gpuproxy.Invalid("hours", "is required for %s, which charges the whole duration up front: "+
 			"the number of hours to pay for, 1 to %d", r.Provider, MaxHours)
 	case r.Hours < 0 || r.Hours > MaxHours:
 		return gpuproxy.Invalid("hours", "must be between 1 and %d", MaxHours)
+	}
+	return r.validateRest()
+}
+
+// validateRest checks what both forms of a create share.
+func (r *CreateRequest) validateRest() error {
+	switch {
+	case r.Image == "" || len(r.Image) > 500 || strings.ContainsAny(r.Image, " \n\t"):
+		return gpuproxy.Invalid("image", "is required: a container image such as vllm/vllm-openai:latest")
+	case len(r.Label) > 200:
+		return gpuproxy.Invalid("label", "must be at most 200 characters")
 	case len(r.Env) > 50:
 		return gpuproxy.Invalid("env", "at most 50 variables")
 	case len(r.Ports) > 10:
@@ -135,85 +156,6 @@ func NewInstanceID() string {
 
 // IsOurTag reports whether a provider label carries one of our ids.
 func IsOurTag(tag string) bool { return strings.HasPrefix(tag, "gpi_") && len(tag) == 24 }
-
-// Create admits and rents an instance. The guard-rail admission and our
-// pending row are committed before the provider is called; a retried
-// request with the same idempotency key returns the same instance.
-func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (gpuproxy.Instance, error) {
-	p := s.byName[req.Provider]
-	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
-		return gpuproxy.Instance{}, err
-	}
-	if req.IdempotencyKey != "" {
-		// A retry of a create that already happened returns it as it is,
-		// before anything else: its offer is rented and may be gone now.
-		inst, err := s.store.InstanceByKey(ctx, accountID, req.IdempotencyKey)
-		if err == nil {
-			return inst, nil
-		} else if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
-			return gpuproxy.Instance{}, err
-		}
-	}
-	// Re-check the live price: offers are perishable and prices move.
-	q, err := p.Quote(ctx, req.OfferID, req.Hours)
-	if err != nil {
-		return gpuproxy.Instance{}, providers.AsAppError(err)
-	}
-	if q.PricePerHour <= 0 && q.Total <= 0 {
-		return gpuproxy.Instance{}, gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)
-	}
-	cost := q.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
-	if q.Billing == providers.BillingPrepaid {
-		cost = q.Total
-	}
-	inst := gpuproxy.Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
-		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
-		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
-		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC()}
-	if q.Billing == providers.BillingPrepaid {
-		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
-	}
-	if err := s.confirm(ctx, accountID, req, q, cost); err != nil {
-		return gpuproxy.Instance{}, err
-	}
-	areq := s.guard.Request(accountID, cost, inst.ID)
-	areq.KeyID = req.KeyID
-	res, inst, existing, err := s.store.AdmitInstance(ctx, areq, inst)
-	if existing {
-		return inst, err
-	}
-	if err := s.guard.Decide(res, cost, err); err != nil {
-		return gpuproxy.Instance{}, err
-	}
-	// The provider call is detached from the caller: a client hanging up
-	// must not leave a rental we do not know about.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CreateTimeout)
-	defer cancel()
-	pi, err := p.Create(cctx, providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
-		Hours: req.Hours, Env: req.Env, Ports: req.Ports})
-	// Rented (or gone, or perhaps rented): no cached search shows it again.
-	s.cache.drop(p.Name(), req.OfferID)
-	if err != nil {
-		var pe *providers.Error
-		if errors.As(err, &pe) && pe.Kind == providers.KindAmbiguous {
-			// Unknown outcome: stay pending with the hold; the reconciler
-			// finds the instance by tag (or proves it absent) and resolves it.
-			s.opts.Logger.Warn("ambiguous create; left for the reconciler", "instance", inst.ID, "provider", p.Name(), "err", err)
-			inst.Error = "the provider did not confirm the create; reconciling"
-			return inst, nil
-		}
-		if _, ferr := s.store.MarkFailed(context.WithoutCancel(ctx), inst.ID, gpuproxy.ErrorMessage(providers.AsAppError(err)), s.opts.Now()); ferr != nil {
-			s.opts.Logger.Error("marking failed create", "instance", inst.ID, "err", ferr)
-		}
-		return gpuproxy.Instance{}, providers.AsAppError(err)
-	}
-	if s.opts.AfterProviderCreate != nil {
-		if err := s.opts.AfterProviderCreate(inst, pi.ProviderID); err != nil {
-			return inst, err
-		}
-	}
-	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
-}
 
 // markStarting records the provider id; a prepaid instance is charged its
 // quoted total now, settling its hold.

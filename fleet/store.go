@@ -18,6 +18,21 @@ type Store interface {
 	// (existing=true) without admitting; otherwise admits req (a hold) and,
 	// if admitted, inserts inst (status pending, HoldID set).
 	AdmitInstance(ctx context.Context, req guardrails.AdmitRequest, inst gpuproxy.Instance) (res guardrails.AdmitResult, out gpuproxy.Instance, existing bool, err error)
+	// BeginCreateCall records call as running unless the account already
+	// has a call with its key; it returns the stored call and whether it
+	// is the one just recorded (exactly one of racing callers begins).
+	BeginCreateCall(ctx context.Context, call gpuproxy.CreateCall) (gpuproxy.CreateCall, bool, error)
+	// FinishCreateCall records a running call's outcome and attempts and
+	// returns the stored call (the first outcome, if it was finished
+	// already).
+	FinishCreateCall(ctx context.Context, call gpuproxy.CreateCall) (gpuproxy.CreateCall, error)
+	// AbandonCreateCall forgets a running call whose outcome must not be
+	// replayed (a confirmation asked for, our own failure): a retry with
+	// its key starts afresh.
+	AbandonCreateCall(ctx context.Context, accountID int64, key string) error
+	// SetInstanceAttempts records on an instance the offers a rent by spec
+	// tried.
+	SetInstanceAttempts(ctx context.Context, id string, attempts []gpuproxy.RentAttempt) (gpuproxy.Instance, error)
 	// InstanceByKey returns the account's instance created with an
 	// idempotency key (not found otherwise).
 	InstanceByKey(ctx context.Context, accountID int64, key string) (gpuproxy.Instance, error)

@@ -13,6 +13,7 @@ var statusOf = map[string]int{
 	gpuproxy.ENOTFOUND:     http.StatusNotFound,
 	gpuproxy.ECONFLICT:     http.StatusConflict,
 	gpuproxy.EGONE:         http.StatusConflict,
+	gpuproxy.ENOMATCH:      http.StatusConflict,
 	gpuproxy.EUNAUTHORIZED: http.StatusUnauthorized,
 	gpuproxy.EFORBIDDEN:    http.StatusForbidden,
 	gpuproxy.ELIMIT:        http.StatusPaymentRequired,

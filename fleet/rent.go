@@ -1,0 +1,164 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// Create admits and rents an instance: the offer named by req.OfferID, or
+// with req.Spec the best live offer matching it, failing over (see
+// createBySpec). The guard-rail admission and our pending row are committed
+// before each provider call. With an idempotency key the whole call is
+// recorded: a retry returns the instance the first call rented, or its
+// error, and never rents again.
+func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest) (gpuproxy.Instance, error) {
+	p := s.byName[req.Provider]
+	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
+		return gpuproxy.Instance{}, err
+	}
+	run := func(ctx context.Context) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
+		if req.Spec != nil {
+			return s.createBySpec(ctx, accountID, req)
+		}
+		inst, err := s.rentOffer(ctx, accountID, req, rentLimits{})
+		var ae *attemptError
+		if errors.As(err, &ae) {
+			err = ae.err
+		}
+		return inst, nil, err
+	}
+	if req.IdempotencyKey == "" {
+		inst, _, err := run(ctx)
+		return inst, err
+	}
+	return s.once(ctx, accountID, req, run)
+}
+
+// rentLimits bound one rent attempt of a spec: the price cap per hour (0:
+// none) and whether the spec's cost was confirmed already (no confirmation
+// per offer then).
+type rentLimits struct {
+	maxPrice  gpuproxy.Micros
+	confirmed bool
+	attempts  []gpuproxy.RentAttempt // recorded on the row as it is inserted
+}
+
+// attemptError is a failed rent attempt: how it ended, and the error the
+// caller would see.
+type attemptError struct {
+	outcome gpuproxy.RentOutcome
+	err     error
+}
+
+func (e *attemptError) Error() string { return string(e.outcome) + ": " + e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// failed classifies a provider error of an attempt: an offer gone, an open
+// breaker, or another provider failure.
+func failed(p providers.Provider, err error) *attemptError {
+	out := gpuproxy.RentProviderErr
+	switch {
+	case providers.KindOf(err) == providers.KindGone || providers.KindOf(err) == providers.KindNotFound:
+		out = gpuproxy.RentOfferGone
+	case p.BreakerState() == "open":
+		out = gpuproxy.RentBreakerOpen
+	}
+	return &attemptError{outcome: out, err: providers.AsAppError(err)}
+}
+
+// rentOffer rents one offer: live quote, confirmation, admission with our
+// pending row, provider create. Its errors are *attemptError (but for an
+// ambiguous create, which returns the pending instance and no error).
+func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequest, lim rentLimits) (gpuproxy.Instance, error) {
+	p := s.byName[req.Provider]
+	if req.IdempotencyKey != "" {
+		// A retry of a create that already happened returns it as it is,
+		// before anything else: its offer is rented and may be gone now.
+		inst, err := s.store.InstanceByKey(ctx, accountID, req.IdempotencyKey)
+		if err == nil {
+			return inst, nil
+		} else if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
+			return gpuproxy.Instance{}, &attemptError{gpuproxy.RentProviderErr, err}
+		}
+	}
+	// Re-check the live price: offers are perishable and prices move.
+	q, err := p.Quote(ctx, req.OfferID, req.Hours)
+	if err != nil {
+		return gpuproxy.Instance{}, failed(p, err)
+	}
+	if q.PricePerHour <= 0 && q.Total <= 0 {
+		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentProviderErr,
+			gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)}
+	}
+	if lim.maxPrice > 0 && q.PricePerHour > lim.maxPrice {
+		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentPriceOverCap, gpuproxy.Errorf(gpuproxy.EGONE,
+			"%s's live price for offer %s is $%s/h, over the $%s cap", p.Name(), req.OfferID, q.PricePerHour, lim.maxPrice)}
+	}
+	cost := q.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
+	if q.Billing == providers.BillingPrepaid {
+		cost = q.Total
+	}
+	inst := gpuproxy.Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
+		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
+		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
+		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts}
+	if q.Billing == providers.BillingPrepaid {
+		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
+	}
+	if !lim.confirmed {
+		if err := s.confirm(ctx, accountID, req, q, cost); err != nil {
+			return gpuproxy.Instance{}, err
+		}
+	}
+	areq := s.guard.Request(accountID, cost, inst.ID)
+	areq.KeyID = req.KeyID
+	res, inst, existing, err := s.store.AdmitInstance(ctx, areq, inst)
+	if existing {
+		return inst, err
+	}
+	if err := s.guard.Decide(res, cost, err); err != nil {
+		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentOverLimit, err}
+	}
+	// The provider call is detached from the caller: a client hanging up
+	// must not leave a rental we do not know about.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CreateTimeout)
+	defer cancel()
+	pi, err := p.Create(cctx, providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
+		Hours: req.Hours, Env: req.Env, Ports: req.Ports})
+	// Rented (or gone, or perhaps rented): no cached search shows it again.
+	s.cache.drop(p.Name(), req.OfferID)
+	if err != nil {
+		var pe *providers.Error
+		if errors.As(err, &pe) && pe.Kind == providers.KindAmbiguous {
+			// Unknown outcome: stay pending with the hold; the reconciler
+			// finds the instance by tag (or proves it absent) and resolves it.
+			s.opts.Logger.Warn("ambiguous create; left for the reconciler", "instance", inst.ID, "provider", p.Name(), "err", err)
+			inst.Error = "the provider did not confirm the create; reconciling"
+			return inst, nil
+		}
+		if _, ferr := s.store.MarkFailed(context.WithoutCancel(ctx), inst.ID, gpuproxy.ErrorMessage(providers.AsAppError(err)), s.opts.Now()); ferr != nil {
+			s.opts.Logger.Error("marking failed create", "instance", inst.ID, "err", ferr)
+		}
+		return gpuproxy.Instance{}, failed(p, err)
+	}
+	if s.opts.AfterProviderCreate != nil {
+		if err := s.opts.AfterProviderCreate(inst, pi.ProviderID); err != nil {
+			return inst, err
+		}
+	}
+	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
+}
+
+// attemptKey is the idempotency key of a spec's n-th attempt (from 1):
+// each attempt's row has its own, so a failed one does not answer for the
+// next.
+func attemptKey(key string, n int) string {
+	if key == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s#%d", key, n)
+}

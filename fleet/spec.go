@@ -1,0 +1,334 @@
+package fleet
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// DefaultMaxAttempts is how many offers a rent by spec tries at most.
+const DefaultMaxAttempts = 5
+
+// MaxMaxAttempts bounds Spec.MaxAttempts.
+const MaxMaxAttempts = 20
+
+// Billing kinds a spec may ask for.
+const (
+	BillingHourly  = string(providers.BillingHourly)
+	BillingPrepaid = string(providers.BillingPrepaid)
+)
+
+// Spec asks for what an instance must be rather than which offer: the
+// fleet ranks the live offers that match it (cheapest per hour first, then
+// the more reliable) and rents the first it can, failing over to the next.
+type Spec struct {
+	// GPU names the acceptable GPUs: each matches an offer's GPU name as
+	// the offer search does (case-insensitive substring); empty: any.
+	GPU []string
+	// MinVRAMGB is the least memory per GPU, in decimal GB.
+	MinVRAMGB float64
+	// NumGPUs is the exact GPU count (default 1).
+	NumGPUs int
+	// MaxPricePerHour is the most the caller accepts per hour for the
+	// whole instance: required.
+	MaxPricePerHour gpuproxy.Micros
+	// Providers limits the search (default every configured provider).
+	Providers []string
+	// MinReliability is the least provider-reported reliability, 0..1.
+	MinReliability float64
+	// Locations limits the offers to these locations (case-insensitive
+	// substring of the offer's location, such as a country code).
+	Locations []string
+	// Billing is "hourly", "prepaid" or "" (either; prepaid offers only
+	// when Hours is set).
+	Billing string
+	// Hours is the prepaid duration: required when Billing is prepaid.
+	Hours int
+	// MaxAttempts is how many offers to try at most (default
+	// DefaultMaxAttempts).
+	MaxAttempts int
+}
+
+// validate checks the spec, naming the field (as "spec.<field>"), and
+// fills its defaults.
+func (sp *Spec) validate(known []string) error {
+	if sp.NumGPUs == 0 {
+		sp.NumGPUs = 1
+	}
+	if sp.MaxAttempts == 0 {
+		sp.MaxAttempts = DefaultMaxAttempts
+	}
+	switch {
+	case sp.MaxPricePerHour <= 0:
+		return gpuproxy.Invalid("spec.max_price_per_hour", "is required: the most you accept per hour for the whole instance, in USD (e.g. 1.50)")
+	case sp.MaxPricePerHour > 10_000*gpuproxy.MicrosPerUSD:
+		return gpuproxy.Invalid("spec.max_price_per_hour", "must be at most 10000 USD/hour, got %s", sp.MaxPricePerHour)
+	case len(sp.GPU) > 20:
+		return gpuproxy.Invalid("spec.gpu", "at most 20 names, got %d", len(sp.GPU))
+	case sp.MinVRAMGB < 0 || sp.MinVRAMGB > 10000:
+		return gpuproxy.Invalid("spec.min_vram_gb", "must be between 0 and 10000 GB, got %s", ftoa(sp.MinVRAMGB))
+	case sp.NumGPUs < 1 || sp.NumGPUs > 64:
+		return gpuproxy.Invalid("spec.num_gpus", "must be between 1 and 64, got %d", sp.NumGPUs)
+	case sp.MinReliability < 0 || sp.MinReliability > 1:
+		return gpuproxy.Invalid("spec.min_reliability", "must be between 0 and 1, got %s", ftoa(sp.MinReliability))
+	case len(sp.Locations) > 50:
+		return gpuproxy.Invalid("spec.locations", "at most 50 locations, got %d", len(sp.Locations))
+	case sp.Billing != "" && sp.Billing != BillingHourly && sp.Billing != BillingPrepaid:
+		return gpuproxy.Invalid("spec.billing", "must be %q or %q, got %q", BillingHourly, BillingPrepaid, sp.Billing)
+	case sp.Billing == BillingPrepaid && sp.Hours == 0:
+		return gpuproxy.Invalid("spec.hours", "is required for prepaid billing: the number of hours to pay for, 1 to %d", MaxHours)
+	case sp.Hours < 0 || sp.Hours > MaxHours:
+		return gpuproxy.Invalid("spec.hours", "must be between 1 and %d, got %d", MaxHours, sp.Hours)
+	case sp.MaxAttempts < 1 || sp.MaxAttempts > MaxMaxAttempts:
+		return gpuproxy.Invalid("spec.max_attempts", "must be between 1 and %d, got %d", MaxMaxAttempts, sp.MaxAttempts)
+	}
+	for _, g := range sp.GPU {
+		if strings.TrimSpace(g) == "" || len(g) > 100 {
+			return gpuproxy.Invalid("spec.gpu", "names are 1-100 characters, got %q", g)
+		}
+	}
+	for _, l := range sp.Locations {
+		if strings.TrimSpace(l) == "" || len(l) > 100 {
+			return gpuproxy.Invalid("spec.locations", "locations are 1-100 characters, got %q", l)
+		}
+	}
+	for _, p := range sp.Providers {
+		if !contains(known, p) {
+			return gpuproxy.Invalid("spec.providers", "%q is not configured: use %s", p, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// fingerprint identifies the spec and the rest of the create (image, env,
+// ports, label) for the idempotency key and the confirm token: a retry
+// with the same key but another request is refused.
+func (r *CreateRequest) fingerprint() string {
+	b, _ := json.Marshal(struct {
+		Provider, OfferID, Image, Label string
+		Hours                           int
+		Env                             map[string]string
+		Ports                           []int
+		Spec                            *Spec
+	}{r.Provider, r.OfferID, r.Image, r.Label, r.Hours, r.Env, r.Ports, r.Spec})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// cap is the most the spec may admit: the cap per hour over the guard
+// rails' horizon for hourly offers, or the prepaid total at the cap.
+func (sp *Spec) cap(horizonMillis int64) gpuproxy.Micros {
+	hourly := sp.MaxPricePerHour.MulMillis(horizonMillis)
+	if sp.Hours > 0 && sp.Billing != BillingHourly {
+		return max(hourly, sp.MaxPricePerHour*gpuproxy.Micros(sp.Hours))
+	}
+	return hourly
+}
+
+// criterion is one constraint of a spec, for matching and for explaining
+// a miss.
+type criterion struct {
+	name string
+	ok   func(providers.Offer) bool
+}
+
+// criteria are the spec's constraints other than price, in the order a
+// miss is explained.
+func (sp *Spec) criteria() []criterion {
+	cs := []criterion{}
+	if len(sp.GPU) > 0 {
+		cs = append(cs, criterion{"gpu", func(o providers.Offer) bool {
+			return slices.ContainsFunc(sp.GPU, func(g string) bool {
+				return strings.Contains(strings.ToLower(o.GPUName), strings.ToLower(strings.TrimSpace(g)))
+			})
+		}})
+	}
+	if sp.MinVRAMGB > 0 {
+		cs = append(cs, criterion{"min_vram_gb", func(o providers.Offer) bool { return o.VRAMGB+0.5 >= sp.MinVRAMGB }})
+	}
+	cs = append(cs, criterion{"num_gpus", func(o providers.Offer) bool { return o.NumGPUs == sp.NumGPUs }})
+	if sp.MinReliability > 0 {
+		cs = append(cs, criterion{"min_reliability", func(o providers.Offer) bool { return o.Reliability >= sp.MinReliability }})
+	}
+	if len(sp.Locations) > 0 {
+		cs = append(cs, criterion{"locations", func(o providers.Offer) bool {
+			return slices.ContainsFunc(sp.Locations, func(l string) bool {
+				return strings.Contains(strings.ToLower(o.Location), strings.ToLower(strings.TrimSpace(l)))
+			})
+		}})
+	}
+	cs = append(cs, criterion{"billing", func(o providers.Offer) bool {
+		switch sp.Billing {
+		case BillingHourly:
+			return o.Billing != providers.BillingPrepaid
+		case BillingPrepaid:
+			return o.Billing == providers.BillingPrepaid
+		}
+		return o.Billing != providers.BillingPrepaid || sp.Hours > 0
+	}})
+	return cs
+}
+
+// matchAll reports whether o meets every criterion.
+func matchAll(cs []criterion, o providers.Offer) bool {
+	for _, c := range cs {
+		if !c.ok(o) {
+			return false
+		}
+	}
+	return true
+}
+
+// rank sorts offers cheapest per hour first, then the more reliable, then
+// by provider and id (a stable order across replicas).
+func rank(offers []providers.Offer) {
+	slices.SortStableFunc(offers, func(a, b providers.Offer) int {
+		if c := cmp.Compare(a.PricePerHour, b.PricePerHour); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Reliability, a.Reliability); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Provider+"/"+a.ID, b.Provider+"/"+b.ID)
+	})
+}
+
+// candidates are the offers matching sp at or under its cap, ranked.
+func (sp *Spec) candidates(all []providers.Offer) []providers.Offer {
+	cs := sp.criteria()
+	var out []providers.Offer
+	for _, o := range all {
+		if matchAll(cs, o) && o.PricePerHour <= sp.MaxPricePerHour {
+			out = append(out, o)
+		}
+	}
+	rank(out)
+	return out
+}
+
+// misses explains why no offer matched: the cheapest offer meeting
+// everything but the price, and for each other criterion that no offer
+// meets with the rest, what the market has nearest to it. At most a few
+// sentences, most useful first.
+func (sp *Spec) misses(all []providers.Offer) []string {
+	cs := sp.criteria()
+	var out []string
+	var overCap []providers.Offer
+	for _, o := range all {
+		if matchAll(cs, o) {
+			overCap = append(overCap, o)
+		}
+	}
+	if len(overCap) > 0 {
+		rank(overCap)
+		o := overCap[0]
+		out = append(out, fmt.Sprintf("cheapest %s is $%s/h on %s, over your $%s cap",
+			describe(o), o.PricePerHour, o.Provider, sp.MaxPricePerHour))
+		return out
+	}
+	for i, c := range cs {
+		rest := slices.Delete(slices.Clone(cs), i, i+1)
+		var near []providers.Offer
+		for _, o := range all {
+			if matchAll(rest, o) && !c.ok(o) {
+				near = append(near, o)
+			}
+		}
+		if len(near) == 0 {
+			continue
+		}
+		out = append(out, sp.missSentence(c.name, near))
+	}
+	if len(out) == 0 {
+		out = append(out, fmt.Sprintf("no offer meets two or more of the constraints at once (%d offers searched)", len(all)))
+	}
+	return out
+}
+
+// missSentence says what the market has for one unmet criterion, among
+// offers meeting every other one.
+func (sp *Spec) missSentence(name string, near []providers.Offer) string {
+	rank(near)
+	best := near[0]
+	switch name {
+	case "gpu":
+		names := map[string]bool{}
+		var list []string
+		for _, o := range near {
+			if !names[o.GPUName] && len(list) < 5 {
+				names[o.GPUName] = true
+				list = append(list, o.GPUName)
+			}
+		}
+		return fmt.Sprintf("no %s offer matches; offered instead: %s", strings.Join(sp.GPU, " or "), strings.Join(list, ", "))
+	case "min_vram_gb":
+		most := slices.MaxFunc(near, func(a, b providers.Offer) int { return cmp.Compare(a.VRAMGB, b.VRAMGB) })
+		return fmt.Sprintf("no offer with %s GB per GPU; the most is %s GB (%s on %s)", ftoa(sp.MinVRAMGB),
+			ftoa(most.VRAMGB), describe(most), most.Provider)
+	case "num_gpus":
+		counts := map[int]bool{}
+		var list []string
+		for _, o := range near {
+			if !counts[o.NumGPUs] {
+				counts[o.NumGPUs] = true
+				list = append(list, itoa(o.NumGPUs))
+			}
+		}
+		slices.Sort(list)
+		return fmt.Sprintf("no offer with exactly %d GPUs; offered counts: %s", sp.NumGPUs, strings.Join(list, ", "))
+	case "min_reliability":
+		most := slices.MaxFunc(near, func(a, b providers.Offer) int { return cmp.Compare(a.Reliability, b.Reliability) })
+		return fmt.Sprintf("no offer with reliability %s or more; the best is %s (%s on %s)", ftoa(sp.MinReliability),
+			ftoa(most.Reliability), describe(most), most.Provider)
+	case "locations":
+		return fmt.Sprintf("no offer in %s; the cheapest elsewhere is %s in %s at $%s/h on %s",
+			strings.Join(sp.Locations, ", "), describe(best), best.Location, best.PricePerHour, best.Provider)
+	case "billing":
+		if sp.Billing == "" {
+			return fmt.Sprintf("only prepaid offers match (cheapest %s at $%s/h on %s): set spec.hours to rent one",
+				describe(best), best.PricePerHour, best.Provider)
+		}
+		return fmt.Sprintf("no %s offer; the cheapest %s one is %s at $%s/h on %s", sp.Billing, best.Billing,
+			describe(best), best.PricePerHour, best.Provider)
+	}
+	return name
+}
+
+// describe names an offer's hardware: "A100" or "2× A100".
+func describe(o providers.Offer) string {
+	if o.NumGPUs > 1 {
+		return fmt.Sprintf("%d× %s", o.NumGPUs, o.GPUName)
+	}
+	return o.GPUName
+}
+
+// searched says what a spec searched, for no_matching_offer's message.
+func (sp *Spec) searched(provs []string) string {
+	var parts []string
+	gpu := "any GPU"
+	if len(sp.GPU) > 0 {
+		gpu = strings.Join(sp.GPU, " or ")
+	}
+	parts = append(parts, fmt.Sprintf("%d× %s", sp.NumGPUs, gpu))
+	if sp.MinVRAMGB > 0 {
+		parts = append(parts, fmt.Sprintf("≥ %s GB per GPU", ftoa(sp.MinVRAMGB)))
+	}
+	parts = append(parts, fmt.Sprintf("≤ $%s/h", sp.MaxPricePerHour))
+	if sp.MinReliability > 0 {
+		parts = append(parts, fmt.Sprintf("reliability ≥ %s", ftoa(sp.MinReliability)))
+	}
+	if len(sp.Locations) > 0 {
+		parts = append(parts, "in "+strings.Join(sp.Locations, ", "))
+	}
+	if sp.Billing != "" {
+		parts = append(parts, sp.Billing)
+	}
+	return strings.Join(parts, ", ") + " on " + strings.Join(provs, ", ")
+}

@@ -1,0 +1,179 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/providers"
+)
+
+// createBySpec rents the best live offer matching req.Spec: it searches
+// every provider the spec names, ranks the matching offers at or under the
+// cap (cheapest per hour first, then the more reliable), asks for
+// confirmation once for the cap, and tries them in order, at most
+// MaxAttempts: live quote → admission (account and key windows) →
+// provider create. An offer gone, a provider error, an open breaker or a
+// live price over the cap moves on to the next offer; a guard-rail refusal
+// stops at once. It returns every attempt made, the rented one last.
+func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateRequest) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
+	sp := req.Spec
+	names := s.specProviderNames(sp)
+	f := providers.SearchFilter{MinVRAMGB: sp.MinVRAMGB, MinGPUs: sp.NumGPUs, Limit: 500}
+	if len(sp.GPU) == 1 {
+		f.GPUName = strings.TrimSpace(sp.GPU[0])
+	}
+	all, perrs := s.search(ctx, names, f)
+	cands := sp.candidates(all)
+	if len(cands) == 0 {
+		// The providers filtered coarsely by the spec: to say what the
+		// market has nearest to it, look at everything they offer.
+		if broad, berrs := s.search(ctx, names, providers.SearchFilter{Limit: 500}); len(berrs) <= len(perrs) && len(broad) > len(all) {
+			all = broad
+		}
+		return gpuproxy.Instance{}, nil, s.noMatch(sp, names, all, perrs, nil)
+	}
+	if err := s.confirmSpec(ctx, accountID, req, sp.cap(s.guard.Horizon().Milliseconds())); err != nil {
+		return gpuproxy.Instance{}, nil, err
+	}
+	var attempts []gpuproxy.RentAttempt
+	for _, o := range cands {
+		if len(attempts) >= sp.MaxAttempts {
+			break
+		}
+		a := gpuproxy.RentAttempt{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs,
+			PricePerHour: o.PricePerHour}
+		p := s.byName[o.Provider]
+		if p.BreakerState() == "open" {
+			a.Outcome = gpuproxy.RentBreakerOpen
+			a.Error = o.Provider + "'s circuit breaker is open after repeated failures; not called"
+			attempts = s.observe(attempts, a)
+			continue
+		}
+		sub := req
+		sub.Spec, sub.Provider, sub.OfferID = nil, o.Provider, o.ID
+		sub.IdempotencyKey = attemptKey(req.IdempotencyKey, len(attempts)+1)
+		if o.Billing == providers.BillingPrepaid {
+			sub.Hours = sp.Hours
+		}
+		start := time.Now()
+		inst, err := s.rentOffer(ctx, accountID, sub, rentLimits{maxPrice: sp.MaxPricePerHour, confirmed: true, attempts: attempts})
+		a.Duration = time.Since(start)
+		if err == nil {
+			a.Outcome, a.PricePerHour = gpuproxy.RentRented, inst.PricePerHour
+			if inst.Status == gpuproxy.Pending {
+				a.Outcome = gpuproxy.RentPending
+			}
+			attempts = s.observe(attempts, a)
+			inst, err = s.store.SetInstanceAttempts(context.WithoutCancel(ctx), inst.ID, attempts)
+			return inst, attempts, err
+		}
+		var ae *attemptError
+		if !errors.As(err, &ae) {
+			return gpuproxy.Instance{}, attempts, err // our store or a fault hook: stop
+		}
+		a.Outcome, a.Error = ae.outcome, gpuproxy.ErrorMessage(ae.err)
+		attempts = s.observe(attempts, a)
+		if ae.outcome == gpuproxy.RentOverLimit {
+			return gpuproxy.Instance{}, attempts, withAttempts(ae.err, attempts)
+		}
+	}
+	return gpuproxy.Instance{}, attempts, s.noMatch(sp, names, all, perrs, attempts)
+}
+
+// observe appends a to attempts and reports it (metrics).
+func (s *Service) observe(attempts []gpuproxy.RentAttempt, a gpuproxy.RentAttempt) []gpuproxy.RentAttempt {
+	if s.opts.OnRentAttempt != nil {
+		s.opts.OnRentAttempt(a.Provider, string(a.Outcome))
+	}
+	return append(attempts, a)
+}
+
+// specProviderNames are the providers a spec searches: those it names, or
+// every configured one.
+func (s *Service) specProviderNames(sp *Spec) []string {
+	if len(sp.Providers) > 0 {
+		return sp.Providers
+	}
+	return s.ProviderNames()
+}
+
+// noMatch is no_matching_offer: what was searched, the nearest misses (or
+// the attempts that failed), and any provider whose search failed.
+func (s *Service) noMatch(sp *Spec, names []string, all []providers.Offer, perrs []ProviderError,
+	attempts []gpuproxy.RentAttempt) error {
+	searched := sp.searched(names)
+	var msg string
+	var misses []string
+	if len(attempts) == 0 {
+		misses = sp.misses(all)
+		msg = "no offer matches " + searched + ": " + strings.Join(misses, "; ")
+	} else {
+		counts := map[gpuproxy.RentOutcome]int{}
+		var order []string
+		for _, a := range attempts {
+			if counts[a.Outcome] == 0 {
+				order = append(order, string(a.Outcome))
+			}
+			counts[a.Outcome]++
+		}
+		var parts []string
+		for _, o := range order {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[gpuproxy.RentOutcome(o)], o))
+		}
+		msg = fmt.Sprintf("tried %d offers matching %s and rented none (%s); nothing was rented or charged: "+
+			"try again, or relax the spec", len(attempts), searched, strings.Join(parts, ", "))
+	}
+	var perrDetails []map[string]any
+	for _, pe := range perrs {
+		msg += fmt.Sprintf(" (%s's search failed: %s)", pe.Provider, pe.Message)
+		perrDetails = append(perrDetails, map[string]any{"provider": pe.Provider, "error": pe.Message})
+	}
+	det := map[string]any{"searched": searched, "offers_searched": len(all)}
+	if len(misses) > 0 {
+		det["nearest_misses"] = misses
+	}
+	if len(attempts) > 0 {
+		det["attempts"] = AttemptDetails(attempts)
+	}
+	if len(perrDetails) > 0 {
+		det["provider_errors"] = perrDetails
+	}
+	return &gpuproxy.Error{Code: gpuproxy.ENOMATCH, Message: msg, Details: det}
+}
+
+// withAttempts adds the attempts made to an error's details (a refusal
+// after some offers were tried).
+func withAttempts(err error, attempts []gpuproxy.RentAttempt) error {
+	var e *gpuproxy.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	out := *e
+	out.Details = make(map[string]any, len(e.Details)+1)
+	for k, v := range e.Details {
+		out.Details[k] = v
+	}
+	out.Details["attempts"] = AttemptDetails(attempts)
+	return &out
+}
+
+// AttemptDetails renders attempts as plain values for error details and
+// views: provider, offer_id, gpu_name, num_gpus, price_per_hour (USD, six
+// decimals), outcome, error and duration_ms.
+func AttemptDetails(attempts []gpuproxy.RentAttempt) []map[string]any {
+	out := make([]map[string]any, len(attempts))
+	for i, a := range attempts {
+		m := map[string]any{"provider": a.Provider, "offer_id": a.OfferID, "gpu_name": a.GPUName,
+			"num_gpus": a.NumGPUs, "price_per_hour": a.PricePerHour, "outcome": string(a.Outcome),
+			"duration_ms": a.Duration.Milliseconds()}
+		if a.Error != "" {
+			m["error"] = a.Error
+		}
+		out[i] = m
+	}
+	return out
+}

@@ -1,0 +1,277 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+)
+
+// goneBody is vast.ai's answer to a create of an ask someone else took.
+const goneBody = `{"success":false,"error":"no_such_ask","msg":"no longer available"}`
+
+// failCreates makes the next n vast.ai creates answer that the ask is gone.
+func failCreates(w *world, n int) {
+	w.vast.Inject(vastaisim.Fault{Kind: vastaisim.FaultStatus, Method: http.MethodPut, PathPrefix: "/api/v0/asks",
+		Count: n, Status: http.StatusGone, Body: goneBody, ContentType: "application/json"})
+}
+
+// creates counts the create calls the vast.ai simulator received.
+func creates(w *world) int {
+	n := 0
+	for _, r := range w.vast.Requests() {
+		if r.Method == http.MethodPut && strings.HasPrefix(r.Path, "/api/v0/asks") {
+			n++
+		}
+	}
+	return n
+}
+
+func spec4090(maxPrice float64) *fleet.Spec {
+	return &fleet.Spec{GPU: []string{"RTX 4090"}, MaxPricePerHour: gpuproxy.Micros(maxPrice * usd),
+		Providers: []string{providers.VastAI}}
+}
+
+// TestRentBySpecFailsOver: offers taken between search and create are
+// recorded as offer_gone and the next cheapest is tried, until one is
+// rented; the attempts are on the instance, cheapest first, all distinct,
+// and each is observed for the metric.
+func TestRentBySpecFailsOver(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			var mu sync.Mutex
+			seen := map[string]int{}
+			w := newWorld(t, k, worldOpts{fleetOpts: fleet.Options{OnRentAttempt: func(p, outcome string) {
+				mu.Lock()
+				seen[p+"/"+outcome]++
+				mu.Unlock()
+			}}})
+			ctx := context.Background()
+			failCreates(w, 2)
+			sp := &fleet.Spec{MaxPricePerHour: 50 * usd, Providers: []string{providers.VastAI}}
+			inst, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inst.Attempts) != 3 {
+				t.Fatalf("attempts: %+v", inst.Attempts)
+			}
+			ids := map[string]bool{}
+			for i, a := range inst.Attempts {
+				want := gpuproxy.RentOfferGone
+				if i == 2 {
+					want = gpuproxy.RentRented
+				}
+				if a.Outcome != want || a.Provider != providers.VastAI || ids[a.OfferID] || a.NumGPUs != 1 {
+					t.Fatalf("attempt %d: %+v", i, a)
+				}
+				if i > 0 && a.PricePerHour < inst.Attempts[i-1].PricePerHour {
+					t.Fatalf("not cheapest first: %+v", inst.Attempts)
+				}
+				ids[a.OfferID] = true
+			}
+			if inst.Attempts[0].Error == "" || inst.OfferID != inst.Attempts[2].OfferID {
+				t.Fatalf("attempts: %+v, rented %s", inst.Attempts, inst.OfferID)
+			}
+			got, err := w.fleets[0].Get(ctx, w.acct.ID, inst.ID)
+			if err != nil || len(got.Attempts) != 3 || got.Attempts[2].Outcome != gpuproxy.RentRented {
+				t.Fatalf("stored attempts: %+v %v", got.Attempts, err)
+			}
+			if seen[providers.VastAI+"/offer_gone"] != 2 || seen[providers.VastAI+"/rented"] != 1 {
+				t.Fatalf("observed: %v", seen)
+			}
+			// The failed attempts' holds were released: only the rented
+			// instance holds or spends.
+			list, err := w.fleets[0].List(ctx, w.acct.ID, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := 0
+			for _, v := range list {
+				if v.Status != gpuproxy.Failed {
+					live++
+				}
+			}
+			if live != 1 {
+				t.Fatalf("live instances: %d of %d", live, len(list))
+			}
+		})
+	}
+}
+
+// TestRentBySpecNoMatch: a cap under every offer, or memory no offer has,
+// is no_matching_offer naming what was searched and the nearest miss, and
+// nothing is rented.
+func TestRentBySpecNoMatch(t *testing.T) {
+	w := newWorld(t, dbtest.SQLite, worldOpts{})
+	ctx := context.Background()
+	f := w.fleets[0]
+	_, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: spec4090(0.01), Image: "i"})
+	msg := gpuproxy.ErrorMessage(err)
+	if gpuproxy.ErrorCode(err) != gpuproxy.ENOMATCH || !strings.Contains(msg, "cheapest RTX 4090 is $") ||
+		!strings.Contains(msg, "over your $0.01 cap") || !strings.Contains(msg, "RTX 4090") {
+		t.Fatalf("under every price: %v", err)
+	}
+	sp := spec4090(50)
+	sp.MinVRAMGB = 500
+	_, err = f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
+	if msg := gpuproxy.ErrorMessage(err); gpuproxy.ErrorCode(err) != gpuproxy.ENOMATCH ||
+		!strings.Contains(msg, "no offer with 500 GB per GPU; the most is") {
+		t.Fatalf("500 GB: %v", err)
+	}
+	sp = spec4090(50)
+	sp.GPU = []string{"H900"}
+	_, err = f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
+	if msg := gpuproxy.ErrorMessage(err); gpuproxy.ErrorCode(err) != gpuproxy.ENOMATCH ||
+		!strings.Contains(msg, "no H900 offer matches; offered instead:") {
+		t.Fatalf("unknown GPU: %v", err)
+	}
+	if n := creates(w); n != 0 {
+		t.Fatalf("%d creates sent", n)
+	}
+	// Bad input names the field.
+	for field, sp := range map[string]*fleet.Spec{
+		"spec.max_price_per_hour": {GPU: []string{"A100"}},
+		"spec.num_gpus":           {MaxPricePerHour: usd, NumGPUs: 100},
+		"spec.providers":          {MaxPricePerHour: usd, Providers: []string{"nope"}},
+		"spec.billing":            {MaxPricePerHour: usd, Billing: "monthly"},
+		"spec.hours":              {MaxPricePerHour: usd, Billing: "prepaid"},
+		"spec.min_reliability":    {MaxPricePerHour: usd, MinReliability: 2},
+	} {
+		_, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
+		if gpuproxy.ErrorCode(err) != gpuproxy.EINVALID || !strings.HasPrefix(gpuproxy.ErrorMessage(err), field+":") {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	_, err = f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: spec4090(1), Provider: providers.VastAI, OfferID: "1", Image: "i"})
+	if gpuproxy.ErrorCode(err) != gpuproxy.EINVALID || !strings.HasPrefix(gpuproxy.ErrorMessage(err), "spec:") {
+		t.Errorf("both forms: %v", err)
+	}
+}
+
+// TestRentBySpecStopsAtTheLimit: a window that cannot fit the cheapest
+// offer refuses at the first attempt — 402 naming the window, one attempt
+// recorded as over_limit, no provider create — instead of trying five.
+func TestRentBySpecStopsAtTheLimit(t *testing.T) {
+	w := newWorld(t, dbtest.SQLite, worldOpts{limits: []guardrails.Window{{Minutes: 60, Limit: usd / 100}}})
+	_, err := w.fleets[0].Create(context.Background(), w.acct.ID, fleet.CreateRequest{Spec: spec4090(50), Image: "i"})
+	if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
+		t.Fatalf("want 402: %v", err)
+	}
+	atts, _ := gpuproxy.ErrorDetails(err)["attempts"].([]map[string]any)
+	if len(atts) != 1 || atts[0]["outcome"] != "over_limit" {
+		t.Fatalf("attempts: %v", gpuproxy.ErrorDetails(err))
+	}
+	if n := creates(w); n != 0 {
+		t.Fatalf("%d creates sent", n)
+	}
+}
+
+// TestCreateCallsAreIdempotent: with an Idempotency-Key, a retry of a rent
+// by spec returns the instance the first call rented and rents nothing
+// more; a retry of a failed call, by spec or by offer, answers the same
+// code and message; the key with another request is refused.
+func TestCreateCallsAreIdempotent(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			w := newWorld(t, k, worldOpts{replicas: 2})
+			ctx := context.Background()
+			failCreates(w, 1)
+			req := fleet.CreateRequest{Spec: spec4090(50), Image: "i", IdempotencyKey: "spec-1"}
+			first, err := w.fleets[0].Create(ctx, w.acct.ID, req)
+			if err != nil || len(first.Attempts) != 2 {
+				t.Fatalf("first: %+v %v", first, err)
+			}
+			again, err := w.fleets[1].Create(ctx, w.acct.ID, req)
+			if err != nil || again.ID != first.ID || len(again.Attempts) != 2 {
+				t.Fatalf("retry: %+v %v", again, err)
+			}
+			if n := creates(w); n != 2 {
+				t.Fatalf("creates sent: %d, want 2 (one gone, one rented)", n)
+			}
+			other := req
+			other.Image = "j"
+			if _, err := w.fleets[0].Create(ctx, w.acct.ID, other); gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT ||
+				!strings.Contains(gpuproxy.ErrorMessage(err), "different create") {
+				t.Fatalf("key reused: %v", err)
+			}
+			// A failed spec call: the retry answers the same, even once an
+			// offer would match.
+			miss := fleet.CreateRequest{Spec: spec4090(0.01), Image: "i", IdempotencyKey: "spec-2"}
+			_, err1 := w.fleets[0].Create(ctx, w.acct.ID, miss)
+			_, err2 := w.fleets[1].Create(ctx, w.acct.ID, miss)
+			if gpuproxy.ErrorCode(err1) != gpuproxy.ENOMATCH || gpuproxy.ErrorCode(err2) != gpuproxy.ENOMATCH ||
+				gpuproxy.ErrorMessage(err1) != gpuproxy.ErrorMessage(err2) {
+				t.Fatalf("failed call retried: %v / %v", err1, err2)
+			}
+			// A create of one offer that failed because it was gone: its
+			// retry is the same offer_gone, not another provider error.
+			o := w.offer(providers.VastAI, 50)
+			failCreates(w, 1)
+			byOffer := fleet.CreateRequest{Provider: providers.VastAI, OfferID: o.ID, Image: "i", IdempotencyKey: "offer-1"}
+			_, err1 = w.fleets[0].Create(ctx, w.acct.ID, byOffer)
+			_, err2 = w.fleets[1].Create(ctx, w.acct.ID, byOffer)
+			if gpuproxy.ErrorCode(err1) != gpuproxy.EGONE || gpuproxy.ErrorCode(err2) != gpuproxy.EGONE ||
+				gpuproxy.ErrorMessage(err1) != gpuproxy.ErrorMessage(err2) {
+				t.Fatalf("failed offer create retried: %v / %v", err1, err2)
+			}
+		})
+	}
+}
+
+// TestRacingRentsBySpec: many callers on two replicas rent by spec at once
+// under a limit that fits only some: no offer is rented twice, the window
+// is never passed, and every refusal is a 402 or a no_matching_offer.
+func TestRacingRentsBySpec(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			limit := gpuproxy.Micros(4 * usd)
+			w := newWorld(t, k, worldOpts{replicas: 2, limits: []guardrails.Window{{Minutes: 60, Limit: limit}}})
+			ctx := context.Background()
+			const callers = 12
+			var wg sync.WaitGroup
+			insts := make([]gpuproxy.Instance, callers)
+			errs := make([]error, callers)
+			for i := range callers {
+				wg.Go(func() {
+					sp := &fleet.Spec{MaxPricePerHour: 2 * usd, Providers: []string{providers.VastAI}}
+					insts[i], errs[i] = w.fleets[i%2].Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i",
+						IdempotencyKey: fmt.Sprintf("race-%d", i)})
+				})
+			}
+			wg.Wait()
+			offers := map[string]bool{}
+			var total gpuproxy.Micros
+			rented := 0
+			for i := range callers {
+				if errs[i] != nil {
+					if c := gpuproxy.ErrorCode(errs[i]); c != gpuproxy.ELIMIT && c != gpuproxy.ENOMATCH {
+						t.Fatalf("caller %d: %v", i, errs[i])
+					}
+					continue
+				}
+				rented++
+				if offers[insts[i].OfferID] {
+					t.Fatalf("offer %s rented twice", insts[i].OfferID)
+				}
+				offers[insts[i].OfferID] = true
+				total += insts[i].PricePerHour
+			}
+			if rented == 0 || total > limit {
+				t.Fatalf("rented %d for $%s/h against a $%s limit", rented, total, limit)
+			}
+			if n := len(w.vast.Instances()); n != rented {
+				t.Fatalf("simulator has %d instances, we rented %d", n, rented)
+			}
+		})
+	}
+}
