@@ -308,7 +308,12 @@ func (a *Adapter) parseID(what, s string) (int64, error) {
 
 // createBody builds the PUT /asks/{id}/ body. Ports become "-p P:P" env
 // keys; runtype "args" runs the image's own entrypoint (an inference server)
-// instead of vast.ai's ssh/jupyter wrapper.
+// instead of vast.ai's ssh/jupyter wrapper. cancel_unavail is always true:
+// a machine that cannot run the instance now must fail the create (410
+// no_such_ask, so the caller moves on to another offer) rather than leave a
+// stopped instance that bills storage and never serves. vast.ai defaults
+// to that for on-demand creates, but the official CLI sends false unless
+// told, so the default is not relied upon.
 func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error) {
 	if strings.TrimSpace(req.Image) == "" {
 		return nil, a.errorf(providers.KindInvalid, "image is required")
@@ -336,12 +341,13 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 		disk = a.opts.DiskGB
 	}
 	return map[string]any{
-		"client_id": "me",
-		"image":     req.Image,
-		"disk":      max(disk, MinDiskGB),
-		"label":     req.Tag,
-		"env":       env,
-		"runtype":   "args",
+		"client_id":      "me",
+		"image":          req.Image,
+		"disk":           max(disk, MinDiskGB),
+		"label":          req.Tag,
+		"env":            env,
+		"runtype":        "args",
+		"cancel_unavail": true,
 	}, nil
 }
 

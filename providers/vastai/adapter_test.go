@@ -213,7 +213,7 @@ func TestCreateGetStreamDestroy(t *testing.T) {
 	body := lastBody(t, sim, "PUT", "/api/v0/asks/"+offers[0].ID+"/")
 	env, _ := json.Marshal(body["env"])
 	if body["client_id"] != "me" || body["label"] != "gp-inst-1" || body["disk"] != float64(10) || body["runtype"] != "args" ||
-		string(env) != `{"-p 8000:8000":"1","MODEL":"m"}` {
+		string(env) != `{"-p 8000:8000":"1","MODEL":"m"}` || body["cancel_unavail"] != true {
 		t.Fatalf("create body %v", body)
 	}
 	// A second rent of the same ask fails: the offer is gone.
@@ -316,7 +316,9 @@ func TestStatusMappingThroughSim(t *testing.T) {
 		actual string
 		want   providers.Status
 	}{{"loading", providers.StatusStarting}, {"exited", providers.StatusFailed}, {"offline", providers.StatusFailed},
-		{"unknown", providers.StatusFailed}, {"stopped", providers.StatusStopped}, {"", providers.StatusRunning}} {
+		{"unknown", providers.StatusFailed}, {"stopped", providers.StatusStopped},
+		{"frozen", providers.StatusRunning}, // paused, GPU still billed: never "stopped"
+		{"", providers.StatusRunning}} {
 		if err := sim.SetInstanceStatus(id, tc.actual); err != nil {
 			t.Fatal(err)
 		}
@@ -436,6 +438,33 @@ func TestCreateFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCreateOnATakenOfferIsGone: an offer someone else rented between our
+// search and our create (the simulator's offer churn) is KindGone — the
+// caller moves on to another offer — and, because the adapter sends
+// cancel_unavail true, no stopped instance is left behind to bill storage.
+func TestCreateOnATakenOfferIsGone(t *testing.T) {
+	t.Parallel()
+	sim, url := newSim(t, vastaisim.Options{OfferChurn: 1, ChurnHold: time.Hour})
+	a := newAdapter(t, url)
+	ctx := context.Background()
+	offers, err := a.Search(ctx, providers.SearchFilter{Limit: 3})
+	if err != nil || len(offers) != 3 {
+		t.Fatalf("search: %v %v", offers, err)
+	}
+	_, err = a.Create(ctx, providers.CreateRequest{OfferID: offers[0].ID, Image: "img", Tag: "taken"})
+	if pe := wantKind(t, err, providers.KindGone); pe.ProviderID != "" || pe.Status != http.StatusGone {
+		t.Fatalf("create on a taken offer: %+v", pe)
+	}
+	if body := lastBody(t, sim, "PUT", "/api/v0/asks/"); body["cancel_unavail"] != true {
+		t.Fatalf("create body %v: cancel_unavail must be true", body)
+	}
+	if n := len(sim.Instances()); n != 0 {
+		t.Fatalf("%d instances left behind by a refused create", n)
+	}
+	_, err = a.Quote(ctx, offers[1].ID, 1)
+	wantKind(t, err, providers.KindGone)
 }
 
 func mustInt(t *testing.T, s string) int64 {

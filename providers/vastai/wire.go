@@ -195,9 +195,12 @@ func (w wireInstance) instance() providers.Instance {
 // mapStatus maps actual_status (and cur_state) to a normalized status.
 //
 // null, "", loading, created, scheduling and rebooting are on their way to
-// running. exited, unknown and offline never reach running again (vast.ai
-// docs), so they map to failed: the instance still bills until destroyed,
-// and callers should destroy it. A released contract (cur_state unloaded)
+// running. frozen (the container paused with its memory kept) maps to
+// running: vast.ai bills its GPU time as it does a running instance's,
+// so it must never read as stopped (which bills storage only). exited,
+// unknown and offline never reach running again (vast.ai docs), so they
+// map to failed: the instance still bills until destroyed, and callers
+// should destroy it. A released contract (cur_state unloaded)
 // is terminated. Unrecognized values are treated as starting so that polling
 // continues rather than tearing down a healthy instance.
 func mapStatus(actual, curState string) providers.Status {
@@ -205,9 +208,9 @@ func mapStatus(actual, curState string) providers.Status {
 		return providers.StatusTerminated
 	}
 	switch strings.ToLower(actual) {
-	case "running":
+	case "running", "frozen":
 		return providers.StatusRunning
-	case "stopped", "frozen", "inactive":
+	case "stopped", "inactive":
 		return providers.StatusStopped
 	case "exited", "unknown", "offline":
 		return providers.StatusFailed

@@ -94,7 +94,7 @@ func TestMapStatus(t *testing.T) {
 		{"", "", providers.StatusStarting}, {"loading", "running", providers.StatusStarting},
 		{"created", "", providers.StatusStarting}, {"rebooting", "", providers.StatusStarting},
 		{"running", "running", providers.StatusRunning}, {"stopped", "stopped", providers.StatusStopped},
-		{"frozen", "", providers.StatusStopped}, {"exited", "", providers.StatusFailed},
+		{"frozen", "running", providers.StatusRunning}, {"exited", "", providers.StatusFailed},
 		{"unknown", "", providers.StatusFailed}, {"offline", "", providers.StatusFailed},
 		{"running", "unloaded", providers.StatusTerminated}, {"something-new", "", providers.StatusStarting},
 	} {
