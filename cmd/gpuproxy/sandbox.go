@@ -27,6 +27,17 @@ const (
 	sandboxPendingGrace      = 30 * time.Second
 )
 
+// The sandbox's simulated vast.ai lets someone else rent this share of the
+// offers each search lists (vastaisim.Options.OfferChurn), so that a
+// create meeting an offer gone, and rent by spec failing over to the next
+// offer, can be seen; only once sandboxChurnAfter instances were created,
+// so that a walkthrough's first rent of an offer it just listed always
+// works. io.net's simulator has no such grace yet, so its churn stays off.
+const (
+	sandboxOfferChurn = 0.25
+	sandboxChurnAfter = 1
+)
+
 // sandboxDB is the fresh SQLite file --sandbox uses when DATABASE_URL is unset.
 const sandboxDB = "data/sandbox.db"
 
@@ -109,7 +120,7 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 	if cfg.Fleet.PendingGrace == 0 {
 		cfg.Fleet.PendingGrace = sandboxPendingGrace
 	}
-	if sb.sims, err = startSimulators(simOptions{}); err != nil {
+	if sb.sims, err = startSimulators(simOptions{vastChurn: sandboxOfferChurn, vastChurnAfter: sandboxChurnAfter}); err != nil {
 		sb.Close()
 		return nil, err
 	}

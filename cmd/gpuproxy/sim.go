@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -39,6 +40,13 @@ type simOptions struct {
 	vastAddr, ioAddr string        // listen addresses, default 127.0.0.1:0 (a free port)
 	vastKey, ioKey   string        // accepted API keys, default random
 	startDelay       time.Duration // default simStartDelay; negative: at once
+	// vastChurn and ioChurn are the share (0..1) of the offers a search
+	// lists that someone else rents before our create (the simulators'
+	// OfferChurn); 0, the default, none.
+	vastChurn, ioChurn float64
+	// vastChurnAfter is how many vast.ai instances must be created before
+	// its churn starts (vastaisim.Options.ChurnAfter).
+	vastChurnAfter int
 }
 
 // startSimulators starts both simulators. Close stops them.
@@ -58,11 +66,16 @@ func startSimulators(o simOptions) (*simulators, error) {
 		// default, so the shortest positive delay instead.
 		vastDelay, ioDelay = -1, time.Nanosecond
 	}
-	s := &simulators{
-		vast:    vastaisim.New(vastaisim.Options{APIKey: o.vastKey, StartDelay: vastDelay}),
-		io:      ionetsim.New(ionetsim.Options{APIKey: o.ioKey, StartDelay: ioDelay}),
-		vastKey: o.vastKey, ioKey: o.ioKey,
+	vo := vastaisim.Options{APIKey: o.vastKey, StartDelay: vastDelay,
+		OfferChurn: o.vastChurn, ChurnAfter: o.vastChurnAfter}
+	iono := ionetsim.Options{APIKey: o.ioKey, StartDelay: ioDelay, OfferChurn: o.ioChurn}
+	if err := vo.Validate(); err != nil {
+		return nil, err
 	}
+	if err := iono.Validate(); err != nil {
+		return nil, err
+	}
+	s := &simulators{vast: vastaisim.New(vo), io: ionetsim.New(iono), vastKey: o.vastKey, ioKey: o.ioKey}
 	var err error
 	if s.vastURL, err = s.vast.Start(o.vastAddr); err != nil {
 		return nil, fmt.Errorf("starting vast.ai simulator: %w", err)
@@ -111,6 +124,10 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ioKey := f.String("ionet-key", "", "API key the io.net simulator accepts (default random)")
 	delay := f.Duration("start-delay", simStartDelay, "how long a new instance takes to start running (0: at once)")
 	envFile := f.String("env-file", "", "also write the four NAME=value lines to this file (mode 0600) before serving")
+	churn := f.Float64("offer-churn", 0,
+		"share (0 to 1) of the offers each search lists that someone else rents before your create, on both simulators; "+
+			"a create on one gets the provider's offer-gone answer (0: none; serve --sandbox uses "+
+			strconv.FormatFloat(sandboxOfferChurn, 'g', -1, 64)+" on vast.ai)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -128,8 +145,11 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if host == "" {
 		host = "127.0.0.1"
 	}
+	if math.IsNaN(*churn) || *churn < 0 || *churn > 1 {
+		return fmt.Errorf("sim: --offer-churn must be between 0 and 1, got %v", *churn)
+	}
 	o := simOptions{vastAddr: net.JoinHostPort(host, "0"), ioAddr: net.JoinHostPort(host, "0"),
-		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay}
+		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay, vastChurn: *churn, ioChurn: *churn}
 	if port != 0 {
 		o.vastAddr, o.ioAddr = net.JoinHostPort(host, strconv.Itoa(port)), net.JoinHostPort(host, strconv.Itoa(port+1))
 	}
@@ -157,7 +177,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_ = c.Close()
 	}
 	log.Info("marketplace simulators serving", "vastai", sims.vastURL, "ionet", sims.ioURL,
-		"start_delay", max(*delay, 0).String(), "pid", os.Getpid())
+		"start_delay", max(*delay, 0).String(), "offer_churn", *churn, "pid", os.Getpid())
 	<-ctx.Done()
 	log.Info("simulators stopped")
 	return nil

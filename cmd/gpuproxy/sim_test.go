@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,12 +13,17 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
+	"github.com/aiserve/gpuproxy/internal/teststack"
+	"github.com/aiserve/gpuproxy/providers"
+	"github.com/aiserve/gpuproxy/providers/ionet"
 )
 
 // simProc is an in-process `gpuproxy sim`.
@@ -250,11 +256,133 @@ func TestSimFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--listen", "nope"}, {"--listen", "127.0.0.1:65535"}, {"--start-delay", "-1s"}, {"extra"},
 		{"--env-file", filepath.Join(dir, "missing", "sim.env")},
+		{"--offer-churn", "1.5"}, {"--offer-churn", "-0.1"}, {"--offer-churn", "NaN"}, {"--offer-churn", "lots"},
 	} {
-		if err := run(context.Background(), append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""),
-			io.Discard, io.Discard); err == nil {
+		err := run(context.Background(), append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""),
+			io.Discard, io.Discard)
+		if err == nil {
 			t.Errorf("sim %v succeeded", args)
+		} else if args[0] == "--offer-churn" && !strings.Contains(err.Error(), "offer-churn") {
+			t.Errorf("sim %v: %v, want an error naming --offer-churn", args, err)
 		}
+	}
+	err := run(context.Background(), []string{"sim", "--offer-churn", "1.5"}, envFunc(nil), strings.NewReader(""),
+		io.Discard, io.Discard)
+	if err == nil || err.Error() != "sim: --offer-churn must be between 0 and 1, got 1.5" {
+		t.Errorf("--offer-churn 1.5: %v", err)
+	}
+}
+
+// vastSearch lists the ask ids of the vast.ai simulator at base with the
+// official client's default search.
+func vastSearch(t *testing.T, base, key string) []float64 {
+	t.Helper()
+	r := teststack.SendJSON(t, "POST", base+"/api/v0/bundles/", `{"verified":{"eq":true},"external":{"eq":false},`+
+		`"rentable":{"eq":true},"rented":{"eq":false},"order":[["score","desc"]],"type":"on-demand","limit":1000}`,
+		"Authorization", "Bearer "+key)
+	var body struct {
+		Offers []struct {
+			ID float64 `json:"id"`
+		} `json:"offers"`
+	}
+	if err := json.Unmarshal(r.Body, &body); err != nil || r.Status != http.StatusOK {
+		t.Fatalf("vast.ai search: HTTP %d %s", r.Status, r.Body)
+	}
+	ids := make([]float64, 0, len(body.Offers))
+	for _, o := range body.Offers {
+		ids = append(ids, o.ID)
+	}
+	return ids
+}
+
+// vastRent creates an instance on ask id and returns the HTTP status.
+func vastRent(t *testing.T, base, key string, id float64) int {
+	t.Helper()
+	return teststack.SendJSON(t, "PUT", fmt.Sprintf("%s/api/v0/asks/%.0f/", base, id),
+		`{"client_id":"me","image":"img","disk":10}`, "Authorization", "Bearer "+key).Status
+}
+
+// takenSince returns an id listed in before and missing from after.
+func takenSince(before, after []float64) (float64, bool) {
+	for _, id := range before {
+		if !slices.Contains(after, id) {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// TestSimOfferChurn: `gpuproxy sim --offer-churn 0.3` serves both
+// simulators with churn: offers a vast.ai search listed are taken (a
+// create on one answers 410), and io.net's offers go too.
+func TestSimOfferChurn(t *testing.T) {
+	sim := startSim(t, "--offer-churn", "0.3", "--start-delay", "0")
+	vURL, vKey := sim.env["VASTAI_BASE_URL"], sim.env["VASTAI_API_KEY"]
+	first := vastSearch(t, vURL, vKey)
+	gone, ok := takenSince(first, vastSearch(t, vURL, vKey))
+	if !ok {
+		t.Fatal("vast.ai: no listed offer was taken at churn 0.3")
+	}
+	if st := vastRent(t, vURL, vKey, gone); st != http.StatusGone {
+		t.Fatalf("vast.ai create on a taken offer: HTTP %d, want 410", st)
+	}
+
+	a := ionet.New(ionet.Options{BaseURL: sim.env["IONET_BASE_URL"], APIKey: sim.env["IONET_API_KEY"]})
+	ids := func() []string {
+		offers, err := a.Search(context.Background(), providers.SearchFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, o := range offers {
+			out = append(out, o.ID)
+		}
+		return out
+	}
+	before := ids()
+	after := ids()
+	lost := false
+	for _, id := range before {
+		lost = lost || !slices.Contains(after, id)
+	}
+	if !lost {
+		t.Fatalf("io.net: no offer taken at churn 0.3 (%d listed, then %d)", len(before), len(after))
+	}
+}
+
+// TestSandboxOfferChurn: serve --sandbox runs vast.ai with
+// sandboxOfferChurn once one instance exists: the first create of a listed
+// offer always works, later searches lose offers to someone else.
+func TestSandboxOfferChurn(t *testing.T) {
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "churn.db")
+	env := map[string]string{"DATABASE_URL": dbURL, "GPUPROXY_LOG_LEVEL": "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--sandbox", "--listen", "127.0.0.1:0"}, envFunc(env), strings.NewReader(""), stdout, io.Discard)
+	}()
+	defer func() { cancel(); <-done }()
+	waitListening(t, stdout, done)
+	var st sandboxState
+	if !testpoll.Wait(10*time.Second, func() bool { var ok bool; st, ok = sandboxFor(dbURL); return ok }) {
+		t.Fatal("the sandbox never published its state")
+	}
+	vURL, vKey := st.VastAIURL, st.VastAIKey
+	listed := vastSearch(t, vURL, vKey)
+	if again := vastSearch(t, vURL, vKey); !slices.Equal(listed, again) {
+		t.Fatal("offers taken before the first create")
+	}
+	if code := vastRent(t, vURL, vKey, listed[0]); code != http.StatusOK {
+		t.Fatalf("first create in the sandbox: HTTP %d", code)
+	}
+	before := vastSearch(t, vURL, vKey)
+	gone, ok := takenSince(before, vastSearch(t, vURL, vKey))
+	if !ok {
+		t.Fatalf("no offer taken at churn %v after the first create", sandboxOfferChurn)
+	}
+	if code := vastRent(t, vURL, vKey, gone); code != http.StatusGone {
+		t.Fatalf("create on a taken offer: HTTP %d, want 410", code)
 	}
 }
 
