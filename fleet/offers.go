@@ -120,7 +120,7 @@ func (s *Service) Offers(ctx context.Context, q OfferQuery) (OffersResult, error
 			names = append(names, p.Name())
 		}
 	}
-	all, perrs := s.search(ctx, names, f)
+	all, perrs := s.search(ctx, names, f, true)
 	res := OffersResult{Errors: perrs}
 	for _, o := range all {
 		if matches(o, q) {
@@ -140,10 +140,11 @@ func (s *Service) Offers(ctx context.Context, q OfferQuery) (OffersResult, error
 	return res, nil
 }
 
-// search asks the named providers concurrently (each answer cached for
-// OfferCacheTTL) and returns their offers, with an error for each provider
-// that failed (the others still answer).
-func (s *Service) search(ctx context.Context, names []string, f providers.SearchFilter) ([]providers.Offer, []ProviderError) {
+// search asks the named providers concurrently and returns their offers,
+// with an error for each provider that failed (the others still answer).
+// Each answer is cached for OfferCacheTTL; cached answers are used when
+// cached is true (a browsing search), never for a rent (offers perish).
+func (s *Service) search(ctx context.Context, names []string, f providers.SearchFilter, cached bool) ([]providers.Offer, []ProviderError) {
 	type answer struct {
 		name   string
 		offers []providers.Offer
@@ -156,7 +157,7 @@ func (s *Service) search(ctx context.Context, names []string, f providers.Search
 		wg.Go(func() {
 			key := p.Name() + "|" + filterKey(f)
 			now := s.opts.Now()
-			if offers, ok := s.cache.get(key, now); ok {
+			if offers, ok := s.cache.get(key, now); ok && cached {
 				answers[i] = answer{name: p.Name(), offers: offers}
 				return
 			}

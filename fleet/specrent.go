@@ -26,12 +26,12 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 	if len(sp.GPU) == 1 {
 		f.GPUName = strings.TrimSpace(sp.GPU[0])
 	}
-	all, perrs := s.search(ctx, names, f)
+	all, perrs := s.search(ctx, names, f, false)
 	cands := sp.candidates(all)
 	if len(cands) == 0 {
 		// The providers filtered coarsely by the spec: to say what the
 		// market has nearest to it, look at everything they offer.
-		if broad, berrs := s.search(ctx, names, providers.SearchFilter{Limit: 500}); len(berrs) <= len(perrs) && len(broad) > len(all) {
+		if broad, berrs := s.search(ctx, names, providers.SearchFilter{Limit: 500}, true); len(berrs) <= len(perrs) && len(broad) > len(all) {
 			all = broad
 		}
 		return gpuproxy.Instance{}, nil, s.noMatch(sp, names, all, perrs, nil)

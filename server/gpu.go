@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -74,15 +76,26 @@ func (s *Server) createInstance(c echo.Context) error {
 		// ConfirmToken is a confirmation_required answer's token, once a
 		// person agreed (HTTP 428 names it).
 		ConfirmToken string `json:"confirm_token"`
+		// Spec, instead of provider and offer_id, rents the best live
+		// offer matching it (fleet.Spec).
+		Spec *specJSON `json:"spec"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
 	}
 	p := principal(c)
-	inst, err := s.svc.Fleet.Create(c.Request().Context(), p.AccountID, fleet.CreateRequest{Provider: req.Provider,
+	creq := fleet.CreateRequest{Provider: req.Provider,
 		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
 		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID,
-		ConfirmToken: req.ConfirmToken})
+		ConfirmToken: req.ConfirmToken}
+	if req.Spec != nil {
+		sp, err := req.Spec.spec()
+		if err != nil {
+			return err
+		}
+		creq.Spec = &sp
+	}
+	inst, err := s.svc.Fleet.Create(c.Request().Context(), p.AccountID, creq)
 	if err != nil {
 		return err
 	}
@@ -125,4 +138,47 @@ func (s *Server) deleteInstance(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+}
+
+// specJSON is a rent-by-spec request's spec (fleet.Spec): gpu is one name
+// or a list; max_price_per_hour is USD per hour for the whole instance.
+type specJSON struct {
+	GPU             stringList `json:"gpu"`
+	MinVRAMGB       float64    `json:"min_vram_gb"`
+	NumGPUs         int        `json:"num_gpus"`
+	MaxPricePerHour amount     `json:"max_price_per_hour"`
+	Providers       stringList `json:"providers"`
+	MinReliability  float64    `json:"min_reliability"`
+	Locations       stringList `json:"locations"`
+	Billing         string     `json:"billing"`
+	Hours           int        `json:"hours"`
+	MaxAttempts     int        `json:"max_attempts"`
+}
+
+func (j *specJSON) spec() (fleet.Spec, error) {
+	price, err := j.MaxPricePerHour.parse("spec.max_price_per_hour", true, true)
+	if err != nil {
+		return fleet.Spec{}, err
+	}
+	return fleet.Spec{GPU: j.GPU, MinVRAMGB: j.MinVRAMGB, NumGPUs: j.NumGPUs, MaxPricePerHour: price,
+		Providers: j.Providers, MinReliability: j.MinReliability, Locations: j.Locations, Billing: j.Billing,
+		Hours: j.Hours, MaxAttempts: j.MaxAttempts}, nil
+}
+
+// stringList is a JSON string or array of strings.
+type stringList []string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (l *stringList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = stringList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return &json.UnmarshalTypeError{Value: "other", Type: reflect.TypeFor[[]string]()}
+	}
+	*l = many
+	return nil
 }

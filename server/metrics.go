@@ -24,6 +24,7 @@ type Metrics struct {
 	rateLimits prometheus.Counter
 	kills      prometheus.Counter
 	tagMiss    *prometheus.CounterVec
+	rents      *prometheus.CounterVec
 
 	proxyRequests *prometheus.CounterVec
 	proxyLatency  prometheus.Histogram
@@ -76,6 +77,9 @@ func NewMetrics() *Metrics {
 	m.tagMiss = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_fleet_tag_mismatches_total",
 		Help: "Provider instances found under one of our rows' provider ids but tagged otherwise (not ours, left alone)."},
 		[]string{"provider"})
+	m.rents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_rent_attempts_total",
+		Help: "Offers tried by rent-by-spec creates, by provider and outcome (rented, offer_gone, provider_error, " +
+			"breaker_open, over_limit, price_over_cap, pending)."}, []string{"provider", "outcome"})
 	b := latencyBuckets // up to 10 minutes: LLM streams are long
 	m.proxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_requests_total",
 		Help: "Proxied inference requests by status."}, []string{"status"})
@@ -95,7 +99,7 @@ func NewMetrics() *Metrics {
 		[]string{"limit"})
 	m.ops = newOpsCollector()
 	m.reg.MustRegister(m.ops, m.ops.errs,
-		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss,
+		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss, m.rents,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
 		m.proxyOverload,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -192,3 +196,8 @@ func (m *Metrics) KillSwitchDestroy(int64, string) { m.kills.Inc() }
 // TagMismatch records a provider instance under one of our provider ids
 // that carries another tag.
 func (m *Metrics) TagMismatch(provider string) { m.tagMiss.WithLabelValues(provider).Inc() }
+
+// RentAttempt records one offer a rent by spec tried and how it ended.
+func (m *Metrics) RentAttempt(provider, outcome string) {
+	m.rents.WithLabelValues(provider, outcome).Inc()
+}

@@ -196,6 +196,20 @@ type InstanceJSON struct {
 	TerminatedAt       *time.Time      `json:"terminated_at"`
 	CostToDate         gpuproxy.Micros `json:"cost_to_date"`
 	Note               string          `json:"note,omitempty"`
+	// Attempts are the offers a rent by spec tried, the rented one last.
+	Attempts []AttemptJSON `json:"attempts,omitempty"`
+}
+
+// AttemptJSON is one offer a rent by spec tried.
+type AttemptJSON struct {
+	Provider     string          `json:"provider"`
+	OfferID      string          `json:"offer_id"`
+	GPUName      string          `json:"gpu_name"`
+	NumGPUs      int             `json:"num_gpus"`
+	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
+	Outcome      string          `json:"outcome"`
+	Error        string          `json:"error,omitempty"`
+	DurationMS   int64           `json:"duration_ms"`
 }
 
 // NewInstanceJSON renders an instance with its cost to date.
@@ -209,6 +223,11 @@ func NewInstanceJSON(v fleet.View) InstanceJSON {
 	}
 	if !v.TerminatedAt.IsZero() {
 		j.TerminatedAt = &v.TerminatedAt
+	}
+	for _, a := range v.Attempts {
+		j.Attempts = append(j.Attempts, AttemptJSON{Provider: a.Provider, OfferID: a.OfferID, GPUName: a.GPUName,
+			NumGPUs: a.NumGPUs, PricePerHour: a.PricePerHour, Outcome: string(a.Outcome), Error: a.Error,
+			DurationMS: a.Duration.Milliseconds()})
 	}
 	return j
 }
