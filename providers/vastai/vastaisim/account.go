@@ -102,6 +102,9 @@ func (s *Server) currentUser(w http.ResponseWriter, r *http.Request, _ []byte, _
 	})
 }
 
+// chargesPageMax is the charges endpoint's default and largest limit.
+const chargesPageMax = 500
+
 // showCharges answers GET /api/v0/charges/ with one result per instance
 // that existed in the requested day range; select_filters with both day
 // bounds is required.
@@ -125,9 +128,9 @@ func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _
 			}
 		}
 	}
-	limit := 500
+	limit := chargesPageMax
 	if v, ok := queryJSON(r, "limit"); ok {
-		if n, _ := v.(float64); n > 0 && n < 500 {
+		if n, _ := v.(float64); n > 0 && n < chargesPageMax {
 			limit = int(n)
 		}
 	}

@@ -283,6 +283,10 @@ func parseEnv(raw json.RawMessage) ([][2]string, error) {
 	return out, nil
 }
 
+// defaultDiskGB is the disk of a create that sets none, and the least one
+// may set (vast.ai's guide: minimum and default 8 GB).
+const defaultDiskGB = 8.0
+
 // createInstance answers PUT /api/v0/asks/{id}/.
 func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []byte, askID int64) {
 	var req createRequest
@@ -310,8 +314,8 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 	case len(req.Label) > 256:
 		bad("label_too_long", "label is longer than 256 characters")
 		return
-	case req.Disk != nil && *req.Disk < 8:
-		bad("invalid_args", "disk must be at least 8 GB")
+	case req.Disk != nil && *req.Disk < defaultDiskGB:
+		bad("invalid_args", fmt.Sprintf("disk must be at least %g GB", defaultDiskGB))
 		return
 	case req.Price != nil && (*req.Price < 0.001 || *req.Price > 128):
 		bad("invalid_price", "price must be between 0.001 and 128")
@@ -320,7 +324,7 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 		bad("invalid_args", fmt.Sprintf("target_state must be running or stopped, got %q", req.TargetState))
 		return
 	}
-	disk := 8.0
+	disk := defaultDiskGB
 	if req.Disk != nil {
 		disk = *req.Disk
 	}

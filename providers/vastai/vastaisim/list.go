@@ -22,15 +22,22 @@ func queryJSON(r *http.Request, name string) (any, bool) {
 	return v, true
 }
 
-// listInstancesV1 answers GET /api/v1/instances/: pages of at most 25 in
-// id order, with next_token/after_token.
+// vast.ai's v1 instance list pages: limit defaults to and is capped at
+// listPageMax; a limit of 0 or less gives listPageOfNone.
+const (
+	listPageMax    = 25
+	listPageOfNone = 5
+)
+
+// listInstancesV1 answers GET /api/v1/instances/: pages of at most
+// listPageMax in id order, with next_token/after_token.
 func (s *Server) listInstancesV1(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
-	limit := 25
+	limit := listPageMax
 	if v, ok := queryJSON(r, "limit"); ok {
 		switch n, _ := v.(float64); {
 		case n <= 0:
-			limit = 5
-		case n < 25:
+			limit = listPageOfNone
+		case n < listPageMax:
 			limit = int(n)
 		}
 	}

@@ -43,6 +43,14 @@ type Server struct {
 	httpSrv *http.Server
 }
 
+const (
+	// firstInstanceID is the id of the first instance created (a real
+	// instance id from the notes' example).
+	firstInstanceID = 33402296
+	// maxBody is the largest request body read.
+	maxBody = 1 << 20
+)
+
 // New returns a Server with defaults filled in (check o first with
 // Validate). It serves nothing until Start, or until its Handler is
 // mounted.
@@ -51,7 +59,7 @@ func New(o Options) *Server {
 	s := &Server{
 		opts: o, now: o.Now, done: make(chan struct{}),
 		offers: map[int64]*Offer{}, instances: map[int64]*instance{},
-		nextInstance: 33402296, charges: map[int64]float64{}, credit: o.Credit,
+		nextInstance: firstInstanceID, charges: map[int64]float64{}, credit: o.Credit,
 		taken: map[int64]time.Time{}, listings: map[int64]uint64{},
 		minMarket: int(math.Ceil(float64(len(o.Catalog)) * minMarketShare)),
 	}
@@ -219,7 +227,7 @@ func (s *Server) match(r *http.Request) (rt route, ok bool) {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	s.faults.record(r, body, s.now())
 	if d := s.faults.latency(); d > 0 {
 		select {
