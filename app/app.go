@@ -360,10 +360,14 @@ func (a *App) serverOptions(c Config) server.Options {
 
 // Run does the background work — metering, the fleet's polling,
 // reconciliation and kill switch, budget alerts, pruning the shared
-// rate-limit buckets, and the proxy's usage writer and sweep — until ctx
-// ends. With a shared Postgres each job
+// rate-limit buckets, the proxy's usage writer and sweep, and the proxy
+// gate's limits poll and lease settlement — until ctx ends. With a shared
+// Postgres each job
 // runs on one replica at a time, or records what it did so that no other
-// replica repeats it (pruning idle buckets is harmless to repeat).
+// replica repeats it (pruning idle buckets is harmless to repeat). End ctx
+// after Serve has returned: the gate then settles its budget leases, which
+// must happen once the proxy admits no more calls and before Close closes
+// the store.
 func (a *App) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.Meterer.Run(ctx) })
@@ -371,6 +375,7 @@ func (a *App) Run(ctx context.Context) {
 	wg.Go(func() { a.Alerts.Run(ctx) })
 	wg.Go(func() { a.RateLimiter.Run(ctx) })
 	wg.Go(func() { a.Proxy.Run(ctx) })
+	wg.Go(func() { a.Gate.Run(ctx) })
 	wg.Wait()
 }
 
@@ -412,7 +417,8 @@ func (a *App) shutdown(hs *http.Server) error {
 }
 
 // Flush writes the proxy's queued usage records and settles its budget
-// leases, waiting at most until ctx ends. Call it after the HTTP server has
+// leases (those taken after Run ended, or all of them without Run),
+// waiting at most until ctx ends. Call it after the HTTP server has
 // stopped; Close calls it if nobody did.
 func (a *App) Flush(ctx context.Context) error {
 	a.flushOnce.Do(func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -122,10 +121,7 @@ type leases struct {
 	ref        string        // this replica's hold ref
 	accounts   sync.Map      // leaseKey → *leaseAcct
 	windowless sync.Map      // key id → time.Time until which it uses its account's lease
-	startOnce  sync.Once     // starts runLeases with the first lease
-	stop       chan struct{}
-	stopped    chan struct{}
-	closeOnce  sync.Once
+	settleMu   sync.Mutex    // held by settleDue
 }
 
 // route names where a call by keyID is admitted: the key's own (leases,
@@ -144,8 +140,7 @@ func (lz *leases) route(accountID int64, keyID string, now time.Time) leaseKey {
 func newLeases(span, settleWait time.Duration) leases {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	return leases{span: span, settleWait: settleWait, ref: LeaseRefPrefix + hex.EncodeToString(b),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+	return leases{span: span, settleWait: settleWait, ref: LeaseRefPrefix + hex.EncodeToString(b)}
 }
 
 // Admit admits one proxy call of cost for the account. A call that costs
@@ -175,7 +170,6 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 	v, ok := g.lz.accounts.Load(lk)
 	if !ok {
 		v, _ = g.lz.accounts.LoadOrStore(lk, &leaseAcct{id: accountID, key: lk.key})
-		g.watchLimits()
 	}
 	la := v.(*leaseAcct)
 	// Every lease admitted grants at least one call, and every refusal
@@ -201,6 +195,7 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 		if f == nil {
 			f = &leaseFlight{done: make(chan struct{}), cost: cost}
 			la.flight = f
+			g.flights.add() // takeLease is done with it
 			go g.takeLease(la, f)
 		}
 		f.demand += cost
@@ -252,8 +247,10 @@ func (la *leaseAcct) retire(now time.Time) {
 // lease span of the recent spend rate (and at least what the waiters
 // need), at most a share of the tightest window's remaining, at least one
 // call. A refusal at that size is retried at the share the refusal's
-// snapshot allows, then at one call's cost.
+// snapshot allows, then at one call's cost; all of it within
+// RefreshTimeout (a flight: see gaterun.go).
 func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
+	defer g.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	la.mu.Lock()
@@ -283,7 +280,6 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 	case err == nil:
 		la.cur = &lease{acct: la, holdID: holdID, amount: size, start: now, uses: map[string]*LeaseCharge{}}
 		la.snap, la.refusal = &snap, nil
-		g.lz.startOnce.Do(func() { go g.runLeases() })
 	case gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT:
 		// Refused at one call's cost: later calls reuse the refusal for
 		// MaxAge instead of asking the database again.
@@ -350,26 +346,13 @@ func (s Snapshot) fitsProxy(cost gpuproxy.Micros) bool {
 	return true
 }
 
-// runLeases retires leases older than the span and settles retired ones,
-// until Close.
-func (g *ProxyGate) runLeases() {
-	defer close(g.lz.stopped)
-	t := time.NewTicker(max(g.lz.span/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-g.lz.stop:
-			return
-		case <-t.C:
-			g.settleDue(false)
-		}
-	}
-}
-
 // settleDue retires leases past their span and settles every retired
 // lease whose calls all have an outcome (or that waited settleWait); with
 // all, every lease is retired first (shutdown). It returns the first error.
+// Settlements run one at a time (settleMu): a lease is settled once.
 func (g *ProxyGate) settleDue(all bool) error {
+	g.lz.settleMu.Lock()
+	defer g.lz.settleMu.Unlock()
 	var first error
 	g.lz.accounts.Range(func(_, v any) bool {
 		la := v.(*leaseAcct)
@@ -418,7 +401,7 @@ func (l *lease) charges() []LeaseCharge {
 
 // settle charges a retired lease's used part and releases the rest, in one
 // store transaction; on failure the lease stays retired and is tried again
-// at the next tick (its hold keeps counting meanwhile).
+// at Run's next tick or by Close (its hold keeps counting meanwhile).
 func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
@@ -436,27 +419,6 @@ func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now t
 	}
 	la.mu.Unlock()
 	return nil
-}
-
-// Close stops taking leases' ticks and settles every lease: call it after
-// the server has drained (calls still without an outcome are charged).
-func (g *ProxyGate) Close(ctx context.Context) error {
-	g.lz.closeOnce.Do(func() { close(g.lz.stop) })
-	g.lz.startOnce.Do(func() { close(g.lz.stopped) }) // never started
-	g.limitsOnce.Do(func() { close(g.limitsDone) })
-	<-g.lz.stopped
-	<-g.limitsDone
-	for {
-		err := g.settleDue(true)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // ExpireLeases releases the open proxy leases of every replica taken

@@ -45,6 +45,7 @@ func newLeaseStack(t *testing.T, k dbtest.Kind, replicas int, limit, spent gpupr
 			{Minutes: 1440, Limit: 1000 * usd}}, Now: o.Now})
 		g := guardrails.NewProxyGate(svc, o)
 		t.Cleanup(func() { _ = g.Close(context.Background()) })
+		runGate(t, g) // the limits poll and lease settlement, as in the app
 		st.svcs, st.gates = append(st.svcs, svc), append(st.gates, g)
 	}
 	return st
@@ -246,6 +247,7 @@ func BenchmarkProxyGate(b *testing.B) {
 			svc := guardrails.New(st, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}})
 			g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{})
 			defer g.Close(ctx)
+			runGate(b, g)
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

@@ -21,9 +21,9 @@ const DefaultLimitsPoll = 250 * time.Millisecond
 //
 //   - the replica whose Service sets the limits drops that state at once
 //     (the Service tells its gates, onLimits);
-//   - every replica reads, each LimitsPoll, the current limits of the
-//     accounts and keys it holds state for (one query, CurrentLimits) and
-//     drops the state decided on other limits.
+//   - every replica's gate reads, each LimitsPoll while its Run runs, the
+//     current limits of the accounts and keys it holds state for (one
+//     query, CurrentLimits) and drops the state decided on other limits.
 //
 // Dropped state is: the current lease retired (it is settled as usual:
 // what it admitted is charged, the rest released), the cached refusal and
@@ -71,23 +71,6 @@ func (la *leaseAcct) forget(l *lease, r *gateSnap, now time.Time) {
 		la.refusal = nil
 	}
 	la.snap = nil
-}
-
-// runLimits checks the limits every LimitsPoll until Close.
-func (g *ProxyGate) runLimits() {
-	defer close(g.limitsDone)
-	t := time.NewTicker(g.limitsPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.lz.stop:
-			return
-		case <-t.C:
-			if err := g.checkLimits(); err != nil {
-				g.svc.opts.Logger.Warn("reading limits for the proxy gate; will retry", "err", err)
-			}
-		}
-	}
 }
 
 // watched is one piece of gate state and the snapshot it was decided on.

@@ -33,8 +33,8 @@ type ProxyGateOptions struct {
 	// an outcome before it is settled with them counted as charged
 	// (default DefaultLeaseSettleWait).
 	LeaseSettleWait time.Duration
-	// LimitsPoll is how often the gate reads the current limits of the
-	// accounts and keys it holds leases, refusals or snapshots for, so a
+	// LimitsPoll is how often the gate's Run reads the current limits of
+	// the accounts and keys it holds leases, refusals or snapshots for, so a
 	// raise or a lowering made on another replica reaches this one's calls
 	// within LimitsPoll plus one store read (default DefaultLimitsPoll;
 	// limits set through this gate's own Service apply at once). See
@@ -48,7 +48,9 @@ type ProxyGateOptions struct {
 // snapshot at most MaxAge old (Check); a call with a cost is admitted
 // against a budget lease (Admit, lease.go). Concurrent callers for one
 // account share one store read or lease admission; when the store cannot
-// be read the call is refused (fail closed).
+// be read the call is refused (fail closed). Run does its background work
+// (the limits poll, lease settlement) and Close settles what is left
+// (gaterun.go).
 type ProxyGate struct {
 	svc      *Service
 	maxAge   time.Duration
@@ -58,8 +60,11 @@ type ProxyGate struct {
 	lz       leases
 
 	limitsPoll time.Duration
-	limitsOnce sync.Once     // starts runLimits with the first state kept
-	limitsDone chan struct{} // closed when runLimits ends
+
+	stop      chan struct{} // closed by Close: Run returns
+	closeOnce sync.Once
+	runs      tracker // Run calls under way
+	flights   tracker // refresh and takeLease goroutines under way
 }
 
 // gateEntry is one account's cached snapshot and its in-flight refresh.
@@ -89,15 +94,9 @@ func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
 		o.Now = svc.opts.Now
 	}
 	g := &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
-		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll, limitsDone: make(chan struct{})}
+		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll, stop: make(chan struct{})}
 	svc.onLimits(g.limitsChanged)
 	return g
-}
-
-// watchLimits starts the limits poll (runLimits) once the gate keeps
-// state.
-func (g *ProxyGate) watchLimits() {
-	g.limitsOnce.Do(func() { go g.runLimits() })
 }
 
 // Check refuses a proxy call of cost for the account unless it fits every
@@ -161,7 +160,6 @@ func (g *ProxyGate) snapshot(ctx context.Context, lk leaseKey) (*gateSnap, error
 	v, ok := g.accounts.Load(lk)
 	if !ok {
 		v, _ = g.accounts.LoadOrStore(lk, &gateEntry{})
-		g.watchLimits()
 	}
 	e := v.(*gateEntry)
 	if gs := e.cur.Load(); gs != nil && g.fresh(gs) {
@@ -177,6 +175,7 @@ func (g *ProxyGate) snapshot(ctx context.Context, lk leaseKey) (*gateSnap, error
 	if f == nil {
 		f = &gateFlight{done: make(chan struct{})}
 		e.flight = f
+		g.flights.add() // refresh is done with it
 		go g.refresh(e, f, lk)
 	}
 	e.mu.Unlock()
@@ -188,8 +187,10 @@ func (g *ProxyGate) snapshot(ctx context.Context, lk leaseKey) (*gateSnap, error
 	}
 }
 
-// refresh reads the store once for every caller waiting on f.
+// refresh reads the store once for every caller waiting on f, at most
+// RefreshTimeout (a flight: see gaterun.go).
 func (g *ProxyGate) refresh(e *gateEntry, f *gateFlight, lk leaseKey) {
+	defer g.flights.done()
 	readAt := g.now()
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	snap, err := g.svc.KeySpending(ctx, lk.acct, lk.key)

@@ -17,17 +17,23 @@ import (
 )
 
 // spendStore is a hand-written fake of guardrails.Store that serves a
-// settable snapshot and counts reads; gate blocks reads until closed.
+// settable snapshot and counts reads (active: those under way), lease
+// settlements and limits reads; gate blocks reads until closed.
 type spendStore struct {
-	mu      sync.Mutex
-	windows []guardrails.Usage
-	err     error
-	gate    chan struct{}
-	reads   atomic.Int64
+	mu         sync.Mutex
+	windows    []guardrails.Usage
+	err        error
+	gate       chan struct{}
+	reads      atomic.Int64
+	active     atomic.Int64
+	settles    atomic.Int64
+	limitReads atomic.Int64
 }
 
 func (s *spendStore) Admit(ctx context.Context, req guardrails.AdmitRequest) (guardrails.AdmitResult, error) {
 	s.reads.Add(1)
+	s.active.Add(1)
+	defer s.active.Add(-1)
 	if s.gate != nil {
 		select {
 		case <-s.gate:
@@ -49,6 +55,7 @@ func (s *spendStore) ReleaseHold(context.Context, int64, int64, time.Time) (bool
 }
 func (s *spendStore) SetLimits(context.Context, int64, []guardrails.Window, string) error { return nil }
 func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.LeaseCharge, time.Time) error {
+	s.settles.Add(1)
 	return nil
 }
 func (s *spendStore) SetKeyLimits(context.Context, int64, string, []guardrails.Window) error {
@@ -62,6 +69,7 @@ func (s *spendStore) ExpireLeases(context.Context, time.Time, time.Time) (int, e
 // CurrentLimits serves the windows of the snapshot it serves, for every
 // account.
 func (s *spendStore) CurrentLimits(_ context.Context, accts []int64, _ []string) (map[int64][]guardrails.Window, map[string][]guardrails.Window, error) {
+	s.limitReads.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[int64][]guardrails.Window{}

@@ -231,6 +231,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	e.ledger = billing.NewLedger(st, nil)
 	e.proxy = proxy.New(e.fleet, e.gate, st, po)
 	stopRun := runProxy(e.proxy)
+	stopGate := runGate(e.gate)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -238,6 +239,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 			t.Errorf("closing proxy: %v", err)
 		}
 		stopRun()
+		stopGate()
 		if err := e.gate.Close(ctx); err != nil {
 			t.Errorf("closing the gate: %v", err)
 		}
@@ -381,5 +383,15 @@ func runProxy(p *proxy.Proxy) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// runGate runs g's background work (Run: lease settlement, the limits
+// poll) until the returned function, which waits for it to stop, is
+// called.
+func runGate(g *guardrails.ProxyGate) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
 	return func() { cancel(); <-done }
 }
