@@ -27,6 +27,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -188,15 +189,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
-	// The proxy's usage writer and sweep, as the app's Run starts them
-	// (the rest of Run, metering and the fleet's polling, is not measured).
+	// The proxy's usage writer and sweep and the gate's lease ticker and
+	// limits poll, as the app's Run starts them (the rest of Run, metering
+	// and the fleet's polling, is not measured).
 	rctx, stopRun := context.WithCancel(ctx)
-	runDone := make(chan struct{})
-	go func() { defer close(runDone); a.Proxy.Run(rctx) }()
+	var runs sync.WaitGroup
+	runs.Go(func() { a.Proxy.Run(rctx) })
+	runs.Go(func() { a.Gate.Run(rctx) })
 	fmt.Fprintf(stdout, "READY %s %s\n", ln.Addr(), key)
 	err = a.Serve(ctx, ln)
 	stopRun()
-	<-runDone
+	runs.Wait()
 	if err != nil {
 		return err
 	}
