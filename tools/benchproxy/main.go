@@ -26,8 +26,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
