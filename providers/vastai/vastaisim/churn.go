@@ -45,13 +45,20 @@ func (s *Server) churn(ids []int64, now time.Time) {
 	for _, id := range ids {
 		n := s.listings[id]
 		s.listings[id] = n + 1
-		if market <= s.minMarket || !s.listed(id) {
+		if !s.listed(id) || churnDraw(s.opts.Seed, id, n) >= s.opts.OfferChurn {
 			continue
 		}
-		if churnDraw(s.opts.Seed, id, n) < s.opts.OfferChurn {
-			s.taken[id] = now.Add(s.opts.ChurnHold)
-			market--
+		if market <= s.minMarket {
+			// Half the market is taken: the rental that ends first ends
+			// now, so churn goes on (a demo sees it on every search)
+			// while at least half the catalog stays listed.
+			if !s.endFirstRental() {
+				continue
+			}
+			market++
 		}
+		s.taken[id] = now.Add(s.opts.ChurnHold)
+		market--
 	}
 }
 
@@ -70,6 +77,26 @@ func (s *Server) settleChurn(now time.Time) {
 		delete(s.taken, id)
 		s.relist(id)
 	}
+}
+
+// endFirstRental ends the taken offer's rental that would end first (the
+// lowest ask id among equals) and relists its machine; false when nothing
+// is taken. s.mu must be held.
+func (s *Server) endFirstRental() bool {
+	var first int64
+	var until time.Time
+	found := false
+	for id, u := range s.taken {
+		if !found || u.Before(until) || u.Equal(until) && id < first {
+			first, until, found = id, u, true
+		}
+	}
+	if !found {
+		return false
+	}
+	delete(s.taken, first)
+	s.relist(first)
+	return true
 }
 
 // relist puts an offer's machine back on the market under a new ask id: the

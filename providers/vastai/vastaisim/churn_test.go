@@ -175,3 +175,25 @@ func TestCancelUnavailFalseLeavesAStoppedInstance(t *testing.T) {
 		t.Fatalf("instance %+v: want stopped, charged storage only", in)
 	}
 }
+
+// TestOfferChurnGoesOnAtHalfTheMarket: with half the market taken, a search
+// still churns — the rental that ends first ends early and its machine is
+// relisted — so a long demo keeps meeting taken offers.
+func TestOfferChurnGoesOnAtHalfTheMarket(t *testing.T) {
+	t.Parallel()
+	s, base := newTestServer(t, Options{OfferChurn: 0.5, ChurnHold: time.Hour})
+	half := (len(DefaultCatalog()) + 1) / 2
+	seen := map[int64]bool{}
+	for i := range 8 {
+		searchIDs(t, base)
+		if n := len(s.Offers()) - len(takenIDs(s)); n < half {
+			t.Fatalf("search %d: %d offers left listed, want at least %d", i+1, n, half)
+		}
+		for _, id := range takenIDs(s) {
+			seen[id] = true
+		}
+	}
+	if len(seen) <= len(DefaultCatalog())/2 {
+		t.Fatalf("8 searches took %d distinct offers: churn stopped at half the market", len(seen))
+	}
+}
