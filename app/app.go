@@ -260,6 +260,9 @@ func (a *App) fleetOptions(o fleet.Options) fleet.Options {
 	if o.OnTagMismatch == nil {
 		o.OnTagMismatch = a.Metrics.TagMismatch
 	}
+	if o.OnRentAttempt == nil {
+		o.OnRentAttempt = a.Metrics.RentAttempt
+	}
 	return o
 }
 

@@ -39,6 +39,16 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 	if err := s.confirmSpec(ctx, accountID, req, sp.cap(s.guard.Horizon().Milliseconds())); err != nil {
 		return gpuproxy.Instance{}, nil, err
 	}
+	// A window that cannot fit even the cheapest candidate refuses at
+	// once, before any provider is called (the admissions below are the
+	// atomic ones; this read only saves the attempts).
+	if err := s.fits(ctx, accountID, req.KeyID, cands[0], sp); err != nil {
+		a := gpuproxy.RentAttempt{Provider: cands[0].Provider, OfferID: cands[0].ID, GPUName: cands[0].GPUName,
+			NumGPUs: cands[0].NumGPUs, PricePerHour: cands[0].PricePerHour, Outcome: gpuproxy.RentOverLimit,
+			Error: gpuproxy.ErrorMessage(err)}
+		attempts := s.observe(nil, a)
+		return gpuproxy.Instance{}, attempts, withAttempts(err, attempts)
+	}
 	var attempts []gpuproxy.RentAttempt
 	for _, o := range cands {
 		if len(attempts) >= sp.MaxAttempts {
@@ -82,6 +92,21 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 		}
 	}
 	return gpuproxy.Instance{}, attempts, s.noMatch(sp, names, all, perrs, attempts)
+}
+
+// fits checks, without holding anything, that the windows of the account
+// and the key admit o's cost (its price over the horizon, or its prepaid
+// total at the spec's hours); a refusal is the 402 admission would give.
+func (s *Service) fits(ctx context.Context, accountID int64, keyID string, o providers.Offer, sp *Spec) error {
+	cost := o.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
+	if o.Billing == providers.BillingPrepaid {
+		cost = o.PricePerHour * gpuproxy.Micros(sp.Hours)
+	}
+	d, err := s.guard.KeyCheck(ctx, accountID, keyID, cost)
+	if err != nil {
+		return err
+	}
+	return s.guard.Refusal(d)
 }
 
 // observe appends a to attempts and reports it (metrics).

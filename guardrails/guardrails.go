@@ -135,6 +135,16 @@ func (s *Service) KeyCheck(ctx context.Context, accountID int64, keyID string, c
 	return d, nil
 }
 
+// Refusal is the spending_limit_exceeded error a check's decision would
+// meet on admission (naming the window and its numbers), or nil when it is
+// allowed.
+func (s *Service) Refusal(d Decision) error {
+	if d.Allowed {
+		return nil
+	}
+	return s.refusal(d.AccountID, d.Snapshot, d.Cost, false)
+}
+
 // Admit admits cost for the account atomically, returning the new hold's id,
 // or a spending_limit_exceeded error naming the first window it would pass.
 // The hold counts against every window until it is released or settled.
