@@ -37,9 +37,7 @@ func plainArgError(tool, msg string, args json.RawMessage) string {
 	rest := strings.TrimPrefix(strings.TrimPrefix(msg, sdkArgPrefix), "validating root: ")
 	field, item := "", false
 	if ms := reArgPath.FindAllStringSubmatch(rest, -1); len(ms) > 0 {
-		parts := strings.Split(strings.TrimPrefix(ms[0][1], "/properties/"), "/")
-		field = parts[0]
-		item = len(ms) > 1 || strings.Contains(ms[len(ms)-1][1], "/items")
+		field, item = argPath(ms[len(ms)-1][1])
 		rest = rest[strings.LastIndex(rest, ms[len(ms)-1][0])+len(ms[len(ms)-1][0]):]
 	}
 	subject := "argument " + field
@@ -55,10 +53,10 @@ func plainArgError(tool, msg string, args json.RawMessage) string {
 	switch {
 	case reArgMissing.MatchString(rest):
 		m = reArgMissing.FindStringSubmatch(rest)
-		out = fmt.Sprintf("missing required argument%s %s", plural(m[1]), names(m[1]))
+		out = fmt.Sprintf("missing required argument%s %s", plural(m[1]), names(field, m[1]))
 	case reArgExtra.MatchString(rest):
 		m = reArgExtra.FindStringSubmatch(rest)
-		out = fmt.Sprintf("unknown argument%s %s", plural(m[1]), names(m[1]))
+		out = fmt.Sprintf("unknown argument%s %s", plural(m[1]), names(field, m[1]))
 	case reArgType.MatchString(rest):
 		m = reArgType.FindStringSubmatch(rest)
 		want := strings.NewReplacer(`"`, "", "[", "", "]", "", ",", " or").Replace(m[2])
@@ -95,15 +93,39 @@ func plainArgError(tool, msg string, args json.RawMessage) string {
 	return fmt.Sprintf("invalid arguments for %s: %s. Check the tool's input schema and call it again.", tool, out)
 }
 
-// shownArg renders the value the caller sent for field, briefly.
-func shownArg(args json.RawMessage, field string) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(args, &m) != nil {
-		return "nothing"
+// argPath names the argument a validator's schema path is about, as
+// "spec.gpu" for "/properties/spec/properties/gpu", and reports whether it
+// is about each item of it (an array's items, an object's values).
+func argPath(path string) (field string, item bool) {
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	var parts []string
+	for i := 0; i < len(segs); i++ {
+		switch segs[i] {
+		case "properties":
+			if i+1 < len(segs) {
+				parts = append(parts, segs[i+1])
+				i++
+			}
+		case "items", "additionalProperties":
+			item = true
+		}
 	}
-	v, ok := m[field]
-	if !ok {
-		return "nothing"
+	return strings.Join(parts, "."), item
+}
+
+// shownArg renders the value the caller sent for field ("spec.gpu" is
+// the gpu of the spec object), briefly.
+func shownArg(args json.RawMessage, field string) string {
+	v := args
+	for _, name := range strings.Split(field, ".") {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(v, &m) != nil {
+			return "nothing"
+		}
+		var ok bool
+		if v, ok = m[name]; !ok {
+			return "nothing"
+		}
 	}
 	s := string(v)
 	if len(s) > 60 {
@@ -112,11 +134,16 @@ func shownArg(args json.RawMessage, field string) string {
 	return s
 }
 
-// names renders the validator's quoted, space-separated list of names.
-func names(list string) string {
+// names renders the validator's quoted, space-separated list of names,
+// each under its object's argument when it is nested ("spec.gpu").
+func names(parent, list string) string {
 	var out []string
 	for _, f := range strings.Fields(list) {
-		out = append(out, strings.Trim(f, `"`))
+		name := strings.Trim(f, `"`)
+		if parent != "" {
+			name = parent + "." + name
+		}
+		out = append(out, name)
 	}
 	return strings.Join(out, ", ")
 }
@@ -128,8 +155,16 @@ func plural(list string) string {
 	return ""
 }
 
-// article prefixes a JSON type name ("number", "string or null") with a or an.
+// article prefixes a JSON type name ("number", "string or null") with a or
+// an; the validator's "one of string, array" becomes "a string or an array".
 func article(t string) string {
+	if rest, ok := strings.CutPrefix(t, "one of "); ok {
+		var out []string
+		for _, one := range strings.Split(rest, " or ") {
+			out = append(out, article(strings.TrimSpace(one)))
+		}
+		return strings.Join(out, " or ")
+	}
 	switch {
 	case t == "null":
 		return "null"

@@ -201,6 +201,10 @@ func instanceText(verb string, o instanceOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
 	table(&b, instanceRows([]httpapi.InstanceJSON{o.InstanceJSON}))
+	if len(o.Attempts) > 0 {
+		b.WriteString("\nOffers tried, in order:\n")
+		attemptsTable(&b, o.Attempts)
+	}
 	return b.String()
 }
 

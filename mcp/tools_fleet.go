@@ -44,23 +44,33 @@ func (s *Server) fleetTools() []toolSpec {
 		newTool(s, &sdk.Tool{
 			Name:  "create_gpu_instance",
 			Title: "Rent a GPU instance",
-			Description: "Rent the offer instance_id (from list_gpu_instances) and start image on it. The spending " +
-				"guard rails admit the cost first (vast.ai: price/hour × 1 h; io.net: the quoted total for hours); a " +
-				"refusal names the window and its numbers. Waits for the instance to run, reporting progress when " +
+			Description: "Rent a GPU instance and start image on it, in one of two forms. Either instance_id and " +
+				"provider: one offer from list_gpu_instances. Or spec: gpuproxy searches the live offers, rents the " +
+				"cheapest one matching it (then the more reliable), failing over to the next when one is taken; give " +
+				"max_price_per_hour, the most you accept per hour, and only what matters (gpu, min_vram_gb, num_gpus, " +
+				"providers, locations…). The result's attempts list each offer tried and how it ended (offer_gone, " +
+				"provider_error, rented…); when nothing matches, the error no_matching_offer names the nearest misses " +
+				"(e.g. the cheapest match over your cap) so you can decide what to relax. The spending guard rails " +
+				"admit the cost first (vast.ai: price/hour × 1 h; io.net: the quoted total for hours; a spec: its cap); " +
+				"a refusal names the window and its numbers. Waits for the instance to run, reporting progress when " +
 				"asked, and returns it with its endpoint. Pass idempotency_key to make retries safe. If your key asks for a " +
 				"person's confirmation above a cost, the person is asked (elicitation) when your client supports it; " +
 				"otherwise the call fails with confirmation_required and a confirm_token: show the person the cost and, " +
 				"if they agree, repeat the same call with confirm_token within 10 minutes.",
 			InputSchema: object(
-				required("provider", enum(provDesc, provs...)),
-				required("instance_id", str("the offer id from list_gpu_instances (its instance_id field)", 200)),
+				optional("provider", enum(provDesc+": the offer's provider, with instance_id (not with spec)", provs...)),
+				optional("instance_id", str("the offer id from list_gpu_instances (its instance_id field); "+
+					"omit to rent by spec", 200)),
+				optional("spec", specSchema(provs)),
 				required("image", str("container image, e.g. vllm/vllm-openai:latest", 500)),
 				optional("label", str("your label for the instance", 200)),
-				optional("hours", integer("rental duration in hours: required for io.net, which charges it up front; ignored by vast.ai", 1, 720)),
+				optional("hours", integer("rental duration in hours, with instance_id: required for io.net, which "+
+					"charges it up front; ignored by vast.ai (with spec, use spec.hours)", 1, 720)),
 				optional("env", stringMap("environment variables for the container", 50, 4096)),
 				optional("ports", &jsonschema.Schema{Type: "array", Description: "container ports to expose, e.g. [8000]",
 					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
-				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance", 200)),
+				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance "+
+					"(or the same error), never a second rental", 200)),
 				optional("confirm_token", str("the confirm_token of a confirmation_required answer, once a person has agreed", 200)),
 			),
 			OutputSchema: outputSchema[instanceOutput](),
@@ -200,6 +210,7 @@ type createInput struct {
 	Ports          []int             `json:"ports"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	ConfirmToken   string            `json:"confirm_token"`
+	Spec           *specInput        `json:"spec"`
 }
 
 // confirmSchema is the elicitation form: accepting it (with confirm left
@@ -268,9 +279,20 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	if token == "" {
 		token = in.ConfirmToken
 	}
-	inst, err := s.svc.Fleet.Create(ctx, acct, fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
+	if err := checkForm(in); err != nil {
+		return result{}, err
+	}
+	req := fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
-		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token})
+		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token}
+	if in.Spec != nil {
+		sp, err := in.Spec.spec()
+		if err != nil {
+			return result{}, err
+		}
+		req.Spec = &sp
+	}
+	inst, err := s.svc.Fleet.Create(ctx, acct, req)
 	if err != nil {
 		return result{}, confirmInput(c, renameOfferField(err))
 	}
@@ -286,9 +308,13 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 		s.changed(ctx, acct)
 	}
 	if inst.Status == gpuproxy.Failed {
+		next := "Pick another offer with list_gpu_instances and try again."
+		if in.Spec != nil {
+			next = "Call again with the same spec (and a new idempotency_key) to rent another offer."
+		}
 		return result{}, &gpuproxy.Error{Code: gpuproxy.EPROVIDER, Message: fmt.Sprintf(
-			"instance %s did not start (%s); its hold was released and nothing more is charged. "+
-				"Pick another offer with list_gpu_instances and try again.", inst.ID, inst.Error)}
+			"instance %s did not start (%s); its hold was released and nothing more is charged. %s",
+			inst.ID, inst.Error, next)}
 	}
 	v, err := s.svc.Fleet.Get(ctx, acct, inst.ID)
 	if err != nil {
@@ -304,6 +330,9 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 			"Check list_my_instances in a minute.", v.ID)
 	default:
 		out.Message = fmt.Sprintf("Instance %s is %s. Check list_my_instances until it is running.", v.ID, v.Status)
+	}
+	if sum := attemptsSummary(out.Attempts); sum != "" {
+		out.Message = sum + " " + out.Message
 	}
 	return result{instanceText("Created", out), out}, nil
 }
