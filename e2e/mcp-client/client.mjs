@@ -4,8 +4,10 @@
 // Over each transport — stdio (spawning `gpuproxy mcp`), Streamable HTTP
 // (/mcp) and legacy HTTP+SSE (/api/v1/mcp/sse) — it lists the tools, rents
 // the cheapest offer (with progress notifications), reads
-// spending://current, is refused when renting past the spending limit, and
-// destroys the instance. Any failure exits non-zero.
+// spending://current, is refused when renting past the spending limit,
+// destroys the instance, rents one by spec (attempts in the result) and is
+// told no_matching_offer with the nearest miss for a spec under every
+// offer. Any failure exits non-zero.
 //
 // Environment:
 //   GPUPROXY_URL        base URL of the server (default http://127.0.0.1:8080)
@@ -128,6 +130,26 @@ async function exercise(name) {
     const gone = await callOK(client, 'destroy_gpu_instance', { provider: inst.provider, instance_id: inst.id });
     check(gone.status === 'terminated', `destroyed instance: ${JSON.stringify(gone)}`);
     log(`destroyed ${gone.id}, cost to date $${gone.cost_to_date}`);
+
+    // Rent by spec: gpuproxy rents the cheapest live offer matching it.
+    const bySpec = await callOK(client, 'create_gpu_instance', {
+      image: 'vllm/vllm-openai:latest',
+      spec: { gpu: ['3090', '4090'], max_price_per_hour: 0.5, providers: 'vast.ai' },
+      idempotency_key: `e2e-spec-${name}-${Date.now()}`,
+    }, { timeout: 120000, resetTimeoutOnProgress: true });
+    const tried = bySpec.attempts || [];
+    const last = tried[tried.length - 1];
+    check(bySpec.status === 'running' && last && last.outcome === 'rented' && last.offer_id === bySpec.offer_id &&
+      bySpec.price_per_hour <= 0.5 && /3090|4090/.test(bySpec.gpu_name), `rented by spec: ${JSON.stringify(bySpec)}`);
+    log(`rented by spec ${bySpec.id}: ${bySpec.gpu_name} at $${bySpec.price_per_hour}/h, ${tried.length} attempt(s)`);
+    await callOK(client, 'destroy_gpu_instance', { instance_id: bySpec.id });
+    const noMatch = await client.callTool({
+      name: 'create_gpu_instance',
+      arguments: { image: 'vllm/vllm-openai:latest', spec: { gpu: 'H100', max_price_per_hour: 0.05 } },
+    });
+    check(noMatch.isError === true && /no_matching_offer/.test(textOf(noMatch)) &&
+      /cheapest H100 .* over your \$0\.05 cap/.test(textOf(noMatch)), `spec under every offer: ${textOf(noMatch)}`);
+    log(`spec under every offer: ${textOf(noMatch).split('\n')[0].slice(0, 120)}…`);
   } finally {
     await client.close();
   }
