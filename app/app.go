@@ -151,12 +151,11 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.Fleet = fleet.New(a.Store, a.Guard, a.Providers, a.fleetOptions(c.Fleet))
 	a.Proxy = a.proxy(c)
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
-	// One limiter: REST, MCP, the proxy and the console count against the
-	// same per-key limit.
+	// One limiter, applied by the server's pipeline: REST, MCP, the proxy
+	// and the console count against the same per-key limit.
 	a.RateLimiter = auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
-	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet,
-		Alerts: a.Alerts, RateLimiter: a.RateLimiter}
+	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Alerts: a.Alerts}
 	if a.OAuth != nil {
 		cs.OAuth = a.OAuth
 	}

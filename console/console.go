@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,9 +30,6 @@ type Services struct {
 	// Alerts, when set, shows each account's budget-alert settings on the
 	// accounts page (read-only: webhook host, thresholds, last delivery).
 	Alerts *alerts.Service
-	// RateLimiter, when set, counts console requests against the signed-in
-	// key's API rate limit, as REST and MCP calls are counted.
-	RateLimiter *auth.RateLimiter
 	// OAuth, when set, is the authorization server whose consent page the
 	// console shows (/console/oauth/authorize).
 	OAuth OAuthConsent
@@ -114,7 +110,6 @@ type Console struct {
 	opts Options
 	log  *slog.Logger
 	ses  sessions
-	mux  *http.ServeMux
 }
 
 // New returns the console.
@@ -130,62 +125,8 @@ func New(svc Services, o Options) *Console {
 	case len(secret) < 32:
 		o.Logger.Warn("the web console's session secret is shorter than 32 bytes; use a long random one")
 	}
-	c := &Console{svc: svc, opts: o, log: o.Logger,
+	return &Console{svc: svc, opts: o, log: o.Logger,
 		ses: sessions{secret: secret, idle: o.SessionIdle, max: o.SessionMax}}
-	c.routes()
-	return c
-}
-
-// Mount adds the console to the server: "/" (a redirect), "/console" and
-// everything under "/console/". The console authenticates its own
-// requests (session cookie), so the server's header auth is off for them.
-func (c *Console) Mount(r httpapi.Registrar) {
-	for _, p := range []string{"/", "/console", "/console/*"} {
-		method := "*"
-		if p == "/" {
-			method = http.MethodGet
-		}
-		r.Handle(method, p, c, false)
-	}
-}
-
-func (c *Console) routes() {
-	m := http.NewServeMux()
-	home := func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/console/", http.StatusSeeOther) }
-	m.HandleFunc("GET /{$}", home)
-	m.HandleFunc("GET /console", home)
-	m.HandleFunc("GET /console/static/{file}", c.static)
-	m.HandleFunc("GET /console/login", c.loginForm)
-	m.HandleFunc("POST /console/login", c.login)
-	m.HandleFunc("GET /console/logout", c.logoutForm)
-	m.HandleFunc("POST /console/logout", c.logout)
-	m.HandleFunc("GET /console/{$}", c.signedIn(takes(c.overview, "account", "range")))
-	m.HandleFunc("GET /console/transactions", c.signedIn(takes(c.transactions, ledgerParams...)))
-	m.HandleFunc("GET /console/transactions.csv", c.signedIn(takes(c.transactionsCSV, append(ledgerParams, "all")...)))
-	m.HandleFunc("GET /console/instances", c.signedIn(takes(c.instances, "account", "status")))
-	m.HandleFunc("GET /console/instances/{id}", c.signedIn(takes(c.instance, "account", "done")))
-	m.HandleFunc("POST /console/instances/{id}/destroy", c.signedIn(takes(c.destroyInstance, "account")))
-	m.HandleFunc("GET /console/accounts", c.signedIn(takes(c.accounts, "saved")))
-	m.HandleFunc("POST /console/accounts/{account}/limits", c.signedIn(takes(c.setLimits)))
-	m.HandleFunc("GET /console/oauth/authorize", c.signedIn(takes(c.oauthConsent, "id")))
-	m.HandleFunc("POST /console/oauth/authorize", c.signedIn(c.oauthAnswer))
-	m.HandleFunc("GET /console/apps", c.signedIn(takes(c.apps, "revoked")))
-	m.HandleFunc("POST /console/apps/{grant}/revoke", c.signedIn(takes(c.revokeApp)))
-	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
-		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "there is no such page"))
-	})
-	c.mux = m
-}
-
-// ServeHTTP implements http.Handler.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; "+
-		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "same-origin")
-	c.mux.ServeHTTP(w, r)
 }
 
 // takes runs h only when the request's query names no parameter outside
@@ -208,61 +149,33 @@ type req struct {
 	ss session
 }
 
-// signedIn runs h for a signed-in caller: a valid session whose key still
-// exists and is not revoked, within its rate limit. Others go to the
-// sign-in page. POSTs must carry the session's CSRF token.
-func (c *Console) signedIn(h func(q *req) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		now := c.opts.Now()
-		ck, err := r.Cookie(cookieName)
-		var ss session
-		ok := err == nil
-		if ok {
-			ss, ok = c.ses.decode(ck.Value, now)
-		}
-		if !ok {
-			c.toLogin(w, r, "")
+// signedIn runs h for a signed-in caller, whom the pipeline resolved
+// (AuthenticateSession) and held to its key's rate limit. POSTs must carry
+// the session's CSRF token. A session past half its idle time is renewed.
+func (c *Console) signedIn(w http.ResponseWriter, r *http.Request, h func(q *req) error) {
+	q := signedInReq(w, r)
+	if q == nil { // a session route always has both; never serve without
+		c.toLogin(w, r, "")
+		return
+	}
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil {
+			c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read"))
 			return
 		}
-		p, err := c.svc.Auth.KeyPrincipal(r.Context(), ss.KeyID)
-		if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED {
-			clearCookie(w, r)
-			c.toLogin(w, r, "revoked")
+		if crossSite(r) || !c.ses.checkCSRF(q.ss, r.PostForm.Get("csrf")) {
+			c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EFORBIDDEN,
+				"this form is stale or did not come from this console (CSRF check failed); reload the page and try again"))
 			return
 		}
-		if err != nil {
-			c.fail(w, r, nil, err)
-			return
-		}
-		q := &req{w: w, r: r, p: p, ss: ss}
-		if rl := c.svc.RateLimiter; rl != nil {
-			if allowed, wait := rl.Allow(p.KeyID, now); !allowed {
-				secs := max(int((wait+time.Second-1)/time.Second), 1)
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				c.fail(w, r, q, &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
-					Message: "rate limit exceeded for this key; retry after " + strconv.Itoa(secs) + "s"})
-				return
-			}
-		}
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-			if err := r.ParseForm(); err != nil {
-				c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read"))
-				return
-			}
-			if crossSite(r) || !c.ses.checkCSRF(ss, r.PostForm.Get("csrf")) {
-				c.fail(w, r, q, gpuproxy.Errorf(gpuproxy.EFORBIDDEN,
-					"this form is stale or did not come from this console (CSRF check failed); reload the page and try again"))
-				return
-			}
-		}
-		if c.ses.needsRenewal(ss, now) {
-			q.ss = c.ses.renewed(ss, now)
-			c.ses.setCookie(w, r, q.ss)
-		}
-		if err := h(q); err != nil {
-			c.fail(w, r, q, err)
-		}
+	}
+	if now := c.opts.Now(); c.ses.needsRenewal(q.ss, now) {
+		q.ss = c.ses.renewed(q.ss, now)
+		c.ses.setCookie(w, r, q.ss)
+	}
+	if err := h(q); err != nil {
+		c.fail(w, r, q, err)
 	}
 }
 
@@ -350,31 +263,23 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // logoutForm asks for a POST, so a link elsewhere cannot sign a person out.
-func (c *Console) logoutForm(w http.ResponseWriter, r *http.Request) {
-	c.signedIn(func(q *req) error {
-		c.render(w, r, http.StatusOK, "logout", c.newPage(q, "Sign out", ""))
-		return nil
-	})(w, r)
+func (c *Console) logoutForm(q *req) error {
+	c.render(q.w, q.r, http.StatusOK, "logout", c.newPage(q, "Sign out", ""))
+	return nil
 }
 
-// logout ends the session in this browser. A request without a valid
-// session has nothing to end and is sent to the sign-in page.
-func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
-	if ck, err := r.Cookie(cookieName); err != nil || !c.validSession(ck.Value) {
-		clearCookie(w, r)
-		http.Redirect(w, r, "/console/login?why=out", http.StatusSeeOther)
-		return
-	}
-	c.signedIn(func(q *req) error {
-		clearCookie(w, r)
-		http.Redirect(w, r, "/console/login?why=out", http.StatusSeeOther)
-		return nil
-	})(w, r)
+// logout ends the session in this browser.
+func (c *Console) logout(q *req) error {
+	clearCookie(q.w, q.r)
+	http.Redirect(q.w, q.r, "/console/login?why=out", http.StatusSeeOther)
+	return nil
 }
 
-func (c *Console) validSession(tok string) bool {
-	_, ok := c.ses.decode(tok, c.opts.Now())
-	return ok
+// loggedOut answers a sign-out without a valid session: it has nothing to
+// end, and the person goes to the sign-in page as after a sign-out.
+func (c *Console) loggedOut(w http.ResponseWriter, r *http.Request) {
+	clearCookie(w, r)
+	http.Redirect(w, r, "/console/login?why=out", http.StatusSeeOther)
 }
 
 // target is the account a page shows: the caller's own, or — for admin

@@ -114,23 +114,6 @@ func rpcErr(code int64, format string, args ...any) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// authError maps an authentication failure to its HTTP status and
-// JSON-RPC error, setting Retry-After for rate limits.
-func authError(w http.ResponseWriter, err error) (int, *jsonrpc.Error) {
-	switch gpuproxy.ErrorCode(err) {
-	case gpuproxy.EUNAUTHORIZED:
-		return http.StatusUnauthorized, rpcErr(CodeUnauthorized, "%s", gpuproxy.ErrorMessage(err))
-	case gpuproxy.ERATELIMITED:
-		if d, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
-			w.Header().Set("Retry-After", strconv.Itoa(d))
-		}
-		return http.StatusTooManyRequests, rateLimitError(err)
-	case gpuproxy.EFORBIDDEN:
-		return http.StatusForbidden, rpcErr(CodeForbidden, "%s", gpuproxy.ErrorMessage(err))
-	}
-	return http.StatusServiceUnavailable, rpcErr(CodeUnavailable, "authentication is unavailable right now; try again")
-}
-
 // statusError is the JSON-RPC error for a plain-text HTTP error the go-sdk
 // transports wrote (e.g. 400 for a bad MCP-Protocol-Version header).
 func statusError(status int, msg string) *jsonrpc.Error {

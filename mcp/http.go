@@ -29,23 +29,29 @@ const (
 	newProtocol     = "2026-07-28"   // first stateless revision (SEP-2575)
 )
 
-// Mount registers the HTTP transports on r: /mcp (Streamable HTTP),
+// Routes is the MCP server's route table: /mcp (Streamable HTTP),
 // GET /api/v1/mcp/sse with POST /api/v1/mcp/messages (legacy SSE) and
-// POST /api/v1/mcp (plain JSON-RPC). They share REST's body limit, auth,
-// scopes and per-key rate limit; a rate-limited request gets HTTP 429 with
-// Retry-After and a JSON-RPC error (CodeRateLimited) answering its id.
-// POST /api/v1/mcp authenticates itself, with Options.Authenticate or else
-// r.Authenticate, so that its auth refusals are JSON-RPC errors too.
-func (s *Server) Mount(r httpapi.Registrar) {
-	authn := s.opts.Authenticate
-	if authn == nil {
-		authn = r.Authenticate
+// POST /api/v1/mcp (plain JSON-RPC). They go through the server's
+// pipeline with REST's body limit, credentials, scopes and per-key rate
+// limit, which does not count protocol housekeeping (rpcRoute.CountsRate);
+// the pipeline's refusals are JSON-RPC errors (rpcRoute.WriteRefusal):
+// 401, 413 naming the limit, 429 with Retry-After answering the request's
+// id.
+func (s *Server) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Method: "*", Path: StreamablePath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveStreamable))},
+			Auth: httpapi.AuthCredentials},
+		{Method: http.MethodGet, Path: SSEPath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveSSE))},
+			Auth: httpapi.AuthCredentials},
+		{Method: http.MethodPost, Path: MessagesPath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveSSEMessage))},
+			Auth: httpapi.AuthCredentials},
+		{Method: http.MethodPost, Path: PlainPath, Handler: rpcRoute{http.HandlerFunc(s.servePlain)},
+			Auth: httpapi.AuthCredentials},
 	}
-	r.Handle("*", StreamablePath, answersRateLimits{s.guard(http.HandlerFunc(s.serveStreamable))}, true)
-	r.Handle(http.MethodGet, SSEPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSE))}, true)
-	r.Handle(http.MethodPost, MessagesPath, answersRateLimits{s.guard(http.HandlerFunc(s.serveSSEMessage))}, true)
-	r.Handle(http.MethodPost, PlainPath, s.plainHandler(authn), false)
 }
+
+// Mount adds the MCP server's route table (Routes) to the server.
+func (s *Server) Mount(r httpapi.Registrar) { r.Add(s.Routes()...) }
 
 // guard wraps the Streamable and SSE transports: it refuses cross-origin
 // and DNS-rebinding requests, carries the authenticated principal and

@@ -9,7 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
@@ -17,72 +16,61 @@ import (
 // when it skips initialize: the newest version of the initialize era.
 const plainProtocol = "2025-11-25"
 
-// plainHandler is POST /api/v1/mcp: one JSON-RPC request in, one JSON-RPC
+// servePlain is POST /api/v1/mcp: one JSON-RPC request in, one JSON-RPC
 // response out, as application/json, whatever the request's Content-Type
 // and Accept (curl's defaults included) and without initialize first.
-// Every error is a JSON-RPC error object. The request is handed to the
-// account's sdk.Server over a one-request session, so tools, schemas and
-// errors are exactly those of the other transports. authn authenticates
-// the request (and applies the rate limit, which does not count
-// housekeeping: see countsRate).
-func (s *Server) plainHandler(authn func(*http.Request) (gpuproxy.Principal, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var noID jsonrpc.ID
-		if !countsBody(r) {
-			r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
-		}
-		p, err := authn(r)
-		if err != nil {
-			status, e := authError(w, err)
-			id := noID
-			if status == http.StatusTooManyRequests {
-				id = peekID(r)
-			}
-			writeRPCError(w, status, id, e)
-			return
-		}
-		if err := s.checkOrigin(r); err != nil {
-			writeRPCError(w, http.StatusForbidden, noID, rpcErr(CodeForbidden, "%s", err.Error()))
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxMessage))
-		if err != nil {
-			writeBodyError(w, err)
-			return
-		}
-		msg, id, rerr := decodeMessage(body, false)
-		if rerr != nil {
-			writeRPCError(w, http.StatusBadRequest, id, rerr)
-			return
-		}
-		req := msg.(*jsonrpc.Request)
-		if !req.IsCall() {
-			// A notification has no response, and a one-request session
-			// has no state for it to change.
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
-		rid := w.Header().Get(requestIDHeader)
-		hdr := r.Header.Clone()
-		if rid != "" {
-			hdr.Set(requestIDHeader, rid)
-		}
-		req.Extra = &sdk.RequestExtra{TokenInfo: tokenInfo(p), Header: hdr}
-		resp, err := s.oneShot(withPrincipal(r.Context(), p), p.AccountID, req)
-		if err != nil {
-			s.log.Error("mcp plain request failed", "request_id", rid, "err", err)
-			writeRPCError(w, http.StatusServiceUnavailable, id, rpcErr(jsonrpc.CodeInternalError, "internal error"))
-			return
-		}
-		out, err := jsonrpc.EncodeMessage(resp)
-		if err != nil {
-			writeRPCError(w, http.StatusInternalServerError, id, rpcErr(jsonrpc.CodeInternalError, "internal error"))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(append(out, '\n'))
-	})
+// Every error is a JSON-RPC error object (the pipeline's refusals too:
+// rpcRoute). The request is handed to the account's sdk.Server over a
+// one-request session, so tools, schemas and errors are exactly those of
+// the other transports.
+func (s *Server) servePlain(w http.ResponseWriter, r *http.Request) {
+	var noID jsonrpc.ID
+	p, ok := httpapi.PrincipalFrom(r)
+	if !ok {
+		writeRPCError(w, http.StatusUnauthorized, noID, rpcErr(CodeUnauthorized, "missing or invalid API key or token"))
+		return
+	}
+	if err := s.checkOrigin(r); err != nil {
+		writeRPCError(w, http.StatusForbidden, noID, rpcErr(CodeForbidden, "%s", err.Error()))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxMessage))
+	if err != nil {
+		writeBodyError(w, err)
+		return
+	}
+	msg, id, rerr := decodeMessage(body, false)
+	if rerr != nil {
+		writeRPCError(w, http.StatusBadRequest, id, rerr)
+		return
+	}
+	req := msg.(*jsonrpc.Request)
+	if !req.IsCall() {
+		// A notification has no response, and a one-request session
+		// has no state for it to change.
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	rid := w.Header().Get(requestIDHeader)
+	hdr := r.Header.Clone()
+	if rid != "" {
+		hdr.Set(requestIDHeader, rid)
+	}
+	req.Extra = &sdk.RequestExtra{TokenInfo: tokenInfo(p), Header: hdr}
+	resp, err := s.oneShot(withPrincipal(r.Context(), p), p.AccountID, req)
+	if err != nil {
+		s.log.Error("mcp plain request failed", "request_id", rid, "err", err)
+		writeRPCError(w, http.StatusServiceUnavailable, id, rpcErr(jsonrpc.CodeInternalError, "internal error"))
+		return
+	}
+	out, err := jsonrpc.EncodeMessage(resp)
+	if err != nil {
+		writeRPCError(w, http.StatusInternalServerError, id, rpcErr(jsonrpc.CodeInternalError, "internal error"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(out, '\n'))
 }
 
 // oneShot serves one call over a fresh session of the account's server:

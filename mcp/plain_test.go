@@ -149,8 +149,10 @@ func TestPlainLimits(t *testing.T) {
 	}
 	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_spending_info","arguments":{"x":"` +
 		strings.Repeat("a", 2<<20) + `"}}}`
-	// With a Content-Length, too, the answer is a JSON-RPC error.
-	if a := s.post(mcp.PlainPath, key, big); a.status != 413 || a.errCode() != -32013 {
+	// With a Content-Length, the pipeline refuses it up front, and the
+	// answer is a JSON-RPC error too, naming the limit in force.
+	if a := s.post(mcp.PlainPath, key, big); a.status != 413 || a.errCode() != -32013 ||
+		!strings.Contains(string(a.raw), "request body is larger than the limit of 1 MiB") {
 		t.Fatalf("2 MB body: %d %.200s", a.status, a.raw)
 	}
 	// Streamed without a length, the MCP layer answers with a JSON-RPC error.
@@ -166,10 +168,11 @@ func TestPlainLimits(t *testing.T) {
 	if res.StatusCode != 413 || !strings.Contains(string(b), `"code":-32013`) {
 		t.Fatalf("2 MB chunked body: %d %s", res.StatusCode, b)
 	}
-	// Four authenticated calls so far (cross-origin, same origin, and the
-	// two oversize bodies); one more uses up the burst of 5, the sixth is
+	// Three authenticated calls so far (cross-origin, same origin, and the
+	// chunked oversize body: the declared one is refused before
+	// authentication); two more use up the burst of 5, the sixth is
 	// refused.
-	for range 1 {
+	for range 2 {
 		if a := s.post(mcp.PlainPath, key, list); a.status != 200 {
 			t.Fatalf("within the rate limit: %d %s", a.status, a.raw)
 		}
@@ -180,16 +183,18 @@ func TestPlainLimits(t *testing.T) {
 	}
 }
 
-// TestPlainRegistrarAuth: without mcp.Options.Authenticate the endpoint
-// sits behind the registrar's auth and still serves.
-func TestPlainRegistrarAuth(t *testing.T) {
-	s := newStack(t, stackOpts{registrarAuth: true})
+// TestPlainPipelineAuth: the endpoint sits behind the pipeline's
+// credentials and serves; without a key, 401 with the OAuth challenge, as
+// a JSON-RPC error.
+func TestPlainPipelineAuth(t *testing.T) {
+	s := newStack(t, stackOpts{})
 	key, _ := s.key("acme", "finance")
 	a := s.post(mcp.PlainPath, key, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	if a.status != 200 || len(a.result()["tools"].([]any)) != 3 || a.result()["cacheScope"] != "private" {
 		t.Fatalf("tools/list: %d %s", a.status, a.raw)
 	}
-	if a := s.post(mcp.PlainPath, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); a.status != 401 {
-		t.Fatalf("no key: %d %s", a.status, a.raw)
+	if a := s.post(mcp.PlainPath, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); a.status != 401 ||
+		a.errCode() != mcp.CodeUnauthorized || !strings.HasPrefix(a.header.Get("WWW-Authenticate"), "Bearer resource_metadata=") {
+		t.Fatalf("no key: %d %s, WWW-Authenticate %q", a.status, a.raw, a.header.Get("WWW-Authenticate"))
 	}
 }

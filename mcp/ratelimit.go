@@ -16,19 +16,18 @@ import (
 // the id its JSON-RPC error answers.
 const idPeek = 4 << 10
 
-// answersRateLimits marks a transport handler mounted behind the
-// registrar's auth as answering its own rate-limit refusals
-// (httpapi.RateLimitWriter), so that MCP clients get a JSON-RPC error rather
-// than the REST error shape, and as deciding which requests the rate
-// limit counts (httpapi.RateCounter).
-type answersRateLimits struct{ http.Handler }
+// rpcRoute is a transport handler behind the server's pipeline that
+// answers the pipeline's refusals itself (httpapi.RefusalWriter), so that
+// MCP clients get JSON-RPC errors rather than the REST error shape, and
+// decides which requests the rate limit counts (httpapi.RateCounter).
+type rpcRoute struct{ http.Handler }
 
 // CountsRate implements httpapi.RateCounter: the per-key rate limit counts
 // tool calls, resource reads and anything it cannot classify, not protocol
 // housekeeping (opening or closing a stream, initialize, ping,
 // notifications, responses, list calls, subscriptions), so that a normal
 // client session never trips it.
-func (answersRateLimits) CountsRate(r *http.Request) bool {
+func (rpcRoute) CountsRate(r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		return false // a GET opens an event stream, a DELETE ends a session
 	}
@@ -82,9 +81,27 @@ func housekeeping(method string) bool {
 	return strings.HasPrefix(method, "notifications/") || strings.HasSuffix(method, "/list")
 }
 
-// WriteRateLimited implements httpapi.RateLimitWriter.
-func (answersRateLimits) WriteRateLimited(w http.ResponseWriter, r *http.Request, err error) {
-	writeRPCError(w, http.StatusTooManyRequests, peekID(r), rateLimitError(err))
+// WriteRefusal implements httpapi.RefusalWriter: the pipeline's refusals
+// as JSON-RPC errors with the pipeline's status — 401 CodeUnauthorized,
+// 413 CodeTooLarge naming the limit in force, 429 CodeRateLimited
+// answering the request's id (Retry-After is already set), and the key
+// store failing CodeUnavailable.
+func (rpcRoute) WriteRefusal(w http.ResponseWriter, r *http.Request, status int, err error) {
+	var id jsonrpc.ID
+	var e *jsonrpc.Error
+	switch gpuproxy.ErrorCode(err) {
+	case gpuproxy.EUNAUTHORIZED:
+		e = rpcErr(CodeUnauthorized, "%s", gpuproxy.ErrorMessage(err))
+	case gpuproxy.EFORBIDDEN:
+		e = rpcErr(CodeForbidden, "%s", gpuproxy.ErrorMessage(err))
+	case gpuproxy.ETOOLARGE:
+		e = rpcErr(CodeTooLarge, "%s", gpuproxy.ErrorMessage(err))
+	case gpuproxy.ERATELIMITED:
+		id, e = peekID(r), rateLimitError(err)
+	default:
+		e = rpcErr(CodeUnavailable, "authentication is unavailable right now; try again")
+	}
+	writeRPCError(w, status, id, e)
 }
 
 // rateLimitError is the JSON-RPC error of a per-key rate-limit refusal:

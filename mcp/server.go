@@ -50,13 +50,6 @@ type Options struct {
 	// Logger receives structured logs of every MCP request (default
 	// slog.Default()). The go-sdk's own logs go to it at Warn and above.
 	Logger *slog.Logger
-	// Authenticate, when set, is how POST /api/v1/mcp authenticates its
-	// requests (it answers auth and rate-limit refusals as JSON-RPC error
-	// objects); it must apply the shared per-key rate limit, except to
-	// requests marked httpapi.WithoutRateCount (housekeeping), as
-	// (*server.Server).Authenticate does. When nil, Mount uses the
-	// registrar's Authenticate.
-	Authenticate func(*http.Request) (gpuproxy.Principal, error)
 	// TrustedOrigins are browser origins (e.g. "https://app.example.com")
 	// allowed to call the HTTP transports cross-origin; any other
 	// cross-origin request gets 403.

@@ -52,17 +52,14 @@ type stack struct {
 type stackOpts struct {
 	limits []guardrails.Window
 	// proxy is what proxy_inference_request calls (nil: not configured).
-	proxy     mcp.InferenceProxy
-	rateLimit int
-	spendPoll time.Duration
-	// registrarAuth leaves mcp.Options.Authenticate unset, so the plain
-	// endpoint is authenticated by the registrar.
-	registrarAuth bool
-	quiet         bool
-	dbFile        string
-	authCache     time.Duration // auth cache TTL (default: none, so revocations apply at once)
-	maxMessage    int64         // mcp.Options.MaxMessage (default: its default)
-	maxBody       int64         // REST's body limit, server.Options.MaxBody (default: its default)
+	proxy      mcp.InferenceProxy
+	rateLimit  int
+	spendPoll  time.Duration
+	quiet      bool
+	dbFile     string
+	authCache  time.Duration // auth cache TTL (default: none, so revocations apply at once)
+	maxMessage int64         // mcp.Options.MaxMessage (default: its default)
+	maxBody    int64         // REST's body limit, server.Options.MaxBody (default: its default)
 }
 
 func newStack(t testing.TB, o stackOpts) *stack {
@@ -107,9 +104,6 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		cfg.Database = db.Options{URL: "sqlite:" + o.dbFile}
 	} else {
 		cfg.Store = dbtest.Open(t, dbtest.SQLite)
-	}
-	if !o.registrarAuth {
-		cfg.MCP.Authenticate = func(r *http.Request) (gpuproxy.Principal, error) { return a.Server.Authenticate(r) }
 	}
 	if a, err = app.New(context.Background(), cfg); err != nil {
 		t.Fatal(err)

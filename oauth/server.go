@@ -141,26 +141,53 @@ func (s *Server) Challenge(r *http.Request) string {
 	return `Bearer resource_metadata="` + s.issuer(r) + ResourceMetadataPath + `"`
 }
 
-// Mount adds the metadata documents, registration and the OAuth endpoints
-// to the server; they authenticate their own callers (client credentials,
-// PKCE, the console's sign-in).
-func (s *Server) Mount(r httpapi.Registrar) {
-	meta := http.HandlerFunc(s.resourceMetadata)
-	r.Handle(http.MethodGet, ResourceMetadataPath, meta, false)
-	r.Handle(http.MethodGet, ResourceMetadataPath+ResourcePath, meta, false)
-	r.Handle(http.MethodGet, ServerMetadataPath, http.HandlerFunc(s.serverMetadata), false)
-	r.Handle(http.MethodOptions, ResourceMetadataPath, meta, false)
-	r.Handle(http.MethodOptions, ServerMetadataPath, http.HandlerFunc(s.serverMetadata), false)
-	r.Handle(http.MethodPost, RegisterPath, http.HandlerFunc(s.register), false)
-	r.Handle(http.MethodOptions, RegisterPath, http.HandlerFunc(s.register), false)
-	h := http.HandlerFunc(s.serveOP)
-	for _, rt := range []struct{ method, path string }{
-		{http.MethodGet, AuthorizePath}, {http.MethodPost, AuthorizePath}, {http.MethodGet, AuthorizePath + "/callback"},
-		{http.MethodPost, TokenPath}, {http.MethodOptions, TokenPath}, {http.MethodPost, RevokePath},
-		{http.MethodOptions, RevokePath}, {http.MethodGet, KeysPath},
-	} {
-		r.Handle(rt.method, rt.path, h, false)
+// Routes is the authorization server's route table: the metadata
+// documents, client registration and the OAuth endpoints. They take no
+// caller from the pipeline (AuthNone): they authenticate their own
+// clients (client credentials, PKCE, the console's sign-in). The
+// pipeline's refusals (a body over the server's limit) are OAuth error
+// objects (endpoint.WriteRefusal).
+func (s *Server) Routes() []httpapi.Route {
+	meta := endpoint{s.resourceMetadata, "invalid_request"}
+	asMeta := endpoint{s.serverMetadata, "invalid_request"}
+	register := endpoint{s.register, "invalid_client_metadata"}
+	op := endpoint{s.serveOP, "invalid_request"}
+	return []httpapi.Route{
+		{Method: http.MethodGet, Path: ResourceMetadataPath, Handler: meta},
+		{Method: http.MethodOptions, Path: ResourceMetadataPath, Handler: meta},
+		{Method: http.MethodGet, Path: ResourceMetadataPath + ResourcePath, Handler: meta},
+		{Method: http.MethodGet, Path: ServerMetadataPath, Handler: asMeta},
+		{Method: http.MethodOptions, Path: ServerMetadataPath, Handler: asMeta},
+		{Method: http.MethodPost, Path: RegisterPath, Handler: register},
+		{Method: http.MethodOptions, Path: RegisterPath, Handler: register},
+		{Method: http.MethodGet, Path: AuthorizePath, Handler: op},
+		{Method: http.MethodPost, Path: AuthorizePath, Handler: op},
+		{Method: http.MethodGet, Path: AuthorizePath + "/callback", Handler: op},
+		{Method: http.MethodPost, Path: TokenPath, Handler: op},
+		{Method: http.MethodOptions, Path: TokenPath, Handler: op},
+		{Method: http.MethodPost, Path: RevokePath, Handler: op},
+		{Method: http.MethodOptions, Path: RevokePath, Handler: op},
+		{Method: http.MethodGet, Path: KeysPath, Handler: op},
 	}
+}
+
+// Mount adds the authorization server's route table (Routes) to the
+// server.
+func (s *Server) Mount(r httpapi.Registrar) { r.Add(s.Routes()...) }
+
+// endpoint is the handler of one of the authorization server's routes.
+type endpoint struct {
+	serve http.HandlerFunc
+	code  string // the OAuth error code of a refusal
+}
+
+func (e endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.serve(w, r) }
+
+// WriteRefusal implements httpapi.RefusalWriter: a refusal of the server's
+// pipeline (a body over its limit) as an OAuth error object, its
+// description the refusal's message.
+func (e endpoint) WriteRefusal(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	regError(w, status, e.code, gpuproxy.ErrorMessage(err))
 }
 
 // serveOP hands an OAuth endpoint to the op package. An authorization

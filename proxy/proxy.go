@@ -103,16 +103,24 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 	return p
 }
 
-// Mount adds the proxy's routes through the server's registrar (body
-// limit, authentication and rate limit applied by the server):
+// Routes is the proxy's route table, served through the server's
+// pipeline (body limit, authentication and rate limit):
 //
-//	ANY /api/v1/proxy/{instance_id}/{path...}  (scope proxy:invoke)
+//	ANY /api/v1/proxy/{instance_id}/{path...}  (scope proxy:invoke; the
+//	    fast path: every path under the prefix, ahead of the router)
 //	GET /api/v1/proxy/usage?from&to&instance_id&limit&cursor
 //	    (scope proxy:invoke or billing:read)
-func (p *Proxy) Mount(r httpapi.Registrar) {
-	r.Handle(http.MethodGet, "/api/v1/proxy/usage", http.HandlerFunc(p.ServeUsage), true)
-	r.HandlePrefix(routePrefix, "/api/v1/proxy/:instance_id/*", p)
+func (p *Proxy) Routes() []httpapi.Route {
+	return []httpapi.Route{
+		{Method: http.MethodGet, Path: "/api/v1/proxy/usage", Handler: http.HandlerFunc(p.ServeUsage),
+			Auth: httpapi.AuthCredentials},
+		{Method: "*", Path: "/api/v1/proxy/:instance_id/*", Prefix: routePrefix, Handler: p,
+			Auth: httpapi.AuthCredentials},
+	}
 }
+
+// Mount adds the proxy's route table (Routes) to the server.
+func (p *Proxy) Mount(r httpapi.Registrar) { r.Add(p.Routes()...) }
 
 // Close stops the background work (Run returns) and writes every queued
 // usage record, retrying refused batches until ctx ends; what is still

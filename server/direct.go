@@ -11,20 +11,20 @@ import (
 )
 
 // directRoute is a path prefix served ahead of the router (see
-// Registrar.HandlePrefix), on net/http's connections and on taken-over
+// httpapi.Route.Prefix), on net/http's connections and on taken-over
 // ones.
 type directRoute struct {
 	s      *Server
-	prefix string
-	route  string
-	h      http.Handler
+	listed Route        // the table's entry: Prefix, and Path naming it in logs and metrics
+	h      http.Handler // the handler behind its pipeline
 }
 
-// direct returns the prefix route serving path, if any. A path added with
-// Handle (e.g. /api/v1/proxy/usage) stays with the router.
+// direct returns the prefix route serving path, if any. The path of a
+// route without parameters (e.g. /api/v1/proxy/usage) stays with the
+// router.
 func (s *Server) direct(path string) *directRoute {
 	for i := range s.prefixes {
-		if d := &s.prefixes[i]; strings.HasPrefix(path, d.prefix) && !s.static[path] {
+		if d := &s.prefixes[i]; strings.HasPrefix(path, d.listed.Prefix) && !s.static[path] {
 			return d
 		}
 	}
@@ -47,13 +47,13 @@ func (d *directRoute) ServeTakenOver(w http.ResponseWriter, r *http.Request) boo
 }
 
 // serveDirect serves r on a prefix route through the same pipeline as
-// every other route (observed, then the route's chain: authenticate and
-// capBody), without echo's per-request context, routing and middleware
+// every other route (observed, then the route's chain: limitBody and
+// authenticate), without echo's per-request context, routing and middleware
 // chain. It is the inference proxy's hot path. It returns the response's
 // writer and whether the handler returned normally (false after a
 // recovered panic).
 func (s *Server) serveDirect(d *directRoute, w http.ResponseWriter, r *http.Request) (sw *statusWriter, ok bool) {
-	return s.observed(w, r, d.route, true, d.h)
+	return s.observed(w, r, d.listed.Path, true, d.h)
 }
 
 // statusWriter records the status and body size of a response on a

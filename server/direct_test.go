@@ -19,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -88,11 +89,12 @@ func newPrefixEnvWith(t *testing.T, rateLimit int, so server.Options, idle time.
 		}
 	})
 	mount := func(r server.Registrar) {
-		r.Handle(http.MethodGet, "/api/v1/x/static", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			pe.static.Add(1)
-			_, _ = w.Write([]byte("static"))
-		}), true)
-		r.HandlePrefix("/api/v1/x/", "/api/v1/x/*", prefix)
+		r.Add(httpapi.Route{Method: http.MethodGet, Path: "/api/v1/x/static", Auth: httpapi.AuthCredentials,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				pe.static.Add(1)
+				_, _ = w.Write([]byte("static"))
+			})},
+			httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: prefix, Auth: httpapi.AuthCredentials})
 	}
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(rateLimit, auth.RateLimitOptions{}),
@@ -185,17 +187,27 @@ func TestPrefixRouteRateLimitBodyCapAndPanics(t *testing.T) {
 	e := newPrefixEnv(t, 4)
 	key, _ := e.key("acme", "engineer")
 
-	// The body cap of the server applies (MaxBody 1024 here).
+	// The body limit of the server applies (MaxBody 1024 here): a body
+	// declared larger is refused before authentication (so it is not
+	// counted), in the error shape naming the limit; one without a
+	// declared length is cut at the limit, a read error the handler
+	// answers.
 	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 1000)); r.Status != 200 || len(r.Body) != 1000 {
 		t.Fatalf("small body: %d (%d bytes)", r.Status, len(r.Body))
 	}
-	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 2000)); r.Status != 413 {
-		t.Fatalf("large body: %d %s", r.Status, r.Body)
+	if r := e.do("POST", "/api/v1/x/body", key, strings.Repeat("a", 2000)); r.Status != 413 ||
+		r.ErrCode() != "too_large" || r.ErrMessage() != "request body is larger than the limit of 1 KiB" {
+		t.Fatalf("large declared body: %d %s", r.Status, r.Body)
+	}
+	r := teststack.Send(t, "POST", e.url+"/api/v1/x/body", io.MultiReader(strings.NewReader(strings.Repeat("a", 2000))),
+		"X-API-Key", key)
+	if r.Status != 413 || string(r.Body) != "too large\n" {
+		t.Fatalf("large chunked body: %d %q", r.Status, r.Body)
 	}
 
 	// A panicking handler: 500 in the error shape, logged; the server
 	// keeps serving.
-	r := e.do("GET", "/api/v1/x/panic", key, "")
+	r = e.do("GET", "/api/v1/x/panic", key, "")
 	if c, m := r.Err(t); r.Status != 500 || c != "internal" || m != "internal error" {
 		t.Fatalf("panic: %d %s", r.Status, r.Body)
 	}
@@ -229,7 +241,7 @@ func TestPrefixRouteRateLimitBodyCapAndPanics(t *testing.T) {
 	for _, l := range lines {
 		statuses = append(statuses, l["status"].(float64))
 	}
-	if want := []float64{200, 413, 500, 200, 429}; !equalFloats(statuses, want) {
+	if want := []float64{200, 413, 413, 500, 200, 429}; !equalFloats(statuses, want) {
 		t.Errorf("logged statuses %v; want %v", statuses, want)
 	}
 }

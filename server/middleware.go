@@ -16,11 +16,13 @@ import (
 
 // The one request pipeline. Every request, on every route and on the
 // proxy's fast path alike, goes through observed (request id, panic
-// recovery, one request-log line and one metric sample); every route adds
-// from the same values, in this order, what its table entry asks for:
-// the body limit (limitBody or capBody), authentication with the per-key
-// rate limit (authenticate) and a scope (require). Echo routes take them
-// as echo.WrapMiddleware; the fast path composes them directly, without
+// recovery, one request-log line and one metric sample); every route then
+// goes through the body limit (limitBody) and what its table entry asks
+// for: authentication with the per-key rate limit (authenticate:
+// credentials or a session) and, on REST, a scope (require). A refusal is
+// rendered in the route's format when its handler is an
+// httpapi.RefusalWriter. Echo routes take these steps as
+// echo.WrapMiddleware; the fast path composes them directly, without
 // echo's per-request context.
 
 // observed serves r with h behind the request id, panic recovery, the
@@ -103,16 +105,23 @@ func (s *Server) routeLabel(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // limitBody refuses a body declared larger than Options.MaxBody with 413
-// (naming the limit) and caps the body read.
-func (s *Server) limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.opts.MaxBody {
-			httpapi.WriteError(w, r, http.StatusRequestEntityTooLarge, s.tooLarge())
-			return
-		}
-		r.Body = http.MaxBytesReader(bodyOwner(w), r.Body, s.opts.MaxBody)
-		next.ServeHTTP(w, r)
-	})
+// naming the limit — in rw's format when set, the REST error shape
+// otherwise — and caps the body read, so that a body without a declared
+// length (chunked) is cut at the limit: a read error the handler answers.
+// It comes first on every route, before authentication, and bounds the
+// body of the request net/http gave us (not a copy), whose end the
+// takeover checks before it takes a connection over.
+func (s *Server) limitBody(rw httpapi.RefusalWriter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > s.opts.MaxBody {
+				refuse(w, r, rw, s.tooLarge())
+				return
+			}
+			r.Body = http.MaxBytesReader(bodyOwner(w), r.Body, s.opts.MaxBody)
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // tooLarge is the refusal of a body over the configured limit.
@@ -121,13 +130,15 @@ func (s *Server) tooLarge() error {
 		Details: map[string]any{"limit_bytes": s.opts.MaxBody}}
 }
 
-// capBody bounds the request body without refusing it up front, for
-// handlers that answer an oversize body in their own format.
-func (s *Server) capBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(bodyOwner(w), r.Body, s.opts.MaxBody)
-		next.ServeHTTP(w, r)
-	})
+// refuse answers a request the pipeline refuses with err: in rw's format
+// when set (httpapi.RefusalWriter), the REST error shape otherwise.
+func refuse(w http.ResponseWriter, r *http.Request, rw httpapi.RefusalWriter, err error) {
+	status := httpapi.Status(err)
+	if rw != nil {
+		rw.WriteRefusal(w, r, status, err)
+		return
+	}
+	httpapi.WriteError(w, r, status, err)
 }
 
 // bodyOwner is the writer MaxBytesReader is given: net/http's own under
@@ -140,48 +151,65 @@ func bodyOwner(w http.ResponseWriter) http.ResponseWriter {
 	return w
 }
 
-// authenticate resolves the caller (Authenticate: API key, JWT or OAuth
-// token, and the per-key rate limit), puts it in the request's context
-// (httpapi.PrincipalFrom) and the request log, and refuses the others:
-// 401 with Options.Challenge as WWW-Authenticate, 429 with Retry-After.
-// rw, when set, writes the 429 in the handler's own format; rc, when set,
-// decides which requests the rate limit counts.
-func (s *Server) authenticate(rw httpapi.RateLimitWriter, rc httpapi.RateCounter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if rc != nil && !rc.CountsRate(r) {
-				r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
-			}
-			p, err := s.Authenticate(r)
-			if err != nil && r.Context().Err() != nil {
-				// The caller hung up while its key was looked up: nobody
-				// reads an answer and nothing here went wrong; the request
-				// log says 499 at INFO, as errorHandler does.
-				if sw := recorderOf(w); sw != nil {
-					sw.status = statusClientClosed
-				}
-				return
-			}
-			if err != nil {
-				if gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
-					w.Header().Set("WWW-Authenticate", s.opts.Challenge(r))
-				}
-				if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
-					w.Header().Set("Retry-After", strconv.Itoa(secs))
-					if rw != nil {
-						rw.WriteRateLimited(w, r, err)
-						return
-					}
-				}
-				httpapi.WriteError(w, r, httpapi.Status(err), err)
-				return
-			}
-			if sw := recorderOf(w); sw != nil {
-				sw.p = &p
-			}
-			next.ServeHTTP(w, r.WithContext(httpapi.WithPrincipal(r.Context(), p)))
-		})
+// authenticate puts h behind the authentication m names: it resolves the
+// caller (credentials: an API key, JWT or OAuth token; session: h's
+// httpapi.SessionAuthenticator), applies the per-key rate limit, puts
+// the caller in the request's context (httpapi.PrincipalFrom) and the
+// request log, and refuses the others — in h's format when h is an
+// httpapi.RefusalWriter: 401 (with Options.Challenge as WWW-Authenticate
+// where credentials are asked for), 429 with Retry-After. When h is an
+// httpapi.RateCounter, it decides which requests the rate limit counts.
+func (s *Server) authenticate(m httpapi.AuthMode, h http.Handler) http.Handler {
+	var resolve func(*http.Request) (*http.Request, gpuproxy.Principal, error)
+	switch m {
+	case httpapi.AuthNone:
+		return h
+	case httpapi.AuthCredentials:
+		resolve = s.credentials
+	case httpapi.AuthSession:
+		sa, ok := h.(httpapi.SessionAuthenticator)
+		if !ok {
+			panic(fmt.Sprintf("server: the handler %T of a session route is not an httpapi.SessionAuthenticator", h))
+		}
+		resolve = sa.AuthenticateSession
+	default:
+		panic(fmt.Sprintf("server: unknown auth mode %d", m))
 	}
+	rw, _ := h.(httpapi.RefusalWriter)
+	rc, _ := h.(httpapi.RateCounter)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rc != nil && !rc.CountsRate(r) {
+			r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
+		}
+		r, p, err := resolve(r)
+		if err == nil {
+			err = s.limit(r, p)
+		}
+		if err != nil && r.Context().Err() != nil {
+			// The caller hung up while its key was looked up: nobody
+			// reads an answer and nothing here went wrong; the request
+			// log says 499 at INFO, as errorHandler does.
+			if sw := recorderOf(w); sw != nil {
+				sw.status = statusClientClosed
+			}
+			return
+		}
+		if err != nil {
+			if m == httpapi.AuthCredentials && gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
+				w.Header().Set("WWW-Authenticate", s.opts.Challenge(r))
+			}
+			if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
+				w.Header().Set("Retry-After", strconv.Itoa(secs))
+				r = r.WithContext(httpapi.WithPrincipal(r.Context(), p)) // the refusal may show whose limit it is
+			}
+			refuse(w, r, rw, err)
+			return
+		}
+		if sw := recorderOf(w); sw != nil {
+			sw.p = &p
+		}
+		h.ServeHTTP(w, r.WithContext(httpapi.WithPrincipal(r.Context(), p)))
+	})
 }
 
 // require refuses callers without scope sc (after authenticate).

@@ -8,20 +8,37 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
-// routes lists every route of the API in one place.
+// routes registers every route of the service: the REST API here, then
+// each transport's route table (Services.Mount, wired by app), which is
+// that transport's Routes method:
+//
+//	proxy.(*Proxy).Routes    proxy/proxy.go     the inference proxy (fast path) and its usage
+//	console.(*Console).Routes console/routes.go  the web console's pages
+//	mcp.(*Server).Routes      mcp/http.go        Streamable HTTP, SSE, plain JSON-RPC
+//	oauth.(*Server).Routes    oauth/server.go    metadata, registration, the OAuth endpoints
+//
+// Every route goes through the one pipeline (middleware.go): the request
+// id, panic recovery, request log and metrics on all of them, the body
+// limit on all of them, then the authentication the route asks for.
+// Server.Routes lists the result, the one route table operators and tests
+// read (log_level debug prints it at start).
 func (s *Server) routes() {
 	e := s.e
-	e.GET("/health", s.health)
-	e.GET("/ready", s.ready)
-	e.GET("/openapi.json", s.openAPI)
+	body := echo.WrapMiddleware(s.limitBody(nil))
+	e.GET("/health", s.health, body)
+	e.GET("/ready", s.ready, body)
+	e.GET("/openapi.json", s.openAPI, body)
 	if !s.opts.NoMetricsRoute {
-		e.GET("/metrics", echoHandler(s.svc.Metrics.MetricsHandler(s.opts.MetricsToken)))
+		e.GET("/metrics", echoHandler(s.svc.Metrics.MetricsHandler(s.opts.MetricsToken)), body)
 	}
 	s.svc.Metrics.ops.setSource(s.opsSnapshot, s.opts.GaugeMaxAge)
 
-	api := e.Group("/api/v1", echo.WrapMiddleware(s.limitBody), echo.WrapMiddleware(s.authenticate(nil, nil)), s.knownQuery)
+	api := e.Group("/api/v1", body, echo.WrapMiddleware(func(h http.Handler) http.Handler {
+		return s.authenticate(httpapi.AuthCredentials, h)
+	}), s.knownQuery)
 
 	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
 	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))
@@ -54,41 +71,48 @@ func (s *Server) routes() {
 		api.GET("/alerts/deliveries", s.listAlertDeliveries, need(gpuproxy.ScopeSpendingRead))
 	}
 
-	for _, mount := range s.svc.Mount {
+	for _, mount := range s.svc.Mount { // the transports' tables (see above)
 		mount(registrar{s})
 	}
 	for _, r := range s.Routes() { // every route, for operators (and the OpenAPI route test)
-		s.log.Debug("route", "method", r.Method, "path", r.Path)
+		s.log.Debug("route", "method", r.Method, "path", r.Path, "auth", r.Auth.String())
 	}
 }
 
-// Handle mounts an extra handler (see Registrar); for use before serving.
-func (s *Server) Handle(method, path string, h http.Handler, authenticated bool) {
-	registrar{s}.Handle(method, path, h, authenticated)
-}
-
-// Route is one route the server answers. Method is "*" for any method;
-// Path is in the router's syntax (":name" a path segment, a trailing "*"
-// the rest of the path).
+// Route is one route the server answers, as Routes lists it. Every route
+// goes through the pipeline: a request id, panic recovery, one request-log
+// line and one metric sample under Path, and the body limit (a body
+// declared larger than Options.MaxBody is refused with 413 naming it; a
+// body without a declared length is cut there as it is read).
 type Route struct {
+	// Method is an HTTP method, or "*" for any.
 	Method string
-	Path   string
-	// Auth: the pipeline requires credentials (API key, JWT or OAuth
-	// token) and applies the per-key rate limit; without them the answer
-	// is 401 with the challenge.
-	Auth bool
-	// RefusesBody: a body declared larger than Options.MaxBody is refused
-	// with 413 naming the limit before the handler runs; otherwise the
-	// body is capped and the handler answers in its own format.
-	RefusesBody bool
+	// Path is in the router's syntax (":name" a path segment, a trailing
+	// "*" the rest of the path).
+	Path string
+	// Auth is how the pipeline identifies the caller before the handler
+	// runs: none; credentials (API key, JWT or OAuth token: 401 with the
+	// challenge without them); or session (the console's cookie: the
+	// console's own refusal without one). Both apply the per-key rate
+	// limit (429 with Retry-After).
+	Auth httpapi.AuthMode
+	// Prefix, when set, is the path prefix the route serves ahead of the
+	// router (the inference proxy's fast path).
+	Prefix string
+	// OwnRefusals: the handler renders the pipeline's refusals (401, 413,
+	// 429) in its own format (httpapi.RefusalWriter: MCP's JSON-RPC
+	// errors, the console's pages); otherwise they are in the REST error
+	// shape.
+	OwnRefusals bool
 	// OwnRateCount: the handler decides which requests the rate limit
 	// counts (httpapi.RateCounter: MCP housekeeping is not counted).
 	OwnRateCount bool
 }
 
-// Routes lists every route the server answers: the router's, including
-// those mounted by other transports, and the prefix routes served ahead
-// of it. A route registered for every method is listed once, as "*".
+// Routes lists every route the server answers: the router's (REST and
+// the transports' tables) and the prefix routes served ahead of it,
+// sorted by path then method. A route registered for every method is
+// listed once, as "*".
 func (s *Server) Routes() []Route {
 	methods := map[string][]string{}
 	var paths []string
@@ -116,7 +140,7 @@ func (s *Server) Routes() []Route {
 		}
 	}
 	for _, d := range s.prefixes {
-		out = append(out, Route{Method: "*", Path: d.route, Auth: true})
+		out = append(out, d.listed)
 	}
 	slices.SortFunc(out, func(a, b Route) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
@@ -127,13 +151,16 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
-// policy is the pipeline's part of the route method path: what a
-// transport asked for when it mounted it, and for the REST API under
-// /api/v1 authentication and the body limit.
+// policy is the route method path as Routes lists it: a transport's
+// table entry, or a REST route (credentials under /api/v1, none for
+// health, readiness, the OpenAPI document and metrics).
 func (s *Server) policy(method, path string) Route {
 	if rt, ok := s.mounted[method+" "+path]; ok {
 		return rt
 	}
-	rest := strings.HasPrefix(path, "/api/v1/")
-	return Route{Method: method, Path: path, Auth: rest, RefusesBody: rest}
+	auth := httpapi.AuthNone
+	if strings.HasPrefix(path, "/api/v1/") {
+		auth = httpapi.AuthCredentials
+	}
+	return Route{Method: method, Path: path, Auth: auth}
 }

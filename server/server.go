@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -54,8 +55,9 @@ type Services struct {
 	// ReadyDetails, when set, adds what it returns to /ready's details
 	// (figures, e.g. the open-files limits; never a reason to be unready).
 	ReadyDetails func() map[string]any
-	// Mount, when set, lets other transports (MCP, proxy) add routes; it
-	// receives a registrar that applies auth and rate limits.
+	// Mount, when set, adds the other transports' route tables (proxy,
+	// console, MCP, OAuth: each one's Routes) through a registrar that
+	// serves them through the pipeline (routes.go).
 	Mount []func(r Registrar)
 }
 
@@ -66,9 +68,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	prefixes []directRoute    // served ahead of the router (HandlePrefix)
-	mounted  map[string]Route // "METHOD path" → a mounted route's policy (Routes)
-	static   map[string]bool  // paths added with Handle, which prefixes leave alone
+	prefixes []directRoute    // served ahead of the router (httpapi.Route.Prefix)
+	mounted  map[string]Route // "METHOD path" → a transport route as Routes lists it
+	static   map[string]bool  // transport paths without parameters, which prefixes leave alone
 
 	// Connections taken over after a prefix-route request, which serve
 	// the prefix routes' next requests (internal/takeover).
@@ -81,7 +83,7 @@ func New(svc Services, o Options) *Server {
 	if svc.Metrics == nil {
 		svc.Metrics = NewMetrics()
 	}
-	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger}
+	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger, mounted: map[string]Route{}, static: map[string]bool{}}
 	s.taken = takeover.New(s, takeover.RouterFunc(s.takeoverRoute))
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
@@ -120,25 +122,28 @@ func Credential(h http.Header) string {
 	return ""
 }
 
-// Authenticate resolves the caller of r and applies the per-key rate limit,
-// unless r was marked httpapi.WithoutRateCount. It is shared by REST and
-// the HTTP MCP transports.
-func (s *Server) Authenticate(r *http.Request) (gpuproxy.Principal, error) {
+// credentials resolves the caller of r from its API key or token
+// (Credential): the pipeline's credentials authentication.
+func (s *Server) credentials(r *http.Request) (*http.Request, gpuproxy.Principal, error) {
 	p, err := s.svc.Auth.Authenticate(r.Context(), Credential(r.Header))
-	if err != nil {
-		return p, err
-	}
+	return r, p, err
+}
+
+// limit applies the per-key rate limit to p's key, unless r was marked
+// httpapi.WithoutRateCount; a refusal is a rate_limited error carrying
+// retry_after_seconds.
+func (s *Server) limit(r *http.Request, p gpuproxy.Principal) error {
 	if !httpapi.RateCounted(r.Context()) {
-		return p, nil // protocol housekeeping a transport marked (httpapi.WithoutRateCount)
+		return nil // protocol housekeeping a transport marked (httpapi.WithoutRateCount)
 	}
 	if ok, wait := s.svc.RateLimiter.Allow(p.KeyID, s.opts.Now()); !ok {
 		s.svc.Metrics.RateLimited()
 		secs := max(int((wait+time.Second-1)/time.Second), 1) // Retry-After rounds up
-		return p, &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
+		return &gpuproxy.Error{Code: gpuproxy.ERATELIMITED,
 			Message: "rate limit exceeded for this key; retry after " + strconv.Itoa(secs) + "s",
 			Details: map[string]any{"retry_after_seconds": secs}}
 	}
-	return p, nil
+	return nil
 }
 
 // need refuses callers without scope sc: require, as echo middleware.
@@ -158,49 +163,50 @@ type registrar struct{ s *Server }
 
 var _ Registrar = registrar{}
 
-// Authenticate implements httpapi.Registrar: mounted transports
-// authenticate in their own error format with the server's credentials and
-// rate limit.
-func (r registrar) Authenticate(req *http.Request) (gpuproxy.Principal, error) {
-	return r.s.Authenticate(req)
+// Add implements httpapi.Registrar: each route goes behind the pipeline
+// (limitBody, then the authentication its Auth names), on the router or,
+// with a Prefix, ahead of it.
+func (r registrar) Add(table ...httpapi.Route) {
+	for _, rt := range table {
+		r.s.add(rt)
+	}
 }
 
-// Handle implements httpapi.Registrar: h goes behind the route's part of
-// the pipeline. Mounted handlers answer in their own format (JSON-RPC for
-// MCP), so an oversize body reaches them as a read error (capBody)
-// rather than being refused here in the REST shape.
-func (r registrar) Handle(method, path string, h http.Handler, authenticated bool) {
-	rt := Route{Method: method, Path: path, Auth: authenticated}
-	if authenticated {
-		rw, _ := h.(httpapi.RateLimitWriter)
-		rc, _ := h.(httpapi.RateCounter)
-		rt.OwnRateCount = rc != nil
-		h = r.s.authenticate(rw, rc)(h)
-	}
-	if r.s.mounted == nil {
-		r.s.mounted = map[string]Route{}
-	}
-	r.s.mounted[method+" "+path] = rt
-	eh := echo.WrapHandler(r.s.capBody(h))
-	if !strings.ContainsAny(path, ":*") {
-		if r.s.static == nil {
-			r.s.static = map[string]bool{}
-		}
-		r.s.static[path] = true
-	}
-	if method == "*" {
-		r.s.e.Any(path, eh)
+// add serves one transport route and records it for Routes.
+func (s *Server) add(rt httpapi.Route) {
+	rw, own := rt.Handler.(httpapi.RefusalWriter)
+	_, counts := rt.Handler.(httpapi.RateCounter)
+	h := s.limitBody(rw)(s.authenticate(rt.Auth, rt.Handler))
+	listed := Route{Method: rt.Method, Path: rt.Path, Auth: rt.Auth, Prefix: rt.Prefix, OwnRefusals: own,
+		OwnRateCount: counts && rt.Auth != httpapi.AuthNone}
+	if rt.Prefix != "" {
+		s.prefixes = append(s.prefixes, directRoute{s: s, listed: listed, h: h})
 		return
 	}
-	r.s.e.Add(method, path, eh)
+	s.mounted[rt.Method+" "+rt.Path] = listed
+	if !strings.ContainsAny(rt.Path, ":*") {
+		s.static[rt.Path] = true
+	}
+	if rt.Method == "*" {
+		s.e.Any(rt.Path, routed(h))
+		return
+	}
+	s.e.Add(rt.Method, rt.Path, routed(h))
 }
 
-// HandlePrefix implements httpapi.Registrar: the fast path's route, with
-// the same authenticate and capBody as every other authenticated route.
-func (r registrar) HandlePrefix(prefix, route string, h http.Handler) {
-	// capBody first: it bounds the body of the request net/http gave us
-	// (not a copy), whose end the takeover checks before it takes the
-	// connection over.
-	h = r.s.capBody(r.s.authenticate(nil, nil)(h))
-	r.s.prefixes = append(r.s.prefixes, directRoute{s: r.s, prefix: prefix, route: route, h: h})
+// routed serves h on the router, with the route's path parameters as the
+// request's path values (r.PathValue), unescaped.
+func routed(h http.Handler) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		for i, name := range c.ParamNames() {
+			v := c.ParamValues()[i]
+			if u, err := url.PathUnescape(v); err == nil {
+				v = u
+			}
+			r.SetPathValue(name, v)
+		}
+		h.ServeHTTP(c.Response(), r)
+		return nil
+	}
 }

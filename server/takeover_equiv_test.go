@@ -17,6 +17,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -41,7 +42,9 @@ func newEquivEnv(t *testing.T, h http.HandlerFunc, keepNetHTTP bool, cfg func(*h
 	log := newTestLogger(discard{})
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(1_000_000, auth.RateLimitOptions{}),
-		Mount: []func(server.Registrar){func(r server.Registrar) { r.HandlePrefix("/api/v1/x/", "/api/v1/x/*", h) }}},
+		Mount: []func(server.Registrar){func(r server.Registrar) {
+			r.Add(httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: h, Auth: httpapi.AuthCredentials})
+		}}},
 		server.Options{Logger: log, MaxBody: 1024, KeepNetHTTP: keepNetHTTP})
 	hs := httptest.NewUnstartedServer(srv)
 	cfg(hs.Config)

@@ -21,9 +21,9 @@ func RateCounted(ctx context.Context) bool {
 	return !v
 }
 
-// RateCounter is implemented by a handler mounted with Registrar.Handle
-// that decides per request whether the per-key rate limit counts it: the
-// registrar asks before authenticating, and a request it answers false
+// RateCounter is implemented by a route's handler (see Route) that
+// decides per request whether the per-key rate limit counts it: the
+// pipeline asks before authenticating, and a request it answers false
 // for is authenticated without being counted. CountsRate may read the
 // body but must leave r.Body readable from the start.
 type RateCounter interface {
