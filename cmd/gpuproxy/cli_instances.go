@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// DefaultServerURL is the gpuproxy that `instances` commands call unless
+// --url or GPUPROXY_URL says otherwise: serve's default address.
+const DefaultServerURL = "http://127.0.0.1:8080"
+
+// instancesTimeout bounds one create call: a rent by spec may try several
+// offers, each a live quote and a provider create.
+const instancesTimeout = 5 * time.Minute
+
+// instancesUsage is the overview's entry for `instances create`.
+const instancesUsage = `  instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]… [spec flags])
+                                              rent through the running server as GPUPROXY_API_KEY (--url,
+                                              GPUPROXY_URL; default ` + DefaultServerURL + `): one offer, or by
+                                              spec the cheapest live offer matching it, failing over; prints
+                                              the offers tried (provider, offer, price, outcome, time)`
+
+// specFlagOf names the CLI flag of each field the API may name in an
+// error about a create.
+var specFlagOf = map[string]string{
+	"provider": "--provider", "offer_id": "--offer", "image": "--image", "label": "--label", "hours": "--hours",
+	"env": "--env", "ports": "--port", "idempotency_key": "--idempotency-key", "confirm_token": "--confirm-token",
+	"spec.gpu": "--gpu", "spec.min_vram_gb": "--min-vram", "spec.num_gpus": "--gpus",
+	"spec.max_price_per_hour": "--max-price", "spec.providers": "--providers",
+	"spec.min_reliability": "--min-reliability", "spec.locations": "--location", "spec.billing": "--billing",
+	"spec.hours": "--hours", "spec.max_attempts": "--max-attempts",
+}
+
+// specFlags are the flags that describe a spec (all but --hours, which
+// both forms take).
+var specFlags = []string{"gpu", "min-vram", "gpus", "max-price", "providers", "min-reliability", "location",
+	"billing", "max-attempts"}
+
+// createBody is POST /api/v1/gpu/instances's request.
+type createBody struct {
+	Provider     string            `json:"provider,omitempty"`
+	OfferID      string            `json:"offer_id,omitempty"`
+	Image        string            `json:"image"`
+	Label        string            `json:"label,omitempty"`
+	Hours        int               `json:"hours,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`
+	Ports        []int             `json:"ports,omitempty"`
+	ConfirmToken string            `json:"confirm_token,omitempty"`
+	Spec         *specBody         `json:"spec,omitempty"`
+}
+
+// specBody is the request's spec object.
+type specBody struct {
+	GPU             []string        `json:"gpu,omitempty"`
+	MinVRAMGB       float64         `json:"min_vram_gb,omitempty"`
+	NumGPUs         int             `json:"num_gpus,omitempty"`
+	MaxPricePerHour gpuproxy.Micros `json:"max_price_per_hour"`
+	Providers       []string        `json:"providers,omitempty"`
+	MinReliability  float64         `json:"min_reliability,omitempty"`
+	Locations       []string        `json:"locations,omitempty"`
+	Billing         string          `json:"billing,omitempty"`
+	Hours           int             `json:"hours,omitempty"`
+	MaxAttempts     int             `json:"max_attempts,omitempty"`
+}
+
+// instanceReply is the part of the API's instance the CLI prints.
+type instanceReply struct {
+	ID           string          `json:"id"`
+	Provider     string          `json:"provider"`
+	OfferID      string          `json:"offer_id"`
+	GPUName      string          `json:"gpu_name"`
+	NumGPUs      int             `json:"num_gpus"`
+	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
+	Status       string          `json:"status"`
+	Note         string          `json:"note"`
+	Attempts     []attemptReply  `json:"attempts"`
+}
+
+// attemptReply is one offer a rent by spec tried.
+type attemptReply struct {
+	Provider     string          `json:"provider"`
+	OfferID      string          `json:"offer_id"`
+	GPUName      string          `json:"gpu_name"`
+	NumGPUs      int             `json:"num_gpus"`
+	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
+	Outcome      string          `json:"outcome"`
+	Error        string          `json:"error"`
+	DurationMS   int64           `json:"duration_ms"`
+}
+
+// listFlag is a repeatable flag whose values may also be comma lists:
+// --gpu A100 --gpu H100 and --gpu A100,H100 alike.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// cmdInstances is `gpuproxy instances create`: a client of a running
+// gpuproxy's REST API, acting as the key in GPUPROXY_API_KEY.
+func cmdInstances(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newFlags("instances")
+	url := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else "+DefaultServerURL+")")
+	image := f.String("image", "", "container image, e.g. vllm/vllm-openai:latest (required)")
+	label := f.String("label", "", "your label for the instance")
+	hours := f.Int("hours", 0, "prepaid hours (io.net, or a spec's prepaid offers)")
+	var env, ports multi
+	f.Var(&env, "env", "KEY=VALUE for the container, repeatable")
+	f.Var(&ports, "port", "container port to expose, repeatable")
+	idem := f.String("idempotency-key", "", "a key of your choice: repeating the create with it returns the same instance")
+	confirm := f.String("confirm-token", "", "the token of a confirmation_required answer, once a person agreed")
+	provider := f.String("provider", "", "one offer: its provider (vast.ai, io.net)")
+	offer := f.String("offer", "", "one offer: its offer_id from GET /api/v1/gpu/offers")
+	var gpus, provs, locs listFlag
+	f.Var(&gpus, "gpu", "by spec: acceptable GPU names (substrings, e.g. 4090), repeatable or a comma list")
+	minVRAM := f.Float64("min-vram", 0, "by spec: least GB per GPU")
+	numGPUs := f.Int("gpus", 0, "by spec: exact number of GPUs (default 1)")
+	maxPrice := f.String("max-price", "", "by spec: the most you accept, USD per hour for the whole instance (required)")
+	f.Var(&provs, "providers", "by spec: marketplaces to search (default all), repeatable or a comma list")
+	minRel := f.Float64("min-reliability", 0, "by spec: least reliability, 0 to 1")
+	f.Var(&locs, "location", "by spec: acceptable locations (substrings, e.g. US), repeatable or a comma list")
+	billing := f.String("billing", "", "by spec: hourly or prepaid (default either)")
+	attempts := f.Int("max-attempts", 0, "by spec: offers to try at most (default 5)")
+	if err := f.parse(args); err != nil {
+		var h helpError
+		if errors.As(err, &h) && len(usageLines("instances")) == 0 {
+			// Until the overview lists this command, its help says it here.
+			h.text = strings.Replace(h.text, "\n\nflags:", "\n"+instancesUsage+"\n\nflags:", 1)
+			return h
+		}
+		return err
+	}
+	if len(f.args) != 1 || f.args[0] != "create" {
+		return fmt.Errorf("usage: gpuproxy instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]…); gpuproxy instances --help lists the flags")
+	}
+	set := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	bySpec := false
+	for _, n := range specFlags {
+		bySpec = bySpec || set[n]
+	}
+	body := createBody{Provider: *provider, OfferID: *offer, Image: *image, Label: *label, Hours: *hours,
+		ConfirmToken: *confirm}
+	switch {
+	case bySpec && (*offer != "" || *provider != ""):
+		return errors.New("--offer and --provider rent one offer; --max-price, --gpu and the other spec flags rent by spec: give one or the other")
+	case !bySpec && *offer == "":
+		return errors.New("--offer (with --provider) or --max-price is required: rent one offer from the offer search, " +
+			"or by spec the cheapest live offer matching --gpu, --min-vram, … at or under --max-price USD per hour")
+	case *image == "":
+		return errors.New("--image is required: a container image such as vllm/vllm-openai:latest")
+	}
+	if bySpec {
+		if *maxPrice == "" {
+			return errors.New("--max-price is required to rent by spec: the most you accept per hour for the whole instance, in USD (e.g. 1.50)")
+		}
+		price, err := gpuproxy.ParseUSD(*maxPrice)
+		if err != nil || price <= 0 {
+			return fmt.Errorf("--max-price: give US dollars per hour greater than 0, e.g. 1.50 (got %q)", *maxPrice)
+		}
+		body.Spec = &specBody{GPU: gpus, MinVRAMGB: *minVRAM, NumGPUs: *numGPUs, MaxPricePerHour: price,
+			Providers: provs, MinReliability: *minRel, Locations: locs, Billing: *billing, Hours: *hours,
+			MaxAttempts: *attempts}
+		body.Hours = 0
+	}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--env %s: give KEY=VALUE", kv)
+		}
+		if body.Env == nil {
+			body.Env = map[string]string{}
+		}
+		body.Env[k] = v
+	}
+	for _, p := range ports {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return fmt.Errorf("--port %s: give a port number, e.g. 8000", p)
+		}
+		body.Ports = append(body.Ports, n)
+	}
+	key := getenv("GPUPROXY_API_KEY")
+	if key == "" {
+		return errors.New("GPUPROXY_API_KEY must hold the API key to rent as (an assistant or engineer key)")
+	}
+	base := *url
+	if base == "" {
+		base = getenv("GPUPROXY_URL")
+	}
+	if base == "" {
+		base = DefaultServerURL
+	}
+	inst, err := postCreate(ctx, strings.TrimRight(base, "/"), key, *idem, body, stderr)
+	if err != nil {
+		return err
+	}
+	return printCreated(stdout, inst)
+}
+
+// postCreate sends the create and decodes the instance, or turns the API's
+// error into one naming the CLI's flags (the offers tried, if any, go to
+// stderr first).
+func postCreate(ctx context.Context, base, key, idem string, body createBody, stderr io.Writer) (instanceReply, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return instanceReply{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, instancesTimeout)
+	defer cancel()
+	url := base + "/api/v1/gpu/instances"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return instanceReply{}, fmt.Errorf("--url %s: %w", base, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-API-Key", key)
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return instanceReply{}, fmt.Errorf("cannot reach gpuproxy at %s (start `gpuproxy serve`, or set --url or GPUPROXY_URL): %w", base, err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return instanceReply{}, fmt.Errorf("reading the answer of POST %s: %w", url, err)
+	}
+	if res.StatusCode/100 == 2 {
+		var inst instanceReply
+		if err := json.Unmarshal(raw, &inst); err != nil || inst.ID == "" {
+			return instanceReply{}, fmt.Errorf("POST %s: HTTP %d with an answer that is not an instance: %.200s", url, res.StatusCode, raw)
+		}
+		return inst, nil
+	}
+	var e struct {
+		Error struct {
+			Code    string         `json:"code"`
+			Message string         `json:"message"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+		return instanceReply{}, fmt.Errorf("POST %s: HTTP %d: %.200s", url, res.StatusCode, raw)
+	}
+	if tried := detailAttempts(e.Error.Details); len(tried) > 0 {
+		fmt.Fprintf(stderr, "offers tried, in order:\n")
+		_ = writeAttempts(stderr, tried)
+	}
+	err = argErr(&gpuproxy.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}, specFlagOf, nil)
+	if tok, _ := e.Error.Details["confirm_token"].(string); tok != "" {
+		err = fmt.Errorf("%w\nonce a person agrees, rerun the same command with --confirm-token %s", err, tok)
+	}
+	return instanceReply{}, err
+}
+
+// detailAttempts reads the attempts an error's details carry.
+func detailAttempts(d map[string]any) []attemptReply {
+	if d["attempts"] == nil {
+		return nil
+	}
+	b, err := json.Marshal(d["attempts"])
+	if err != nil {
+		return nil
+	}
+	var out []attemptReply
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+// printCreated prints the instance and, for a rent by spec, the offers it
+// tried.
+func printCreated(w io.Writer, inst instanceReply) error {
+	gpu := inst.GPUName
+	if inst.NumGPUs > 1 {
+		gpu = fmt.Sprintf("%d× %s", inst.NumGPUs, inst.GPUName)
+	}
+	verb := "rented"
+	if inst.Status == string(gpuproxy.Pending) {
+		verb = "asked for" // the note says the provider has not confirmed it yet
+	}
+	fmt.Fprintf(w, "%s %s: %s on %s (offer %s) at %s/h, %s\n", verb, inst.ID, gpu, inst.Provider, inst.OfferID,
+		usd(inst.PricePerHour), inst.Status)
+	if inst.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", inst.Note)
+	}
+	if len(inst.Attempts) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\n%s\n", attemptsLine(inst.Attempts))
+	return writeAttempts(w, inst.Attempts)
+}
+
+// attemptsLine sums the attempts up: "tried 3 offers: 2 offer_gone, then
+// rented".
+func attemptsLine(as []attemptReply) string {
+	if len(as) == 1 {
+		return "tried 1 offer: " + as[0].Outcome
+	}
+	counts := map[string]int{}
+	var order []string
+	for _, a := range as[:len(as)-1] {
+		if counts[a.Outcome] == 0 {
+			order = append(order, a.Outcome)
+		}
+		counts[a.Outcome]++
+	}
+	parts := make([]string, len(order))
+	for i, o := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[o], o)
+	}
+	return fmt.Sprintf("tried %d offers: %s, then %s", len(as), strings.Join(parts, ", "), as[len(as)-1].Outcome)
+}
+
+// writeAttempts writes the attempts as a table.
+func writeAttempts(w io.Writer, as []attemptReply) error {
+	rows := [][]any{{"PROVIDER", "OFFER", "GPU", "PRICE/H", "OUTCOME", "TIME", "ERROR"}}
+	for _, a := range as {
+		gpu := a.GPUName
+		if a.NumGPUs > 1 {
+			gpu = fmt.Sprintf("%d× %s", a.NumGPUs, a.GPUName)
+		}
+		msg := "-"
+		if a.Error != "" {
+			// The provider column already names the provider.
+			msg = clipText(strings.TrimPrefix(a.Error, a.Provider+": "), 80)
+		}
+		rows = append(rows, []any{a.Provider, a.OfferID, gpu, a.PricePerHour, a.Outcome,
+			(time.Duration(a.DurationMS) * time.Millisecond).String(), msg})
+	}
+	return writeTable(w, rows)
+}
+
+// clipText shortens s to n runes for a table cell.
+func clipText(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
