@@ -38,6 +38,7 @@ var whatToDo = map[string]string{
 	gpuproxy.ECONFIRM:     "Show the person the cost; if they agree, call the tool again with the same arguments and confirm_token.",
 	gpuproxy.EPROVIDER:    "Try again in a minute, or use another provider.",
 	gpuproxy.EGONE:        "Call list_gpu_instances again and pick another offer.",
+	gpuproxy.ENOMATCH:     "Nothing was rented. Relax what the nearest misses name (a higher max_price_per_hour, another gpu, fewer constraints) and call again.",
 	gpuproxy.EUNAVAILABLE: "Try again in a moment; nothing was changed.",
 	gpuproxy.EFORBIDDEN:   "Use a key with the required scope.",
 	gpuproxy.ERATELIMITED: "Slow down and retry shortly.",

@@ -117,7 +117,7 @@ func TestCreateBySpecNoMatch(t *testing.T) {
 	msg := text(res)
 	if !res.IsError || !strings.Contains(msg, "no_matching_offer") ||
 		!regexp.MustCompile(`cheapest RTX 4090 is \$0\.\d+/h on vast\.ai, over your \$0\.05 cap`).MatchString(msg) ||
-		!strings.Contains(msg, "nearest_misses") {
+		!strings.Contains(msg, "nearest_misses") || !strings.Contains(msg, "What to do: Nothing was rented. Relax") {
 		t.Fatalf("no match: %s", msg)
 	}
 	if n := s.vast.CountRequests(http.MethodPut, "/api/v0/asks"); n != 0 {
