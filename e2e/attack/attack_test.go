@@ -23,6 +23,7 @@ type size struct {
 	waves          int
 	createsPerWave int
 	proxyPerWave   int
+	specPerWave    int            // by-spec creates (issue 20)
 	chaos          map[int]string // wave → "kill" | "pg" | "kill0"
 	budget         time.Duration  // deadline of the run after the build
 	settle         time.Duration
@@ -31,9 +32,9 @@ type size struct {
 var sizes = map[string]size{
 	// ci: about 15 s on a 2-core machine, plus the build (up to 2 min with
 	// a cold cache).
-	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100,
+	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24,
 		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second},
-	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250,
+	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30,
 		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second},
 }
 
@@ -48,23 +49,27 @@ const (
 	simStart     = time.Second // simulated instances run this long after create
 )
 
-// The two accounts: creates against $5 per 60 min and $20 per 24 h, proxy
-// bursts against $2 per 60 min after some spend.
+// The accounts: creates against $5 per 60 min and $20 per 24 h, proxy
+// bursts against $2 per 60 min after some spend, and by-spec creates
+// (specAccount, spec_test.go) against $0.50 per 60 min and $4 per 24 h.
 const (
 	createAccount = "atk-create"
 	proxyAccount  = "atk-proxy"
 )
 
+var accounts = []string{createAccount, proxyAccount, specAccount}
+
 var limits = map[string][]keyWindow{
 	createAccount: {{60, 5}, {1440, 20}},
 	proxyAccount:  {{60, 2}},
+	specAccount:   {{60, 0.5}, {1440, 4}},
 }
 
 // Before every wave after the first, each account's first window is raised
 // by its raise, through the admin API, so that every burst (the chaos ones
 // too) contests a limit that has room: the account's, and inside it the
 // windows of the keys that have their own (which are raised too, or not).
-var raises = map[string]float64{createAccount: 1.5, proxyAccount: 0.2}
+var raises = map[string]float64{createAccount: 1.5, proxyAccount: 0.2, specAccount: 0.25}
 
 // raised is windows in wave w: the first raised w times by raise, in whole
 // micro-dollars.
@@ -110,9 +115,14 @@ func TestAttack(t *testing.T) {
 	dbURL := pg.url("gpuproxy")
 	t.Logf("own Postgres cluster on 127.0.0.1:%d (%s), data in %s", pg.port, pg.bin, pg.dir)
 
-	sim, senv, err := startSim(dir, simBin, simStart)
+	sim, senv, simDropped, err := startSim(dir, simBin, simStart, offerChurn)
 	if err != nil {
 		t.Fatal(err)
+	}
+	churn := offerChurn
+	if slices.Contains(simDropped, "--offer-churn") {
+		churn = 0
+		t.Logf("this sim build has no --offer-churn: offers are gone only when our own creates race for them")
 	}
 	t.Cleanup(func() { _ = sim.stop(syscall.SIGTERM, 10*time.Second) })
 
@@ -165,7 +175,7 @@ func TestAttack(t *testing.T) {
 		t.Logf("this build has no per-key windows: keys are attacked without windows of their own, key windows not checked")
 	}
 	apiKeys, adminKeys := map[string]string{}, map[string]string{}
-	for _, acct := range []string{createAccount, proxyAccount} {
+	for _, acct := range accounts {
 		run("accounts", "create", acct)
 		adminKeys[acct] = lastLine(run("keys", "create", "--account", acct, "--preset", "admin", "--name", "attack admin"))
 		args := []string{"limits", "set", "--account", acct}
@@ -179,7 +189,7 @@ func TestAttack(t *testing.T) {
 	if err := setUpKeys(ctx, ks, run, dbURL, hasKeys); err != nil {
 		t.Fatal(err)
 	}
-	for _, acct := range []string{createAccount, proxyAccount} {
+	for _, acct := range accounts {
 		apiKeys[acct] = ks.plain(acct).secret
 	}
 
@@ -213,8 +223,19 @@ func TestAttack(t *testing.T) {
 	t.Logf("setup done in %s: %d replicas, sim %s / %s", time.Since(began).Round(time.Millisecond), len(replicas),
 		senv["VASTAI_BASE_URL"], senv["IONET_BASE_URL"])
 
-	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave)
-	rep := &report{mode: mode, bin: bin, replicas: len(replicas), keys: ks, hasKeys: hasKeys, waves: sz.waves}
+	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave+2*sz.specPerWave)
+	// Rent by spec, if the build has it: a spec under every offer names
+	// the nearest miss and rents nothing.
+	var spec *specLoad
+	if ok, r, err := probeSpec(ctx, a, apiKeys[specAccount]); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		spec = &specLoad{churn: churn, probed: r}
+	} else {
+		t.Logf("this build has no rent by spec (%s): by-spec creates left out", r)
+		ks, sz.specPerWave = ks.without(specAccount), 0
+	}
+	rep := &report{mode: mode, bin: bin, replicas: len(replicas), keys: ks, hasKeys: hasKeys, waves: sz.waves, spec: spec}
 
 	// Offers, and the proxy account's running instance: io.net, prepaid
 	// for one hour, so the account starts the burst with spend already and
@@ -260,7 +281,7 @@ func TestAttack(t *testing.T) {
 	sampWG.Go(func() { samp.run(sctx, dbURL, 50*time.Millisecond, horizon, hasKeys) })
 
 	type destroyReq struct{ id, key string } // by the key that created it
-	destroyCh := make(chan destroyReq, sz.waves*sz.createsPerWave)
+	destroyCh := make(chan destroyReq, sz.waves*(sz.createsPerWave+sz.specPerWave))
 	var destroyWG sync.WaitGroup
 	for w := range 4 {
 		destroyWG.Go(func() {
@@ -280,7 +301,7 @@ func TestAttack(t *testing.T) {
 			t.Fatalf("out of time before wave %d", wave)
 		}
 		var prog progress
-		total := int64(sz.createsPerWave + sz.proxyPerWave)
+		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave)
 		if action, ok := sz.chaos[wave]; ok {
 			chaosWG.Go(func() {
 				prog.waitFor(ctx, total/6) // mid-burst: a sixth of the wave has finished
@@ -290,7 +311,7 @@ func TestAttack(t *testing.T) {
 		if wave > 0 {
 			// New room for this wave's burst, so every wave (the chaos
 			// ones too) spends up to a limit under contention.
-			for _, acct := range []string{createAccount, proxyAccount} {
+			for _, acct := range accounts {
 				ws := raised(limits[acct], raises[acct], wave)
 				r := putLimits(ctx, a, wave, "/api/v1/accounts/"+acct+"/limits", adminKeys[acct], ws)
 				if r.err != nil || r.status != http.StatusOK {
@@ -325,6 +346,18 @@ func TestAttack(t *testing.T) {
 				k.addCreate(res)
 				if res.inst.ID != "" && rand.IntN(100) < 60 { // destroyed early: io.net refunds, room for more
 					destroyCh <- destroyReq{res.inst.ID, k.secret}
+				}
+			})
+		}
+		for i := range sz.specPerWave {
+			n := wave*sz.specPerWave + i
+			waveWG.Go(func() {
+				<-gate
+				k := ks.pick(specAccount, n)
+				c := spec.call(ctx, a, n, k)
+				prog.done.Add(1)
+				if c.inst.ID != "" && rand.IntN(100) < specDestroyPct { // its machine back on the market
+					destroyCh <- destroyReq{c.inst.ID, k.secret}
 				}
 			})
 		}
@@ -412,6 +445,9 @@ func TestAttack(t *testing.T) {
 	}
 	rep.providerLive = final.checkProviders(&v, pis)
 	rep.providerAll = len(pis)
+	if spec != nil {
+		rep.specFigures = spec.check(&v, final, pis)
+	}
 	rep.peak, rep.confirmed, rep.samples, rep.sampleErrs = samp.worst()
 	for _, c := range rep.confirmed {
 		if excess(c) > 0 {
@@ -487,51 +523,6 @@ func prepareProxyInstance(ctx context.Context, t *testing.T, a *api, key string,
 	}
 	t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
 	return instance{}
-}
-
-// strikeChaos kills a replica (and starts it again) or restarts Postgres.
-func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, replicas []*replica, pg *pgCluster,
-	dir, bin, cfg string, env []string) string {
-	switch action {
-	case "kill", "kill0":
-		r := replicas[len(replicas)-1]
-		if action == "kill0" {
-			r = replicas[0]
-		}
-		p := r.proc()
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		killed := time.Now()
-		r.mu.Lock()
-		r.lastKill = killed
-		r.killed = append(r.killed, fmt.Sprintf("%s#%d", r.name(), r.starts))
-		r.mu.Unlock()
-		// Started again a second later and, like a supervisor would, again
-		// while it exits at start-up (the database may be restarting too).
-		tries := 0
-		for {
-			time.Sleep(time.Second)
-			tries++
-			err := r.start(dir, bin, cfg, env)
-			if err == nil {
-				break
-			}
-			if time.Since(killed) > 30*time.Second || ctx.Err() != nil {
-				t.Errorf("restarting %s after SIGKILL: %v", r.name(), err)
-				return fmt.Sprintf("wave %d: SIGKILL %s; restart FAILED: %v", wave, r.name(), err)
-			}
-		}
-		return fmt.Sprintf("wave %d: SIGKILL %s mid-burst, back after %s (%d start(s))", wave, r.name(),
-			time.Since(killed).Round(time.Millisecond), tries)
-	case "pg":
-		took, err := pg.restart()
-		if err != nil {
-			t.Errorf("%v\n%s", err, pg.logTail(30))
-			return fmt.Sprintf("wave %d: pg_ctl restart -m fast FAILED", wave)
-		}
-		return fmt.Sprintf("wave %d: pg_ctl restart -m fast mid-burst, took %s", wave, took.Round(time.Millisecond))
-	}
-	return "unknown chaos " + action
 }
 
 // waitSettled polls until no instance is in flight, every stopped meter is

@@ -52,6 +52,21 @@ type instanceRow struct {
 	createdUS, startedUS, terminatedUS        int64
 	idemKey                                   string
 	keyID                                     string // the key that created it
+	offerID                                   string // the provider's offer (vast.ai: ask id) it rented
+}
+
+// callKey names a create call: its account and Idempotency-Key.
+type callKey struct {
+	account int64
+	key     string
+}
+
+// callRow is a create call with an Idempotency-Key (create_calls):
+// running, done with an instance, or failed with an error.
+type callRow struct {
+	account                int64
+	key, state, instanceID string
+	errCode, errMessage    string
 }
 
 // keyRow is an API key and its own windows (none: only its account's).
@@ -81,6 +96,9 @@ type dbState struct {
 	// and then every key column reads as "").
 	hasKeys bool
 	keys    map[string]*keyRow // by id
+	// calls are the create calls with an Idempotency-Key (issue 20's
+	// create_calls), by account id and key; nil when the schema has none.
+	calls map[callKey]*callRow
 }
 
 func readState(ctx context.Context, url string) (*dbState, error) {
@@ -96,8 +114,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 	defer tx.Rollback(ctx)
 	s := &dbState{accounts: map[int64]*accountRow{}, byName: map[string]*accountRow{}, instances: map[string]*instanceRow{},
 		keys: map[string]*keyRow{}}
+	var hasCalls bool
 	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT,
-	                                   to_regclass('api_key_limits') IS NOT NULL`).Scan(&s.nowUS, &s.hasKeys); err != nil {
+	                                   to_regclass('api_key_limits') IS NOT NULL, to_regclass('create_calls') IS NOT NULL`).
+		Scan(&s.nowUS, &s.hasKeys, &hasCalls); err != nil {
 		return nil, err
 	}
 	keyCol := "''"
@@ -189,10 +209,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 	}
 	if err := q(`SELECT id, account_id, provider, provider_instance_id, status, billing, hours, prepaid_total_micros,
 	                    price_micros, COALESCE(hold_id, 0), created_us, COALESCE(started_us, 0),
-	                    COALESCE(terminated_us, 0), COALESCE(idempotency_key, ''), `+keyCol+` FROM instances`, func(r pgx.Rows) error {
+	                    COALESCE(terminated_us, 0), COALESCE(idempotency_key, ''), `+keyCol+`, offer_id FROM instances`, func(r pgx.Rows) error {
 		i := &instanceRow{}
 		if err := r.Scan(&i.id, &i.account, &i.provider, &i.providerID, &i.status, &i.billing, &i.hours, &i.prepaid,
-			&i.price, &i.holdID, &i.createdUS, &i.startedUS, &i.terminatedUS, &i.idemKey, &i.keyID); err != nil {
+			&i.price, &i.holdID, &i.createdUS, &i.startedUS, &i.terminatedUS, &i.idemKey, &i.keyID, &i.offerID); err != nil {
 			return err
 		}
 		s.instances[i.id] = i
@@ -211,6 +231,20 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if hasCalls {
+		s.calls = map[callKey]*callRow{}
+		if err := q(`SELECT account_id, idempotency_key, state, instance_id, error_code, error_message FROM create_calls`,
+			func(r pgx.Rows) error {
+				c := &callRow{}
+				if err := r.Scan(&c.account, &c.key, &c.state, &c.instanceID, &c.errCode, &c.errMessage); err != nil {
+					return err
+				}
+				s.calls[callKey{c.account, c.key}] = c
+				return nil
+			}); err != nil {
+			return nil, err
+		}
 	}
 	return s, tx.Commit(ctx)
 }

@@ -48,7 +48,11 @@ type attackKey struct {
 // raised by $0.20 a wave) sends half the proxy requests, under the
 // account's limit. The plain key creates the proxy instance (its prepaid
 // hour is above P's window); proxy calls are charged to the calling key,
-// never the instance's creator.
+// never the instance's creator. On atk-spec, key S ($0.25 per 60 min,
+// raised by $0.10 a wave) sends two in three by-spec creates, under the
+// account's window, with the plain key the third: its window is far below
+// the spec's $2 cap, so it refuses an offer it cannot fit (after that one
+// attempt) while the account has room.
 func attackKeys() keySet {
 	return keySet{
 		{account: createAccount, name: "attack", share: 1},
@@ -56,7 +60,20 @@ func attackKeys() keySet {
 		{account: createAccount, name: "attack B", windows: []keyWindow{{60, 1.5}, {1440, 1}}, share: 2},
 		{account: proxyAccount, name: "attack", share: 1},
 		{account: proxyAccount, name: "attack P", windows: []keyWindow{{60, 0.3}}, raise: 0.2, share: 1},
+		{account: specAccount, name: "attack", share: 1},
+		{account: specAccount, name: "attack S", windows: []keyWindow{{60, 0.25}}, raise: 0.1, share: 2},
 	}
+}
+
+// without is the set less the account's keys.
+func (ks keySet) without(account string) keySet {
+	var out keySet
+	for _, k := range ks {
+		if k.account != account {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // keySet is every key of the attack.
@@ -292,7 +309,7 @@ func keysReport(p func(string, ...any), ks keySet, hasKeys bool, proxies []keyPr
 		p("  %s/%s (%s): windows %s", k.account, k.name, k.id, ws)
 		p("    outcomes: %s", k.out.String())
 		k.mu.Lock()
-		if k.account == createAccount {
+		if k.account != proxyAccount {
 			p("    admitted %d creates asking $%.6f", len(k.instances), k.admitted)
 		}
 		k.mu.Unlock()

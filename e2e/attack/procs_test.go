@@ -174,15 +174,20 @@ type simEnv map[string]string
 
 var simKeys = []string{"VASTAI_BASE_URL", "VASTAI_API_KEY", "IONET_BASE_URL", "IONET_API_KEY"}
 
-// startSim starts `BIN sim --listen 127.0.0.1:0 --start-delay D` and reads
-// the four VAR=value lines it prints before serving. --start-delay is
-// dropped if the binary does not know it.
-func startSim(dir, bin string, startDelay time.Duration) (*proc, simEnv, error) {
-	args := []string{"sim", "--listen", "127.0.0.1:0", "--start-delay", startDelay.String()}
-	for attempt := 0; attempt < 2; attempt++ {
+// startSim starts `BIN sim --listen 127.0.0.1:0 --start-delay D
+// --offer-churn C` and reads the four VAR=value lines it prints before
+// serving. A flag the binary does not know (an older build) is dropped and
+// reported in dropped.
+func startSim(dir, bin string, startDelay time.Duration, churn float64) (p *proc, env simEnv, dropped []string, err error) {
+	optional := [][2]string{{"--start-delay", startDelay.String()}, {"--offer-churn", fmt.Sprint(churn)}}
+	for {
+		args := []string{"sim", "--listen", "127.0.0.1:0"}
+		for _, f := range optional {
+			args = append(args, f[0], f[1])
+		}
 		p, err := startProc(dir, "sim", bin, args, cleanEnv())
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, dropped, err
 		}
 		env := simEnv{}
 		deadline := time.After(30 * time.Second)
@@ -201,19 +206,19 @@ func startSim(dir, bin string, startDelay time.Duration) (*proc, simEnv, error) 
 				break read
 			case <-deadline:
 				_ = p.stop(syscall.SIGKILL, time.Second)
-				return nil, nil, fmt.Errorf("%s sim printed no %v within 30s:\n%s", bin, simKeys, p.tail(20))
+				return nil, nil, dropped, fmt.Errorf("%s sim printed no %v within 30s:\n%s", bin, simKeys, p.tail(20))
 			}
 		}
 		if len(env) == len(simKeys) {
-			return p, env, nil
+			return p, env, dropped, nil
 		}
-		if attempt == 0 && strings.Contains(p.tail(20), "start-delay") {
-			args = args[:3]
-			continue
+		i := slices.IndexFunc(optional, func(f [2]string) bool { return strings.Contains(p.tail(20), f[0][2:]) })
+		if i < 0 {
+			return nil, nil, dropped, fmt.Errorf("%s sim exited (%v) before printing %v:\n%s", bin, p.err, simKeys, p.tail(20))
 		}
-		return nil, nil, fmt.Errorf("%s sim exited (%v) before printing %v:\n%s", bin, p.err, simKeys, p.tail(20))
+		dropped = append(dropped, optional[i][0])
+		optional = slices.Delete(optional, i, i+1)
 	}
-	return nil, nil, errors.New("unreachable")
 }
 
 // env returns the simulator's variables as KEY=value.

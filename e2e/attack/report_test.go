@@ -33,6 +33,8 @@ type report struct {
 	hasKeys                     bool
 	waves                       int
 	keyProxies                  []keyProxy
+	spec                        *specLoad // nil: the build has no rent by spec
+	specFigures                 *specFigures
 
 	attackTime, settleTime, wall time.Duration
 	leasesLive                   int
@@ -137,6 +139,10 @@ func (r *report) String() string {
 		}
 	}
 	p("")
+	if r.spec != nil && r.specFigures != nil {
+		r.spec.report(p, r.specFigures, r.waves)
+		p("")
+	}
 	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],
 		raises[proxyAccount], usd(r.proxyLimit), requestCost, r.proxyTotal())
 	p("  outcomes: %s", r.proxy.String())

@@ -22,6 +22,11 @@ type providerInstance struct {
 	id       string
 	tag      string // vast.ai label / io.net resource_private_name (list "name")
 	status   string // vast.ai actual_status ("" for null) / io.net status
+	// vast.ai only: the machine it runs on (one rental per machine) and
+	// what it is, as the provider says.
+	machine int64
+	gpuName string
+	numGPUs int
 }
 
 // live reports whether the provider is (or may soon be) running it.
@@ -72,6 +77,9 @@ func listVastAI(ctx context.Context, env simEnv) ([]providerInstance, error) {
 				ID           int64   `json:"id"`
 				Label        *string `json:"label"`
 				ActualStatus *string `json:"actual_status"`
+				MachineID    int64   `json:"machine_id"`
+				GPUName      string  `json:"gpu_name"`
+				NumGPUs      int     `json:"num_gpus"`
 			} `json:"instances"`
 			NextToken *string `json:"next_token"`
 		}
@@ -79,7 +87,8 @@ func listVastAI(ctx context.Context, env simEnv) ([]providerInstance, error) {
 			return nil, err
 		}
 		for _, in := range p.Instances {
-			pi := providerInstance{provider: "vast.ai", id: strconv.FormatInt(in.ID, 10)}
+			pi := providerInstance{provider: "vast.ai", id: strconv.FormatInt(in.ID, 10), machine: in.MachineID,
+				gpuName: in.GPUName, numGPUs: in.NumGPUs}
 			if in.Label != nil {
 				pi.tag = *in.Label
 			}
