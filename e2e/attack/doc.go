@@ -1,8 +1,9 @@
 // Package attack attacks gpuproxy's money guarantees from outside, the way
 // they break in production (STYLE.md, "Attack it from outside"): several
 // real `gpuproxy serve` replicas on one Postgres cluster of its own, sharing
-// one `gpuproxy sim`, under concurrent creates, destroys and proxy bursts,
-// while one replica is killed with SIGKILL and the database is restarted.
+// one `gpuproxy sim`, under concurrent creates (by offer id and by spec),
+// destroys and proxy bursts, while one replica is killed with SIGKILL and
+// the database is restarted.
 // Afterwards it checks invariants read from the database and from the
 // simulators' own APIs.
 //
