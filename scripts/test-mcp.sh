@@ -83,6 +83,8 @@ else
   printf '%s\n' "$out"
 fi
 
+# A JSON-RPC error answers the request's id; a tool's failure is isError.
+# (Not any "error":{ — a tool's output schema has fields named error.)
 case "$out" in
-  *'"error":{'*|*'"isError":true'*) exit 1 ;;
+  *'"id":1,"error":{'*|*'"isError":true'*) exit 1 ;;
 esac
