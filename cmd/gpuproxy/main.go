@@ -75,6 +75,8 @@ func command(ctx context.Context, cmd string, rest []string, getenv func(string)
 		return cmdCredits(ctx, rest, getenv, stdout, stderr)
 	case "alerts":
 		return cmdAlerts(ctx, rest, getenv, stdout, stderr)
+	case "instances":
+		return cmdInstances(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "gpuproxy", version)
 		return nil
@@ -118,5 +120,6 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
   alerts set --account NAME --webhook URL [--thresholds 0.5,0.8,1] [--rotate-secret]
                                               budget alert webhook; prints the signing secret once
   alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]
+` + instancesUsage + `
   version
 `
