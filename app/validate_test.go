@@ -22,9 +22,9 @@ func TestNewValidatesOptions(t *testing.T) {
 		c    app.Config
 		want string
 	}{
-		{"server", app.Config{Server: server.Options{MaxBody: -1}}, "MaxBody is -1"},
-		{"console", app.Config{Console: console.Options{PageSize: -2}}, "PageSize is -2"},
-		{"mcp", app.Config{MCP: mcp.Options{MaxMessage: -3}}, "MaxMessage is -3"},
+		{"server", app.Config{Server: server.Options{MaxBody: -1}}, "server.Options.MaxBody: must not be negative, got -1"},
+		{"console", app.Config{Console: console.Options{PageSize: -2}}, "console.Options.PageSize: must not be negative, got -2"},
+		{"mcp", app.Config{MCP: mcp.Options{MaxMessage: -3}}, "mcp.Options.MaxMessage: must not be negative, got -3"},
 	} {
 		tc.c.Database = db.Options{URL: "sqlite:" + filepath.Join(t.TempDir(), "app.db")}
 		tc.c.Logger = quiet

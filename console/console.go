@@ -72,13 +72,13 @@ type Options struct {
 func (o Options) Validate() error {
 	switch {
 	case o.SessionIdle < 0:
-		return fmt.Errorf("console options: SessionIdle is %s; want a positive duration, or 0 for the default %s",
+		return fmt.Errorf("console.Options.SessionIdle: must not be negative, got %s (0 takes the default %s)",
 			o.SessionIdle, DefaultSessionIdle)
 	case o.SessionMax < 0:
-		return fmt.Errorf("console options: SessionMax is %s; want a positive duration, or 0 for the default %s",
+		return fmt.Errorf("console.Options.SessionMax: must not be negative, got %s (0 takes the default %s)",
 			o.SessionMax, DefaultSessionMax)
 	case o.PageSize < 0:
-		return fmt.Errorf("console options: PageSize is %d; want a positive number of rows, or 0 for the default %d",
+		return fmt.Errorf("console.Options.PageSize: must not be negative, got %d (0 takes the default %d)",
 			o.PageSize, DefaultPageSize)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -19,15 +18,15 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"zero", console.Options{}, ""},
 		{"set", console.Options{SessionIdle: time.Minute, SessionMax: time.Hour, PageSize: 10}, ""},
-		{"idle", console.Options{SessionIdle: -time.Second}, "SessionIdle is -1s"},
-		{"max", console.Options{SessionMax: -time.Minute}, "SessionMax is -1m0s"},
-		{"page", console.Options{PageSize: -3}, "PageSize is -3"},
+		{"idle", console.Options{SessionIdle: -time.Second}, "console.Options.SessionIdle: must not be negative, got -1s (0 takes the default 1h0m0s)"},
+		{"max", console.Options{SessionMax: -time.Minute}, "console.Options.SessionMax: must not be negative, got -1m0s (0 takes the default 12h0m0s)"},
+		{"page", console.Options{PageSize: -3}, "console.Options.PageSize: must not be negative, got -3 (0 takes the default 50)"},
 	} {
 		err := tc.o.Validate()
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}

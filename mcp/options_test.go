@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -19,15 +18,15 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"zero", mcp.Options{}, ""},
 		{"spend poll off", mcp.Options{SpendPoll: -1}, ""},
-		{"message", mcp.Options{MaxMessage: -1}, "MaxMessage is -1"},
-		{"start", mcp.Options{StartWait: -time.Second}, "StartWait is -1s"},
-		{"session", mcp.Options{SessionTimeout: -time.Minute}, "SessionTimeout is -1m0s"},
+		{"message", mcp.Options{MaxMessage: -1}, "mcp.Options.MaxMessage: must not be negative, got -1 (0 takes the default 1 MiB)"},
+		{"start", mcp.Options{StartWait: -time.Second}, "mcp.Options.StartWait: must not be negative, got -1s (0 takes the default 3m0s)"},
+		{"session", mcp.Options{SessionTimeout: -time.Minute}, "mcp.Options.SessionTimeout: must not be negative, got -1m0s (0 takes the default 30m0s)"},
 	} {
 		err := tc.o.Validate()
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+		case tc.want != "" && (err == nil || err.Error() != tc.want):
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}

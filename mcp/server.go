@@ -95,13 +95,13 @@ const (
 func (o Options) Validate() error {
 	switch {
 	case o.MaxMessage < 0:
-		return fmt.Errorf("mcp options: MaxMessage is %d; want a positive number of bytes, or 0 for the default %s",
+		return fmt.Errorf("mcp.Options.MaxMessage: must not be negative, got %d (0 takes the default %s)",
 			o.MaxMessage, httpapi.HumanBytes(DefaultMaxMessage))
 	case o.StartWait < 0:
-		return fmt.Errorf("mcp options: StartWait is %s; want a positive duration, or 0 for the default %s",
+		return fmt.Errorf("mcp.Options.StartWait: must not be negative, got %s (0 takes the default %s)",
 			o.StartWait, DefaultStartWait)
 	case o.SessionTimeout < 0:
-		return fmt.Errorf("mcp options: SessionTimeout is %s; want a positive duration, or 0 for the default %s",
+		return fmt.Errorf("mcp.Options.SessionTimeout: must not be negative, got %s (0 takes the default %s)",
 			o.SessionTimeout, DefaultSessionTimeout)
 	}
 	return nil

@@ -51,7 +51,7 @@ type Options struct {
 // its configured value. Zero values are valid: they take the defaults.
 func (o Options) Validate() error {
 	if o.MaxBody < 0 {
-		return fmt.Errorf("server options: MaxBody is %d; want a positive number of bytes, or 0 for the default %s",
+		return fmt.Errorf("server.Options.MaxBody: must not be negative, got %d (0 takes the default %s)",
 			o.MaxBody, httpapi.HumanBytes(DefaultMaxBody))
 	}
 	return nil

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/aiserve/gpuproxy/server"
@@ -18,7 +17,7 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("MaxBody 2048: %v", err)
 	}
 	err := (server.Options{MaxBody: -5}).Validate()
-	if err == nil || !strings.Contains(err.Error(), "MaxBody is -5") || !strings.Contains(err.Error(), "1 MiB") {
-		t.Fatalf("MaxBody -5: %v, want an error naming MaxBody, -5 and the default", err)
+	if want := "server.Options.MaxBody: must not be negative, got -5 (0 takes the default 1 MiB)"; err == nil || err.Error() != want {
+		t.Fatalf("MaxBody -5: %v, want %q", err, want)
 	}
 }
