@@ -52,7 +52,7 @@
 // checked dialer and never follow redirects. Copy buffers are the lean
 // client's pooled ones; endpoint lookups and spend snapshots are cached
 // briefly, so the hot path touches no database.
-// Mount registers the route with httpapi.Registrar.HandlePrefix: it is served
+// Routes lists the route as a Prefix entry (httpapi.Route): it is served
 // ahead of the router, and the server takes keep-alive connections over
 // after a proxied request (see the server package).
 //
