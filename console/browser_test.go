@@ -216,7 +216,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		api := s.api(eng, "/api/v1/gpu/instances")["instances"].([]any)
 		rows := eval[[]map[string]string](b, `[...document.querySelectorAll("#instances tr[data-instance]")].map(r => ({
 			id: r.dataset.instance, cost: r.querySelector("[data-field=cost]").innerText, status: r.querySelector(".tag").innerText}))`)
-		if len(rows) != len(api) || len(rows) != 2 {
+		// The running vast.ai instance, the attempt before it that found
+		// its offer gone (failed), the destroyed io.net deployment.
+		if len(rows) != len(api) || len(rows) != 3 {
 			t.Fatalf("instances shown %d, API %d", len(rows), len(api))
 		}
 		for i, v := range api {
@@ -240,6 +242,26 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("the destroyed io.net deployment's transactions: %v, want its charge and refund", types)
 		}
 		b.shot("instance")
+		// The running instance was rented by spec: its page lists the
+		// offers tried, as the API does.
+		b.click("#nav-instances")
+		b.click(`#instances tr[data-instance="` + s.running.ID + `"] a`)
+		attempts := s.api(eng, "/api/v1/gpu/instances/"+s.running.ID)["attempts"].([]any)
+		shown := eval[[]map[string]string](b, `[...document.querySelectorAll("#attempts tbody tr")].map(r => ({
+			offer: r.dataset.offer, outcome: r.querySelector("[data-field=outcome]").innerText}))`)
+		if len(shown) != len(attempts) || len(attempts) != 2 {
+			t.Fatalf("attempts shown %v, API %v", shown, attempts)
+		}
+		for i, a := range attempts {
+			a := a.(map[string]any)
+			if shown[i]["offer"] != a["offer_id"] || shown[i]["outcome"] != a["outcome"] {
+				t.Errorf("attempt %d shown %v, API %v", i, shown[i], a)
+			}
+		}
+		if shown[0]["outcome"] != "offer_gone" || shown[1]["outcome"] != "rented" {
+			t.Errorf("attempts shown %v, want offer_gone then rented", shown)
+		}
+		b.shot("instance-attempts")
 	})
 
 	t.Run("sign out", func(t *testing.T) {

@@ -47,6 +47,7 @@ type stack struct {
 	ledger *billing.Ledger
 	fleet  *fleet.Service
 	alerts *alerts.Service
+	vast   *vastaisim.Server
 	demo   gpuproxy.Account
 	other  gpuproxy.Account
 	keys   map[string]string // preset → a key of demo
@@ -71,6 +72,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(vast.Close)
+	s.vast = vast
 	ion := ionetsim.New(ionetsim.Options{APIKey: "ik", StartDelay: -1})
 	iurl, err := ion.Start("127.0.0.1:0")
 	if err != nil {
@@ -150,8 +152,13 @@ func (s *stack) seed(ctx context.Context) {
 		}
 		return res.Offers[0]
 	}
-	inst, err := s.fleet.Create(ctx, s.demo.ID, fleet.CreateRequest{Provider: providers.VastAI, OfferID: offer(providers.VastAI, "H100", 2).ID,
-		Image: "vllm/vllm-openai:latest", Label: "llama-70b"})
+	// Rented by spec: the cheapest 2× H100 is taken between search and
+	// create, so the instance page has a failover to show.
+	s.vast.Inject(vastaisim.Fault{Kind: vastaisim.FaultStatus, Method: http.MethodPut, PathPrefix: "/api/v0/asks",
+		Count: 1, Status: http.StatusGone, Body: `{"success":false,"error":"no_such_ask","msg":"no longer available"}`,
+		ContentType: "application/json"})
+	inst, err := s.fleet.Create(ctx, s.demo.ID, fleet.CreateRequest{Spec: &fleet.Spec{GPU: []string{"H100"}, NumGPUs: 2,
+		MaxPricePerHour: 5 * usd, Providers: []string{providers.VastAI}}, Image: "vllm/vllm-openai:latest", Label: "llama-70b"})
 	if err != nil {
 		t.Fatal(err)
 	}
