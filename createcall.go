@@ -17,6 +17,7 @@ type CreateCall struct {
 	Err         *Error // the failure (CallFailed)
 	Attempts    []RentAttempt
 	CreatedAt   time.Time
+	UpdatedAt   time.Time // the last progress a running call recorded
 	FinishedAt  time.Time
 }
 

@@ -57,18 +57,19 @@ func decodeAttempts(s string) ([]gpuproxy.RentAttempt, error) {
 }
 
 const callCols = `account_id, idempotency_key, fingerprint, state, instance_id, error_code, error_message,
-	error_details, attempts, created_us, finished_us`
+	error_details, attempts, created_us, updated_us, finished_us`
 
 func scanCall(r row) (gpuproxy.CreateCall, error) {
 	var c gpuproxy.CreateCall
 	var state, code, msg, details, attempts string
-	var created int64
+	var created, updated int64
 	var finished *int64
 	if err := r.Scan(&c.AccountID, &c.Key, &c.Fingerprint, &state, &c.InstanceID, &code, &msg, &details, &attempts,
-		&created, &finished); err != nil {
+		&created, &updated, &finished); err != nil {
 		return c, translate(err)
 	}
-	c.State, c.CreatedAt, c.FinishedAt = gpuproxy.CreateCallState(state), fromUS(created), fromNullUS(finished)
+	c.State, c.CreatedAt, c.UpdatedAt = gpuproxy.CreateCallState(state), fromUS(created), fromUS(updated)
+	c.FinishedAt = fromNullUS(finished)
 	if code != "" {
 		c.Err = &gpuproxy.Error{Code: code, Message: msg}
 		if details != "" {
@@ -89,8 +90,8 @@ func (s *Store) BeginCreateCall(ctx context.Context, call gpuproxy.CreateCall) (
 	if call.Key == "" || call.AccountID == 0 {
 		return call, false, gpuproxy.Invalid("idempotency_key", "is required")
 	}
-	n, err := s.pool().exec(ctx, `INSERT INTO create_calls (account_id, idempotency_key, fingerprint, state, created_us)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, idempotency_key) DO NOTHING`,
+	n, err := s.pool().exec(ctx, `INSERT INTO create_calls (account_id, idempotency_key, fingerprint, state, created_us,
+		updated_us) VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (account_id, idempotency_key) DO NOTHING`,
 		call.AccountID, call.Key, call.Fingerprint, string(gpuproxy.CallRunning), us(call.CreatedAt))
 	if err != nil {
 		return call, false, translate(err)
@@ -142,11 +143,22 @@ func (s *Store) SetInstanceAttempts(ctx context.Context, id string, attempts []g
 	})
 }
 
-// AbandonCreateCall deletes a running call: a retry with its key starts
-// afresh (used when the outcome must not be replayed, such as a
-// confirmation asked for).
-func (s *Store) AbandonCreateCall(ctx context.Context, accountID int64, key string) error {
-	_, err := s.pool().exec(ctx, "DELETE FROM create_calls WHERE account_id = $1 AND idempotency_key = $2 AND state = 'running'",
-		accountID, key)
+// TouchCreateCall records a running call's attempts so far and its
+// progress time; a finished call is left as it is.
+func (s *Store) TouchCreateCall(ctx context.Context, call gpuproxy.CreateCall) error {
+	_, err := s.pool().exec(ctx, `UPDATE create_calls SET attempts = $1, updated_us = $2
+		WHERE account_id = $3 AND idempotency_key = $4 AND state = 'running'`,
+		encodeAttempts(call.Attempts), us(call.UpdatedAt), call.AccountID, call.Key)
+	return translate(err)
+}
+
+// AbandonCreateCall deletes a running call begun at call.CreatedAt: a
+// retry with its key starts afresh (used when the outcome must not be
+// replayed, such as a confirmation asked for, or for a dead run that
+// rented nothing). A newer run with the key is left alone.
+func (s *Store) AbandonCreateCall(ctx context.Context, call gpuproxy.CreateCall) error {
+	_, err := s.pool().exec(ctx, `DELETE FROM create_calls
+		WHERE account_id = $1 AND idempotency_key = $2 AND state = 'running' AND created_us = $3`,
+		call.AccountID, call.Key, us(call.CreatedAt))
 	return translate(err)
 }

@@ -63,8 +63,9 @@ func TestCreateCallBeginsOnce(t *testing.T) {
 			if err != nil || fresh || again.State != gpuproxy.CallFailed {
 				t.Fatalf("begin after finish: %+v %v %v", again, fresh, err)
 			}
-			// Abandon forgets only a running call.
-			if err := stores[0].AbandonCreateCall(ctx, a.ID, "k1"); err != nil {
+			// Abandon forgets only a running call, and only the run begun
+			// at its time.
+			if err := stores[0].AbandonCreateCall(ctx, call); err != nil {
 				t.Fatal(err)
 			}
 			if _, fresh, _ := stores[0].BeginCreateCall(ctx, call); fresh {
@@ -72,10 +73,28 @@ func TestCreateCallBeginsOnce(t *testing.T) {
 			}
 			run := call
 			run.Key = "k2"
-			if _, fresh, _ := stores[0].BeginCreateCall(ctx, run); !fresh {
-				t.Fatal("k2 did not begin")
+			run, fresh, err = stores[0].BeginCreateCall(ctx, run)
+			if err != nil || !fresh {
+				t.Fatalf("k2 did not begin: %v", err)
 			}
-			if err := stores[0].AbandonCreateCall(ctx, a.ID, "k2"); err != nil {
+			// Progress: attempts so far and the time, seen by a reader.
+			run.Attempts, run.UpdatedAt = done.Attempts, run.CreatedAt.Add(time.Minute)
+			if err := stores[1].TouchCreateCall(ctx, run); err != nil {
+				t.Fatal(err)
+			}
+			if got, _, err := stores[2].BeginCreateCall(ctx, run); err != nil || len(got.Attempts) != 1 ||
+				!got.UpdatedAt.Equal(run.UpdatedAt) || got.State != gpuproxy.CallRunning {
+				t.Fatalf("touched call: %+v %v", got, err)
+			}
+			older := run
+			older.CreatedAt = run.CreatedAt.Add(-time.Hour)
+			if err := stores[0].AbandonCreateCall(ctx, older); err != nil {
+				t.Fatal(err)
+			}
+			if _, fresh, _ := stores[0].BeginCreateCall(ctx, run); fresh {
+				t.Fatal("abandoning an older run forgot the current one")
+			}
+			if err := stores[0].AbandonCreateCall(ctx, run); err != nil {
 				t.Fatal(err)
 			}
 			if _, fresh, _ := stores[0].BeginCreateCall(ctx, run); !fresh {

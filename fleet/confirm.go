@@ -84,7 +84,7 @@ func (s *Service) confirmSpec(ctx context.Context, accountID int64, req CreateRe
 	sp := req.Spec
 	p := ConfirmPrompt{Spec: sp.searched(s.specProviderNames(sp)), PricePerHour: sp.MaxPricePerHour, Cost: cost,
 		Hours: sp.Hours, NumGPUs: sp.NumGPUs}
-	return s.askConfirm(ctx, accountID, req, "spec/"+req.fingerprint(), p, map[string]any{
+	return s.askConfirm(ctx, accountID, req, "spec/"+req.Fingerprint(), p, map[string]any{
 		"spec": p.Spec, "max_price_per_hour": sp.MaxPricePerHour, "num_gpus": sp.NumGPUs, "hours": sp.Hours})
 }
 

@@ -20,9 +20,9 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
 		return gpuproxy.Instance{}, err
 	}
-	run := func(ctx context.Context) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
+	run := func(ctx context.Context, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 		if req.Spec != nil {
-			return s.createBySpec(ctx, accountID, req)
+			return s.createBySpec(ctx, accountID, req, tag)
 		}
 		inst, err := s.rentOffer(ctx, accountID, req, rentLimits{})
 		var ae *attemptError
@@ -32,7 +32,7 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 		return inst, nil, err
 	}
 	if req.IdempotencyKey == "" {
-		inst, _, err := run(ctx)
+		inst, _, err := run(ctx, "")
 		return inst, err
 	}
 	return s.once(ctx, accountID, req, run)
@@ -82,7 +82,7 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		if err == nil {
 			return inst, nil
 		} else if gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
-			return gpuproxy.Instance{}, &attemptError{gpuproxy.RentProviderErr, err}
+			return gpuproxy.Instance{}, err // our store, not the offer: the call stops
 		}
 	}
 	// Re-check the live price: offers are perishable and prices move.
@@ -121,6 +121,9 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		return inst, err
 	}
 	if err := s.guard.Decide(res, cost, err); err != nil {
+		if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
+			return gpuproxy.Instance{}, err // spend unreadable (fail closed): the call stops
+		}
 		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentOverLimit, err}
 	}
 	// The provider call is detached from the caller: a client hanging up
@@ -153,12 +156,12 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
 }
 
-// attemptKey is the idempotency key of a spec's n-th attempt (from 1):
-// each attempt's row has its own, so a failed one does not answer for the
-// next.
-func attemptKey(key string, n int) string {
+// attemptKey is the idempotency key of a spec's n-th attempt (from 1) in
+// the run tag of a keyed call: each attempt's row has its own, so a failed
+// one does not answer for the next, nor a dead run's for a new one.
+func attemptKey(key, tag string, n int) string {
 	if key == "" {
 		return ""
 	}
-	return fmt.Sprintf("%s#%d", key, n)
+	return fmt.Sprintf("%s#%s.%d", key, tag, n)
 }

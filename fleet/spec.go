@@ -107,17 +107,28 @@ func (sp *Spec) validate(known []string) error {
 	return nil
 }
 
-// fingerprint identifies the spec and the rest of the create (image, env,
-// ports, label) for the idempotency key and the confirm token: a retry
-// with the same key but another request is refused.
-func (r *CreateRequest) fingerprint() string {
+// Fingerprint identifies the create — the offer or the spec, and image,
+// env, ports, label — for the idempotency key and the confirm token: a
+// retry with the same key but another request is refused.
+func (r *CreateRequest) Fingerprint() string {
+	sp := r.Spec
+	if sp != nil { // with its defaults, as validate fills them
+		c := *sp
+		if c.NumGPUs == 0 {
+			c.NumGPUs = 1
+		}
+		if c.MaxAttempts == 0 {
+			c.MaxAttempts = DefaultMaxAttempts
+		}
+		sp = &c
+	}
 	b, _ := json.Marshal(struct {
 		Provider, OfferID, Image, Label string
 		Hours                           int
 		Env                             map[string]string
 		Ports                           []int
 		Spec                            *Spec
-	}{r.Provider, r.OfferID, r.Image, r.Label, r.Hours, r.Env, r.Ports, r.Spec})
+	}{r.Provider, r.OfferID, r.Image, r.Label, r.Hours, r.Env, r.Ports, sp})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
 }

@@ -19,7 +19,7 @@ import (
 // provider create. An offer gone, a provider error, an open breaker or a
 // live price over the cap moves on to the next offer; a guard-rail refusal
 // stops at once. It returns every attempt made, the rented one last.
-func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateRequest) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
+func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateRequest, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 	sp := req.Spec
 	names := s.specProviderNames(sp)
 	f := providers.SearchFilter{MinVRAMGB: sp.MinVRAMGB, MinGPUs: sp.NumGPUs, Limit: 500}
@@ -65,7 +65,7 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 		}
 		sub := req
 		sub.Spec, sub.Provider, sub.OfferID = nil, o.Provider, o.ID
-		sub.IdempotencyKey = attemptKey(req.IdempotencyKey, len(attempts)+1)
+		sub.IdempotencyKey = attemptKey(req.IdempotencyKey, tag, len(attempts)+1)
 		if o.Billing == providers.BillingPrepaid {
 			sub.Hours = sp.Hours
 		}
@@ -78,8 +78,14 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 				a.Outcome = gpuproxy.RentPending
 			}
 			attempts = s.observe(attempts, a)
-			inst, err = s.store.SetInstanceAttempts(context.WithoutCancel(ctx), inst.ID, attempts)
-			return inst, attempts, err
+			inst.Attempts = attempts
+			if _, err := s.store.SetInstanceAttempts(context.WithoutCancel(ctx), inst.ID, attempts); err != nil {
+				// The instance is rented and its row records it: only the
+				// list of attempts is missing from the row (the call's
+				// record keeps it).
+				s.opts.Logger.Error("recording rent attempts", "instance", inst.ID, "err", err)
+			}
+			return inst, attempts, nil
 		}
 		var ae *attemptError
 		if !errors.As(err, &ae) {
@@ -87,6 +93,7 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 		}
 		a.Outcome, a.Error = ae.outcome, gpuproxy.ErrorMessage(ae.err)
 		attempts = s.observe(attempts, a)
+		s.progress(ctx, accountID, req.IdempotencyKey, attempts)
 		if ae.outcome == gpuproxy.RentOverLimit {
 			return gpuproxy.Instance{}, attempts, withAttempts(ae.err, attempts)
 		}
@@ -107,6 +114,20 @@ func (s *Service) fits(ctx context.Context, accountID int64, keyID string, o pro
 		return err
 	}
 	return s.guard.Refusal(d)
+}
+
+// progress records a running call's attempts so far (with an idempotency
+// key): a retry after this replica died sees them, and the call counts as
+// alive from now. A failure only logs: the call goes on.
+func (s *Service) progress(ctx context.Context, accountID int64, key string, attempts []gpuproxy.RentAttempt) {
+	if key == "" {
+		return
+	}
+	call := gpuproxy.CreateCall{AccountID: accountID, Key: key, Attempts: attempts, State: gpuproxy.CallRunning,
+		UpdatedAt: s.opts.Now()}
+	if err := s.store.TouchCreateCall(context.WithoutCancel(ctx), call); err != nil {
+		s.opts.Logger.Warn("recording a create call's progress", "key", key, "err", err)
+	}
 }
 
 // observe appends a to attempts and reports it (metrics).

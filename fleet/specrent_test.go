@@ -2,11 +2,13 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
@@ -271,6 +273,63 @@ func TestRacingRentsBySpec(t *testing.T) {
 			}
 			if n := len(w.vast.Instances()); n != rented {
 				t.Fatalf("simulator has %d instances, we rented %d", n, rented)
+			}
+		})
+	}
+}
+
+// TestInterruptedCreateCalls: a keyed rent by spec whose replica died
+// before recording anything is, once it has shown no progress for longer
+// than an attempt takes, run afresh by a retry (it rented nothing); one
+// that failed after the provider created the instance is answered, on
+// retry, with that instance — never a second rental.
+func TestInterruptedCreateCalls(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			w := newWorld(t, k, worldOpts{})
+			ctx := context.Background()
+			st := w.stores[0]
+			req := fleet.CreateRequest{Spec: spec4090(50), Image: "i", IdempotencyKey: "dead-1"}
+			// A run begun ten minutes ago that never came back.
+			if _, fresh, err := st.BeginCreateCall(ctx, gpuproxy.CreateCall{AccountID: w.acct.ID, Key: req.IdempotencyKey,
+				Fingerprint: req.Fingerprint(), CreatedAt: time.Now().Add(-10 * time.Minute)}); err != nil || !fresh {
+				t.Fatalf("begin: %v", err)
+			}
+			inst, err := w.fleets[0].Create(ctx, w.acct.ID, req)
+			if err != nil || inst.Status == gpuproxy.Failed || len(inst.Attempts) == 0 {
+				t.Fatalf("retry of a dead run: %+v %v", inst, err)
+			}
+			again, err := w.fleets[0].Create(ctx, w.acct.ID, req)
+			if err != nil || again.ID != inst.ID {
+				t.Fatalf("second retry: %+v %v", again, err)
+			}
+			// A run that is recent still counts as running.
+			busy := fleet.CreateRequest{Spec: spec4090(50), Image: "i", IdempotencyKey: "busy-1"}
+			if _, _, err := st.BeginCreateCall(ctx, gpuproxy.CreateCall{AccountID: w.acct.ID, Key: busy.IdempotencyKey,
+				Fingerprint: busy.Fingerprint(), CreatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.fleets[0].Create(ctx, w.acct.ID, busy); gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT ||
+				gpuproxy.ErrorDetails(err)["retry_after_seconds"] == nil {
+				t.Fatalf("retry of a running call: %v", err)
+			}
+			// A failure after the provider created the instance (as if our
+			// database went away as we recorded it).
+			crashy := fleet.New(st, w.guards[0], []providers.Provider{w.vastP[0]}, fleet.Options{Logger: quiet,
+				OfferCacheTTL: -1, AfterProviderCreate: func(gpuproxy.Instance, string) error {
+					return errors.New("connection reset")
+				}})
+			before := len(w.vast.Instances())
+			crash := fleet.CreateRequest{Spec: spec4090(50), Image: "i", IdempotencyKey: "crash-1"}
+			if _, err := crashy.Create(ctx, w.acct.ID, crash); err == nil {
+				t.Fatal("the fault hook did not fail the create")
+			}
+			got, err := w.fleets[0].Create(ctx, w.acct.ID, crash)
+			if err != nil || got.Status != gpuproxy.Pending {
+				t.Fatalf("retry after the failure: %+v %v", got, err)
+			}
+			if n := len(w.vast.Instances()); n != before+1 {
+				t.Fatalf("rented %d instances for one call", n-before)
 			}
 		})
 	}

@@ -26,10 +26,14 @@ type Store interface {
 	// returns the stored call (the first outcome, if it was finished
 	// already).
 	FinishCreateCall(ctx context.Context, call gpuproxy.CreateCall) (gpuproxy.CreateCall, error)
-	// AbandonCreateCall forgets a running call whose outcome must not be
-	// replayed (a confirmation asked for, our own failure): a retry with
-	// its key starts afresh.
-	AbandonCreateCall(ctx context.Context, accountID int64, key string) error
+	// TouchCreateCall records a running call's attempts so far and the
+	// time (call.UpdatedAt): its progress.
+	TouchCreateCall(ctx context.Context, call gpuproxy.CreateCall) error
+	// AbandonCreateCall forgets a running call (the one begun at
+	// call.CreatedAt) whose outcome must not be replayed (a confirmation
+	// asked for, our own failure, a dead run that rented nothing): a retry
+	// with its key starts afresh.
+	AbandonCreateCall(ctx context.Context, call gpuproxy.CreateCall) error
 	// SetInstanceAttempts records on an instance the offers a rent by spec
 	// tried.
 	SetInstanceAttempts(ctx context.Context, id string, attempts []gpuproxy.RentAttempt) (gpuproxy.Instance, error)

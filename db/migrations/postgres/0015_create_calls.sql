@@ -15,6 +15,7 @@ CREATE TABLE create_calls (
     error_details   TEXT NOT NULL DEFAULT '',
     attempts        TEXT NOT NULL DEFAULT '',
     created_us      BIGINT NOT NULL,
+    updated_us      BIGINT NOT NULL,
     finished_us     BIGINT,
     PRIMARY KEY (account_id, idempotency_key)
 );

@@ -11,6 +11,7 @@ CREATE TABLE create_calls (
     error_details   TEXT NOT NULL DEFAULT '',
     attempts        TEXT NOT NULL DEFAULT '',
     created_us      INTEGER NOT NULL,
+    updated_us      INTEGER NOT NULL,
     finished_us     INTEGER,
     PRIMARY KEY (account_id, idempotency_key)
 );
