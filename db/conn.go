@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -98,7 +100,80 @@ func (s *Store) pool() conn {
 	if s.pg != nil {
 		return pgConn{s.pg}
 	}
-	return sqlConn{s.sq}
+	return sqlPool{db: s.sq, mu: s.writeMu}
+}
+
+// sqlPool is SQLite's non-transactional conn: a statement that writes
+// takes its turn with the process's other writers of the file (see
+// sqliteWriters) — until its row is scanned or its rows are closed — so
+// that a stream of write transactions cannot starve it; reads never wait.
+type sqlPool struct {
+	db *sql.DB
+	mu *sync.Mutex
+}
+
+// writes reports whether statement q changes the database.
+func writes(q string) bool {
+	q = strings.TrimLeft(q, " \t\r\n(")
+	for _, w := range []string{"INSERT", "UPDATE", "DELETE", "REPLACE", "WITH"} {
+		if len(q) >= len(w) && strings.EqualFold(q[:len(w)], w) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p sqlPool) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	if writes(q) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	return sqlConn{p.db}.exec(ctx, q, args...)
+}
+
+func (p sqlPool) query(ctx context.Context, q string, args ...any) (rows, error) {
+	if !writes(q) {
+		return sqlConn{p.db}.query(ctx, q, args...)
+	}
+	p.mu.Lock()
+	r, err := sqlConn{p.db}.query(ctx, q, args...)
+	if err != nil {
+		p.mu.Unlock()
+		return nil, err
+	}
+	return &lockedRows{rows: r, mu: p.mu}, nil
+}
+
+func (p sqlPool) queryRow(ctx context.Context, q string, args ...any) row {
+	if !writes(q) {
+		return p.db.QueryRowContext(ctx, q, args...)
+	}
+	p.mu.Lock()
+	return &lockedRow{row: p.db.QueryRowContext(ctx, q, args...), mu: p.mu}
+}
+
+// lockedRow holds the writers' turn until it is scanned.
+type lockedRow struct {
+	row  *sql.Row
+	mu   *sync.Mutex
+	once sync.Once
+}
+
+func (r *lockedRow) Scan(dest ...any) error {
+	defer r.once.Do(r.mu.Unlock)
+	return r.row.Scan(dest...)
+}
+
+// lockedRows holds the writers' turn until they are closed.
+type lockedRows struct {
+	rows
+	mu   *sync.Mutex
+	once sync.Once
+}
+
+func (r *lockedRows) Close() {
+	r.rows.Close()
+	r.once.Do(r.mu.Unlock)
 }
 
 // inTx runs fn in one transaction: on Postgres READ COMMITTED (callers take
@@ -116,6 +191,10 @@ func (s *Store) inTx(ctx context.Context, fn func(c conn) error) error {
 		}
 		return translate(tx.Commit(ctx))
 	}
+	// In turn with this process's other writers of the file (see
+	// sqliteWriters); fn must not start another write transaction.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	tx, err := s.sq.BeginTx(ctx, nil)
 	if err != nil {
 		return translate(err)

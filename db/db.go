@@ -103,7 +103,19 @@ type Store struct {
 
 	usageMu    sync.Mutex
 	usageStmts map[int]*sql.Stmt // SQLite usage INSERTs by row count, prepared once
+
+	// writeMu queues this process's SQLite write transactions on the file
+	// (shared by every Store opened on it; see sqliteWriters).
+	writeMu *sync.Mutex
 }
+
+// sqliteWriters queues the write transactions of every Store this process
+// opened on one SQLite file, by path. SQLite admits one writer; without a
+// queue, writers waiting on BEGIN IMMEDIATE poll the lock with growing
+// sleeps (its busy handler) and a stream of short transactions can starve
+// one of them for seconds. A Go mutex hands the lock over in turn; other
+// processes on the file still wait through busy_timeout.
+var sqliteWriters sync.Map // path → *sync.Mutex
 
 // sqliteLeaders serializes leader-only jobs on SQLite, where one process
 // owns the file, across every Store opened on it; Postgres uses advisory
@@ -164,7 +176,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		sq.SetMaxOpenConns(sqliteMaxConns)
 		sq.SetMaxIdleConns(sqliteMaxConns)
 		abs, _ := filepath.Abs(path)
-		return &Store{sq: sq, dialect: "sqlite", path: abs}, nil
+		mu, _ := sqliteWriters.LoadOrStore(abs, new(sync.Mutex))
+		return &Store{sq: sq, dialect: "sqlite", path: abs, writeMu: mu.(*sync.Mutex)}, nil
 	}
 }
 
