@@ -35,9 +35,9 @@ func runSandbox(t *testing.T, env map[string]string) (base, admin, api string) {
 	return base, admin, api
 }
 
-// TestSandboxRentBySpec is issue 20's "done when" over REST on the
-// sandbox, whose vast.ai simulator has offer churn on: by-spec creates show
-// offer_gone attempts followed by rented; a cap under every offer is
+// TestSandboxRentBySpec is issue 20's "done when" on the sandbox, whose
+// vast.ai simulator has offer churn on: by-spec creates show offer_gone
+// attempts followed by rented, over REST and over MCP; a cap under every offer is
 // no_matching_offer naming the nearest miss; a key window that cannot fit
 // the cap is a 402 after one attempt, not five; the attempts metric counts
 // each outcome.
@@ -75,6 +75,25 @@ func TestSandboxRentBySpec(t *testing.T) {
 	}
 	if !sawFailover {
 		t.Fatal("12 creates under churn and none failed over")
+	}
+
+	// The same over MCP, as an assistant calls it (plain JSON-RPC).
+	sawFailover = false
+	for i := 0; i < 12 && !sawFailover; i++ {
+		st, res := c.call("POST", "/api/v1/mcp", api, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call",`+
+			`"params":{"name":"create_gpu_instance","arguments":{"spec":{"max_price_per_hour":40,"providers":"vast.ai",`+
+			`"num_gpus":%d,"max_attempts":20},"image":"vllm/vllm-openai:latest"}}}`, i, 1+i%2))
+		result, _ := res["result"].(map[string]any)
+		out, _ := result["structuredContent"].(map[string]any)
+		atts, _ := out["attempts"].([]any)
+		if st != 200 || result["isError"] == true || len(atts) == 0 ||
+			atts[len(atts)-1].(map[string]any)["outcome"] != "rented" {
+			t.Fatalf("MCP create %d: %d %v", i, st, res)
+		}
+		sawFailover = len(atts) > 1 && atts[len(atts)-2].(map[string]any)["outcome"] == "offer_gone"
+	}
+	if !sawFailover {
+		t.Fatal("12 MCP creates under churn and none failed over")
 	}
 
 	st, e := create(api, `{"gpu":"RTX 4090","max_price_per_hour":0.01}`)
