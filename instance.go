@@ -5,13 +5,15 @@ import "time"
 // InstanceStatus is an instance's lifecycle state.
 type InstanceStatus string
 
-// Lifecycle: pending → starting → running → terminating → terminated, or failed.
+// Lifecycle: pending → starting → running → terminating → terminated, or failed;
+// a lifetime rule may stop a running instance (stopped), which may then be destroyed.
 const (
 	Pending     InstanceStatus = "pending"
 	Starting    InstanceStatus = "starting"
 	Running     InstanceStatus = "running"
 	Terminating InstanceStatus = "terminating"
 	Terminated  InstanceStatus = "terminated"
+	Stopped     InstanceStatus = "stopped" // stopped by a lifetime rule, disk kept (not billed by us)
 	Failed      InstanceStatus = "failed"
 )
 
@@ -43,6 +45,17 @@ type Instance struct {
 	// Attempts are the offers a rent by spec tried before this one was
 	// rented, this one last (empty for a create of one offer).
 	Attempts []RentAttempt
+	// Lifetime is the instance's rules (see Lifetime).
+	Lifetime Lifetime
+	// LastActivityAt is the last proxied request (or keep-alive) any
+	// replica reported; zero when none.
+	LastActivityAt time.Time
+	// WarnedRule and WarnedAt record the last warning sent before a rule
+	// acts; ActedRule and ActedAt the rule that stopped or destroyed it.
+	WarnedRule LifetimeRule
+	WarnedAt   time.Time
+	ActedRule  LifetimeRule
+	ActedAt    time.Time
 }
 
 // RentAttempt is one offer a rent by spec tried: what it cost, how it

@@ -262,6 +262,13 @@ func (a *App) fleetOptions(o fleet.Options) fleet.Options {
 	if o.OnRentAttempt == nil {
 		o.OnRentAttempt = a.Metrics.RentAttempt
 	}
+	if o.OnLifetime == nil {
+		o.OnLifetime = func(ev fleet.LifetimeEvent) {
+			if ev.Kind == fleet.EventStopped || ev.Kind == fleet.EventDestroyed {
+				a.Metrics.LifetimeAct(string(ev.Rule))
+			}
+		}
+	}
 	return o
 }
 

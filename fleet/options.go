@@ -34,6 +34,17 @@ const (
 	// DefaultKillSwitchInterval is how often the kill switch re-reads the
 	// database.
 	DefaultKillSwitchInterval = time.Second
+	// DefaultDefaultIdleTimeout is the service-wide idle timeout of
+	// instances whose account's policy sets none.
+	DefaultDefaultIdleTimeout = time.Hour
+	// DefaultIdleGrace is how long after it starts running an instance's
+	// idleness begins to count (a model loading).
+	DefaultIdleGrace = 10 * time.Minute
+	// DefaultWarnLead is how long before a lifetime rule acts its warning
+	// goes out (scaled down for short rules).
+	DefaultWarnLead = 10 * time.Minute
+	// DefaultLifetimeInterval is how often the lifetime rules are applied.
+	DefaultLifetimeInterval = 15 * time.Second
 	// DefaultOrphanPolicy is what the reconciler does with a provider
 	// instance tagged as ours without a live row.
 	DefaultOrphanPolicy = OrphanDestroy
@@ -118,6 +129,23 @@ type Options struct {
 	// OnTagMismatch, when set, observes each provider instance found under
 	// one of our rows' provider ids but tagged otherwise (metrics).
 	OnTagMismatch func(provider string)
+	// DefaultIdleTimeout is the idle timeout of new instances whose
+	// account's policy sets none (default DefaultDefaultIdleTimeout;
+	// negative: none).
+	DefaultIdleTimeout time.Duration
+	// DefaultIdleGrace is an instance's idle grace unless it sets one
+	// (default DefaultIdleGrace; negative: none).
+	DefaultIdleGrace time.Duration
+	// WarnLead is how long before a lifetime rule acts its warning goes
+	// out (default DefaultWarnLead); a rule shorter than four leads warns
+	// a quarter of its duration before.
+	WarnLead time.Duration
+	// LifetimeInterval is how often the lifetime rules are applied
+	// (default DefaultLifetimeInterval); a rule due sooner wakes them.
+	LifetimeInterval time.Duration
+	// OnLifetime, when set, observes each lifetime warning and action
+	// (webhooks, metrics).
+	OnLifetime func(LifetimeEvent)
 	// AfterProviderCreate is a fault hook for tests: called after the
 	// provider created an instance and before our row records it; an error
 	// aborts there, as a crash would.
@@ -135,6 +163,7 @@ func (o Options) Validate() error {
 		{"PollInterval", o.PollInterval}, {"StartTimeout", o.StartTimeout},
 		{"PendingGrace", o.PendingGrace}, {"ReconcileInterval", o.ReconcileInterval},
 		{"KillMargin", o.KillMargin}, {"KillSwitchInterval", o.KillSwitchInterval},
+		{"WarnLead", o.WarnLead}, {"LifetimeInterval", o.LifetimeInterval},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("fleet.Options.%s: must not be negative, got %s", d.name, d.v)
@@ -180,6 +209,24 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OrphanPolicy == "" {
 		o.OrphanPolicy = DefaultOrphanPolicy
+	}
+	switch {
+	case o.DefaultIdleTimeout == 0:
+		o.DefaultIdleTimeout = DefaultDefaultIdleTimeout
+	case o.DefaultIdleTimeout < 0:
+		o.DefaultIdleTimeout = 0
+	}
+	switch {
+	case o.DefaultIdleGrace == 0:
+		o.DefaultIdleGrace = DefaultIdleGrace
+	case o.DefaultIdleGrace < 0:
+		o.DefaultIdleGrace = 0
+	}
+	if o.WarnLead <= 0 {
+		o.WarnLead = DefaultWarnLead
+	}
+	if o.LifetimeInterval <= 0 {
+		o.LifetimeInterval = DefaultLifetimeInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -103,7 +103,8 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		return
 	}
 	l := indexListing(list)
-	rows, err := s.store.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Terminating)
+	rows, err := s.store.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Stopped,
+		gpuproxy.Terminating)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err)
 		return
@@ -261,6 +262,7 @@ func (s *Service) Run(ctx context.Context) {
 	// The kill switch keeps its own time: a slow poll or reconciliation
 	// must not delay a destroy that is due.
 	wg.Go(func() { s.runKillSwitch(ctx) })
+	wg.Go(func() { s.runLifetimes(ctx) })
 	poll := time.NewTicker(s.opts.PollInterval)
 	rec := time.NewTicker(s.opts.ReconcileInterval)
 	defer poll.Stop()

@@ -20,6 +20,10 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 	if err := req.validate(s.ProviderNames(), p != nil && p.Billing() == providers.BillingPrepaid); err != nil {
 		return gpuproxy.Instance{}, err
 	}
+	// Lifetime rules are bad input too: refused before anything is tried.
+	if _, err := s.createLifetime(ctx, accountID, req.Lifetime, req.Provider); err != nil {
+		return gpuproxy.Instance{}, err
+	}
 	run := func(ctx context.Context, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 		if req.Spec != nil {
 			return s.createBySpec(ctx, accountID, req, tag)
@@ -108,6 +112,9 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts}
 	if q.Billing == providers.BillingPrepaid {
 		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
+	}
+	if inst.Lifetime, err = s.createLifetime(ctx, accountID, req.Lifetime, p.Name()); err != nil {
+		return gpuproxy.Instance{}, err
 	}
 	if !lim.confirmed {
 		if err := s.confirm(ctx, accountID, req, q, cost); err != nil {

@@ -83,6 +83,9 @@ type CreateRequest struct {
 	// Spec, when set instead of Provider and OfferID, rents the best live
 	// offer matching it, failing over (see Spec).
 	Spec *Spec
+	// Lifetime asks for lifetime rules (see LifetimeRequest); unset
+	// fields take the account's policy and the service's defaults.
+	Lifetime LifetimeRequest
 }
 
 // MaxHours is the longest prepaid duration a create may ask for (30 days).
@@ -364,10 +367,12 @@ func (s *Service) find(ctx context.Context, accountID int64, id string) (gpuprox
 	return gpuproxy.Instance{}, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "instance %q not found", id)
 }
 
-// View is an instance with its cost to date.
+// View is an instance with its cost to date and, while it runs, when a
+// lifetime rule acts on it next.
 type View struct {
 	gpuproxy.Instance
 	CostToDate gpuproxy.Micros
+	Schedule   Schedule
 }
 
 // Get returns one of the account's instances.
@@ -377,13 +382,18 @@ func (s *Service) Get(ctx context.Context, accountID int64, id string) (View, er
 		return View{}, err
 	}
 	c, err := s.store.CostToDate(ctx, accountID, inst.ID)
-	return View{Instance: inst, CostToDate: c}, err
+	if err != nil {
+		return View{}, err
+	}
+	now := s.opts.Now()
+	owed, err := s.costNow(ctx, inst, c, now)
+	return View{Instance: inst, CostToDate: c, Schedule: s.schedule(inst, owed, now)}, err
 }
 
 // List returns the account's instances, optionally in one status.
 func (s *Service) List(ctx context.Context, accountID int64, status string) ([]View, error) {
 	if status != "" && !validStatus(gpuproxy.InstanceStatus(status)) {
-		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, terminating, terminated or failed")
+		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, stopped, terminating, terminated or failed")
 	}
 	insts, err := s.store.Instances(ctx, accountID, gpuproxy.InstanceStatus(status))
 	if err != nil {
@@ -394,8 +404,9 @@ func (s *Service) List(ctx context.Context, accountID int64, status string) ([]V
 		return nil, err
 	}
 	out := make([]View, 0, len(insts))
+	now := s.opts.Now()
 	for _, in := range insts {
-		out = append(out, View{Instance: in, CostToDate: costs[in.ID]})
+		out = append(out, View{Instance: in, CostToDate: costs[in.ID], Schedule: s.schedule(in, costs[in.ID], now)})
 	}
 	return out, nil
 }
@@ -430,7 +441,7 @@ func (s *Service) RunningEndpoints(ctx context.Context, accountID int64) (map[st
 
 func validStatus(s gpuproxy.InstanceStatus) bool {
 	switch s {
-	case gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
+	case gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Stopped, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
 		return true
 	}
 	return false

@@ -128,7 +128,8 @@ func (r *CreateRequest) Fingerprint() string {
 		Env                             map[string]string
 		Ports                           []int
 		Spec                            *Spec
-	}{r.Provider, r.OfferID, r.Image, r.Label, r.Hours, r.Env, r.Ports, sp})
+		Lifetime                        LifetimeRequest
+	}{r.Provider, r.OfferID, r.Image, r.Label, r.Hours, r.Env, r.Ports, sp, r.Lifetime})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:16])
 }

@@ -73,6 +73,26 @@ type Store interface {
 	// Meter returns the meter of a time-billed instance (its id is the
 	// instance's; not found for others).
 	Meter(ctx context.Context, id string) (billing.Meter, error)
+	// SetInstanceLifetime replaces an instance's lifetime rules (another
+	// account's is not found) and forgets a warning already sent.
+	SetInstanceLifetime(ctx context.Context, accountID int64, id string, l gpuproxy.Lifetime, now time.Time) (gpuproxy.Instance, error)
+	// TouchInstances records proxied activity: each instance's last
+	// activity becomes the later of the stored one and the time given.
+	TouchInstances(ctx context.Context, at map[string]time.Time) error
+	// LifetimeInstances lists the running instances that have a lifetime
+	// rule, every account's.
+	LifetimeInstances(ctx context.Context) ([]gpuproxy.Instance, error)
+	// WarnInstance records rule's warning once per period (none recorded
+	// at or after since); true only for the caller that records it.
+	WarnInstance(ctx context.Context, id string, rule gpuproxy.LifetimeRule, at, since time.Time) (bool, error)
+	// ClaimAct records the rule acting on a running instance; true only
+	// for the caller that records it.
+	ClaimAct(ctx context.Context, id string, rule gpuproxy.LifetimeRule, at time.Time) (bool, error)
+	// MarkStopped moves a running instance to stopped at `at`, its meter
+	// stopped there, in one transaction.
+	MarkStopped(ctx context.Context, id string, at time.Time) (gpuproxy.Instance, error)
+	// LifetimePolicy returns an account's lifetime policy.
+	LifetimePolicy(ctx context.Context, accountID int64) (gpuproxy.LifetimePolicy, error)
 	// KillSwitchExposures lists the time-billed exposure of every account
 	// whose on_exceed is destroy and that has an unfinished meter or a
 	// live hourly instance (the kill switch's read side; see KillSwitch).

@@ -131,6 +131,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 	if err != nil {
 		return writeError(w, r, p.log, err)
 	}
+	p.activity.begin(u.RequestID, id, p.opts.Now()) // ended by finish, a stream's when it ends
 	x.header["X-Forwarded-For"] = forwardedFor(r)
 	body, err := p.attachBody(&x, r, u)
 	if err != nil {
@@ -336,6 +337,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 
 // finish queues the usage record and reports metrics.
 func (p *Proxy) finish(u *gpuproxy.Usage) {
+	p.activity.end(u.RequestID, p.opts.Now())
 	if u.Status >= 100 && u.Status < 600 && u.TTFB > 0 {
 		u.Cost = p.opts.Cost // only requests the instance answered are charged
 	}

@@ -35,6 +35,9 @@ const (
 	DefaultUsageBuffer = 8192
 	// DefaultUsageBatch is the most usage records one insert writes.
 	DefaultUsageBatch = 256
+	// DefaultActivityFlush is how often a replica reports the instances'
+	// activity it saw to the store (for the lifetime rules).
+	DefaultActivityFlush = 2 * time.Second
 	// DefaultUsageFlushInterval is the longest a usage record waits.
 	DefaultUsageFlushInterval = 500 * time.Millisecond
 )
@@ -119,6 +122,9 @@ type Options struct {
 	// UsageFlushInterval is the longest a record waits (default
 	// DefaultUsageFlushInterval).
 	UsageFlushInterval time.Duration
+	// ActivityFlush is how often the instances' activity this replica saw
+	// is reported to the store (default DefaultActivityFlush).
+	ActivityFlush time.Duration
 	// Metrics, when set, observes requests, breakers and lost records.
 	Metrics Metrics
 	// Logger (default slog.Default()).
@@ -156,7 +162,7 @@ func (o Options) Validate() error {
 		{"MaxDuration", o.MaxDuration},
 		{"DialTimeout", o.DialTimeout},
 		{"BreakerOpen", o.BreakerOpen},
-		{"UsageFlushInterval", o.UsageFlushInterval},
+		{"UsageFlushInterval", o.UsageFlushInterval}, {"ActivityFlush", o.ActivityFlush},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("proxy.Options.%s: must not be negative, got %s", f.name, f.v)
@@ -198,6 +204,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.UsageBatch <= 0 {
 		o.UsageBatch = DefaultUsageBatch
+	}
+	if o.ActivityFlush <= 0 {
+		o.ActivityFlush = DefaultActivityFlush
 	}
 	if o.UsageFlushInterval <= 0 {
 		o.UsageFlushInterval = DefaultUsageFlushInterval

@@ -59,6 +59,7 @@ type Proxy struct {
 	transport *http.Transport
 	lean      *h1client.Client // plain HTTP with the body in memory
 	usage     *recorder
+	activity  *activity
 	log       *slog.Logger
 
 	idPrefix string
@@ -100,6 +101,7 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 	p.lean = &h1client.Client{Dial: d.DialContext, HeaderTimeout: o.UpstreamTimeout, IdleTimeout: idleConnTimeout,
 		MaxIdlePerHost: o.MaxIdleConnsPerHost}
 	p.usage = newRecorder(store, o)
+	p.activity = newActivity()
 	return p
 }
 
@@ -149,6 +151,7 @@ func (p *Proxy) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.usage.run(ctx) })
 	wg.Go(func() { p.sweep(ctx) })
+	wg.Go(func() { p.reportActivity(ctx) })
 	wg.Wait()
 }
 

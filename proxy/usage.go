@@ -20,6 +20,9 @@ type UsageStore interface {
 	InsertUsage(ctx context.Context, batch string, records []gpuproxy.Usage) error
 	ListUsage(ctx context.Context, f gpuproxy.UsageFilter) ([]gpuproxy.Usage, error)
 	UsageTotals(ctx context.Context, f gpuproxy.UsageFilter) (gpuproxy.UsageTotals, error)
+	// TouchInstances records proxied activity: each instance's last
+	// activity becomes the later of the stored one and the time given.
+	TouchInstances(ctx context.Context, at map[string]time.Time) error
 }
 
 // Retrying a batch the store refused: the first wait, the longest, and

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -79,6 +80,7 @@ func (s *Server) createInstance(c echo.Context) error {
 		// Spec, instead of provider and offer_id, rents the best live
 		// offer matching it (fleet.Spec).
 		Spec *specJSON `json:"spec"`
+		lifetimeJSON
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -88,6 +90,10 @@ func (s *Server) createInstance(c echo.Context) error {
 		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
 		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID,
 		ConfirmToken: req.ConfirmToken}
+	var err error
+	if creq.Lifetime, err = req.lifetimeJSON.request(); err != nil {
+		return err
+	}
 	if req.Spec != nil {
 		sp, err := req.Spec.spec()
 		if err != nil {
@@ -181,4 +187,94 @@ func (l *stringList) UnmarshalJSON(b []byte) error {
 	}
 	*l = many
 	return nil
+}
+
+// lifetimeJSON is a create's or an update's lifetime rules
+// (fleet.LifetimeRequest): durations as strings ("30m", "8h"), the cap in
+// USD; absent fields are unset.
+type lifetimeJSON struct {
+	MaxDuration duration `json:"max_duration"`
+	IdleTimeout duration `json:"idle_timeout"`
+	IdleAction  *string  `json:"idle_action"`
+	IdleGrace   duration `json:"idle_grace"`
+	SpendCap    amount   `json:"spend_cap"`
+}
+
+func (j *lifetimeJSON) request() (fleet.LifetimeRequest, error) {
+	var r fleet.LifetimeRequest
+	var err error
+	for _, f := range []struct {
+		name string
+		d    *duration
+		to   **time.Duration
+	}{{"max_duration", &j.MaxDuration, &r.MaxDuration}, {"idle_timeout", &j.IdleTimeout, &r.IdleTimeout},
+		{"idle_grace", &j.IdleGrace, &r.IdleGrace}} {
+		if *f.to, err = f.d.parse(f.name); err != nil {
+			return r, err
+		}
+	}
+	r.IdleAction = j.IdleAction
+	if j.SpendCap.set {
+		c, err := j.SpendCap.parse("spend_cap", false, false)
+		if err != nil {
+			return r, err
+		}
+		r.SpendCap = &c
+	}
+	return r, nil
+}
+
+// duration is an optional JSON duration: a string Go's time package
+// parses ("90s", "30m", "8h", "1h30m"), or "0" for none.
+type duration struct {
+	set bool
+	raw json.RawMessage
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *duration) UnmarshalJSON(b []byte) error {
+	d.set, d.raw = true, append(json.RawMessage(nil), b...)
+	return nil
+}
+
+func (d *duration) parse(field string) (*time.Duration, error) {
+	if !d.set || string(d.raw) == "null" {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(d.raw, &s); err != nil {
+		return nil, gpuproxy.Invalid(field, "must be a duration string such as \"30m\" or \"8h\", got %s", d.raw)
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return nil, gpuproxy.Invalid(field, "must be a duration such as \"30m\" or \"8h\", got %q", s)
+	}
+	return &v, nil
+}
+
+func (s *Server) updateInstance(c echo.Context) error {
+	var req lifetimeJSON
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	lr, err := req.request()
+	if err != nil {
+		return err
+	}
+	if lr == (fleet.LifetimeRequest{}) {
+		return gpuproxy.Invalid("body", "give at least one of max_duration, idle_timeout, idle_action, idle_grace, spend_cap")
+	}
+	v, err := s.svc.Fleet.UpdateLifetime(c.Request().Context(), principal(c).AccountID, c.Param("id"), lr)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+}
+
+func (s *Server) keepAlive(c echo.Context) error {
+	v, err := s.svc.Fleet.KeepAlive(c.Request().Context(), principal(c).AccountID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
 }

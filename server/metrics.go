@@ -25,6 +25,7 @@ type Metrics struct {
 	kills      prometheus.Counter
 	tagMiss    *prometheus.CounterVec
 	rents      *prometheus.CounterVec
+	lifeActs   *prometheus.CounterVec
 
 	proxyRequests *prometheus.CounterVec
 	proxyLatency  prometheus.Histogram
@@ -80,6 +81,9 @@ func NewMetrics() *Metrics {
 	m.rents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_rent_attempts_total",
 		Help: "Offers tried by rent-by-spec creates, by provider and outcome (rented, offer_gone, provider_error, " +
 			"breaker_open, over_limit, price_over_cap, pending)."}, []string{"provider", "outcome"})
+	m.lifeActs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_instances_stopped_total",
+		Help: "Instances stopped or destroyed by a lifetime rule, by rule (idle_timeout, max_duration, spend_cap)."},
+		[]string{"rule"})
 	b := latencyBuckets // up to 10 minutes: LLM streams are long
 	m.proxyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_requests_total",
 		Help: "Proxied inference requests by status."}, []string{"status"})
@@ -99,7 +103,7 @@ func NewMetrics() *Metrics {
 		[]string{"limit"})
 	m.ops = newOpsCollector()
 	m.reg.MustRegister(m.ops, m.ops.errs,
-		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss, m.rents,
+		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss, m.rents, m.lifeActs,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
 		m.proxyOverload,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -196,6 +200,10 @@ func (m *Metrics) KillSwitchDestroy(int64, string) { m.kills.Inc() }
 // TagMismatch records a provider instance under one of our provider ids
 // that carries another tag.
 func (m *Metrics) TagMismatch(provider string) { m.tagMiss.WithLabelValues(provider).Inc() }
+
+// LifetimeAct records one instance stopped or destroyed by a lifetime
+// rule.
+func (m *Metrics) LifetimeAct(rule string) { m.lifeActs.WithLabelValues(rule).Inc() }
 
 // RentAttempt records one offer a rent by spec tried and how it ended.
 func (m *Metrics) RentAttempt(provider, outcome string) {

@@ -49,6 +49,8 @@ func (s *Server) routes() {
 		api.GET("/gpu/instances", s.listInstances, need(gpuproxy.ScopeInstancesRead))
 		api.GET("/gpu/instances/:id", s.getInstance, need(gpuproxy.ScopeInstancesRead))
 		api.DELETE("/gpu/instances/:id", s.deleteInstance, need(gpuproxy.ScopeInstancesWrite))
+		api.PATCH("/gpu/instances/:id", s.updateInstance, need(gpuproxy.ScopeInstancesWrite))
+		api.POST("/gpu/instances/:id/keepalive", s.keepAlive, need(gpuproxy.ScopeInstancesWrite))
 	}
 
 	api.GET("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))

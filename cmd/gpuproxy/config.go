@@ -131,6 +131,30 @@ type fleetConf struct {
 	// time-billed instances (default 2s; the measured destroy latency
 	// when larger).
 	KillMargin time.Duration `yaml:"kill_margin"`
+	// DefaultIdleTimeout is the idle timeout of instances whose account's
+	// policy sets none (unset: 60m; 0: none).
+	DefaultIdleTimeout *time.Duration `yaml:"default_idle_timeout"`
+	// DefaultIdleGrace is an instance's idle grace unless it sets one
+	// (unset: 10m).
+	DefaultIdleGrace *time.Duration `yaml:"default_idle_grace"`
+	// LifetimeInterval is how often the lifetime rules are applied
+	// (default 15s; the sandbox 2s).
+	LifetimeInterval time.Duration `yaml:"lifetime_interval"`
+	// WarnLead is how long before a lifetime rule acts its warning goes
+	// out (default 10m, scaled down for short rules).
+	WarnLead time.Duration `yaml:"warn_lead"`
+}
+
+// optional is a duration set explicitly (0 meaning none, as negative does
+// for fleet.Options), or unset (nil: the package's default).
+func optional(d *time.Duration) time.Duration {
+	switch {
+	case d == nil:
+		return 0
+	case *d == 0:
+		return -1
+	}
+	return *d
 }
 
 type limitConfig struct {
@@ -247,6 +271,15 @@ func (c *config) envOverrides() []envOverride {
 		{"GPUPROXY_ORPHAN_POLICY", str(&c.Fleet.OrphanPolicy)},
 		{"GPUPROXY_OFFER_CACHE_TTL", dur(&c.Fleet.OfferCacheTTL)},
 		{"GPUPROXY_KILL_MARGIN", dur(&c.Fleet.KillMargin)},
+		{"GPUPROXY_DEFAULT_IDLE_TIMEOUT", func(v string) error {
+			var d time.Duration
+			if err := dur(&d)(v); err != nil {
+				return err
+			}
+			c.Fleet.DefaultIdleTimeout = &d
+			return nil
+		}},
+		{"GPUPROXY_LIFETIME_INTERVAL", dur(&c.Fleet.LifetimeInterval)},
 		{"GPUPROXY_PROXY_REQUEST_COST", func(v string) error {
 			c.Proxy.RequestCost = usdText(v)
 			_, err := c.Proxy.requestCost()

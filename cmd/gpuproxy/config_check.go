@@ -100,6 +100,8 @@ func (c *config) checkValues() error {
 		{"fleet.pending_grace", c.Fleet.PendingGrace},
 		{"fleet.start_timeout", c.Fleet.StartTimeout},
 		{"fleet.kill_margin", c.Fleet.KillMargin},
+		{"fleet.lifetime_interval", c.Fleet.LifetimeInterval},
+		{"fleet.warn_lead", c.Fleet.WarnLead},
 		{"proxy.upstream_timeout", c.Proxy.UpstreamTimeout},
 		{"proxy.snapshot_max_age", c.Proxy.SnapshotMaxAge},
 		{"proxy.lease_span", c.Proxy.LeaseSpan},

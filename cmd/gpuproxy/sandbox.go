@@ -25,6 +25,9 @@ const (
 	sandboxPollInterval      = time.Second
 	sandboxReconcileInterval = 15 * time.Second
 	sandboxPendingGrace      = 30 * time.Second
+	// sandboxLifetimeInterval: idle stops and lifetimes act within
+	// seconds of being due, so that short timeouts can be tried.
+	sandboxLifetimeInterval = 2 * time.Second
 )
 
 // The sandbox's simulated vast.ai lets someone else rent this share of the
@@ -119,6 +122,9 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 	}
 	if cfg.Fleet.PendingGrace == 0 {
 		cfg.Fleet.PendingGrace = sandboxPendingGrace
+	}
+	if cfg.Fleet.LifetimeInterval == 0 {
+		cfg.Fleet.LifetimeInterval = sandboxLifetimeInterval
 	}
 	if sb.sims, err = startSimulators(simOptions{vastChurn: sandboxOfferChurn, vastChurnAfter: sandboxChurnAfter}); err != nil {
 		sb.Close()

@@ -198,6 +198,62 @@ type InstanceJSON struct {
 	Note               string          `json:"note,omitempty"`
 	// Attempts are the offers a rent by spec tried, the rented one last.
 	Attempts []AttemptJSON `json:"attempts,omitempty"`
+	LifetimeJSON
+}
+
+// LifetimeJSON is an instance's lifetime rules and, while it runs, what
+// acts on it next: durations as strings ("30m0s"; "" for none), the cap in
+// USD (0: none).
+type LifetimeJSON struct {
+	MaxDuration    string          `json:"max_duration"`
+	IdleTimeout    string          `json:"idle_timeout"`
+	IdleAction     string          `json:"idle_action"`
+	IdleGrace      string          `json:"idle_grace"`
+	SpendCap       gpuproxy.Micros `json:"spend_cap"`
+	LastActivityAt *time.Time      `json:"last_activity_at"`
+	// IdleFor is how long the running instance has had no proxied
+	// request (its idle timeout's clock), "" without one.
+	IdleFor string `json:"idle_for,omitempty"`
+	// ActsAt, Rule and Action: when a rule acts next, which, and what it
+	// does (stop or destroy); absent when none will.
+	ActsAt *time.Time `json:"acts_at,omitempty"`
+	Rule   string     `json:"rule,omitempty"`
+	Action string     `json:"action,omitempty"`
+	// ActedRule is the rule that stopped or destroyed the instance.
+	ActedRule string     `json:"acted_rule,omitempty"`
+	ActedAt   *time.Time `json:"acted_at,omitempty"`
+}
+
+// durationText is d as Go writes it, "" for none.
+func durationText(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return d.String()
+}
+
+func newLifetimeJSON(v fleet.View) LifetimeJSON {
+	l := v.Lifetime
+	j := LifetimeJSON{MaxDuration: durationText(l.MaxDuration), IdleTimeout: durationText(l.IdleTimeout),
+		IdleAction: string(l.IdleAction), IdleGrace: l.IdleGrace.String(), SpendCap: l.SpendCap,
+		ActedRule: string(v.ActedRule)}
+	if l.IdleTimeout <= 0 {
+		j.IdleAction = ""
+	}
+	if !v.LastActivityAt.IsZero() {
+		j.LastActivityAt = &v.LastActivityAt
+	}
+	if !v.ActedAt.IsZero() {
+		j.ActedAt = &v.ActedAt
+	}
+	if sc := v.Schedule; !sc.At.IsZero() {
+		at := sc.At
+		j.ActsAt, j.Rule, j.Action = &at, string(sc.Rule), string(sc.Action)
+		if l.IdleTimeout > 0 {
+			j.IdleFor = sc.IdleFor.Round(time.Second).String()
+		}
+	}
+	return j
 }
 
 // AttemptJSON is one offer a rent by spec tried.
@@ -224,6 +280,7 @@ func NewInstanceJSON(v fleet.View) InstanceJSON {
 	if !v.TerminatedAt.IsZero() {
 		j.TerminatedAt = &v.TerminatedAt
 	}
+	j.LifetimeJSON = newLifetimeJSON(v)
 	for _, a := range v.Attempts {
 		j.Attempts = append(j.Attempts, AttemptJSON{Provider: a.Provider, OfferID: a.OfferID, GPUName: a.GPUName,
 			NumGPUs: a.NumGPUs, PricePerHour: a.PricePerHour, Outcome: string(a.Outcome), Error: a.Error,

@@ -533,3 +533,20 @@ func (a *Adapter) Destroy(ctx context.Context, providerID string) error {
 	}
 	return err
 }
+
+// Stop stops an instance and keeps its disk (PUT /api/v0/instances/{id}/
+// with {"state":"stopped"}, as the official client's `stop instance`):
+// vast.ai then bills storage only. Stopping one already gone succeeds.
+func (a *Adapter) Stop(ctx context.Context, providerID string) error {
+	id, err := a.parseID("instance", providerID)
+	if err != nil {
+		return err
+	}
+	_, _, err = a.do(ctx, "stopping instance "+providerID, providers.Call{
+		Method: http.MethodPut, Path: fmt.Sprintf("/api/v0/instances/%d/", id), Body: map[string]any{"state": "stopped"},
+	})
+	if providers.KindOf(err) == providers.KindNotFound || providers.KindOf(err) == providers.KindGone {
+		return nil
+	}
+	return err
+}
