@@ -192,4 +192,7 @@ type Meter struct {
 	Stop         time.Time
 	ChargedUntil time.Time
 	Charged      gpuproxy.Micros
+	// StopReason names what ended the meter when a lifetime rule did
+	// (idle_timeout, max_duration, spend_cap); its last charge says so.
+	StopReason string
 }

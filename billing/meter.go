@@ -157,9 +157,13 @@ func (mt *Meterer) charge(ctx context.Context, m Meter, now time.Time) (gpuproxy
 		return 0, nil
 	}
 	amount := charged - m.Charged
+	desc := fmt.Sprintf("%s at $%s/h, %s to %s", m.InstanceID, m.PricePerHour, m.ChargedUntil.Format(time.RFC3339), until.Format(time.RFC3339))
+	if m.StopReason != "" && !m.Stop.IsZero() && !until.Before(m.Stop) {
+		desc += " (final: ended by the " + m.StopReason + " rule)"
+	}
 	e := Entry{AccountID: m.AccountID, Type: Charge, Amount: amount, At: until, Provider: m.Provider,
 		InstanceID: m.InstanceID, Basis: Metered,
-		Description:    fmt.Sprintf("%s at $%s/h, %s to %s", m.InstanceID, m.PricePerHour, m.ChargedUntil.Format(time.RFC3339), until.Format(time.RFC3339)),
+		Description:    desc,
 		IdempotencyKey: fmt.Sprintf("meter:%s:%d", m.ID, m.ChargedUntil.UnixMicro())}
 	if err := mt.store.RecordMeterCharge(ctx, m, until, charged, e); err != nil {
 		return 0, err

@@ -65,9 +65,20 @@ func (s *Store) WarnInstance(ctx context.Context, id string, rule gpuproxy.Lifet
 // action did not finish (its replica died) stays on the row for the next
 // decision to complete.
 func (s *Store) ClaimAct(ctx context.Context, id string, rule gpuproxy.LifetimeRule, at time.Time) (bool, error) {
-	n, err := s.pool().exec(ctx, `UPDATE instances SET acted_rule = $2, acted_us = $3
-		WHERE id = $1 AND status = 'running' AND acted_rule = ''`, id, string(rule), us(at))
-	return n == 1, translate(err)
+	var claimed bool
+	err := s.inTx(ctx, func(c conn) error {
+		n, err := c.exec(ctx, `UPDATE instances SET acted_rule = $2, acted_us = $3
+			WHERE id = $1 AND status = 'running' AND acted_rule = ''`, id, string(rule), us(at))
+		if err != nil || n != 1 {
+			return err
+		}
+		claimed = true
+		// The meter's last charge will name the rule, whichever path
+		// stops it (a stop, or a destroy confirmed later).
+		_, err = c.exec(ctx, "UPDATE meters SET stop_reason = $2 WHERE id = $1 AND stop_us IS NULL", id, string(rule))
+		return err
+	})
+	return claimed, translate(err)
 }
 
 // MarkStopped moves a running instance to stopped at `at`: its meter stops

@@ -82,13 +82,14 @@ func stopMeter(ctx context.Context, c conn, id string, at time.Time) (bool, erro
 	return true, nil
 }
 
-const meterCols = "id, account_id, provider, instance_id, price_micros, start_us, stop_us, charged_until_us, charged_micros"
+const meterCols = "id, account_id, provider, instance_id, price_micros, start_us, stop_us, charged_until_us, charged_micros, stop_reason"
 
 func scanMeter(r row) (billing.Meter, error) {
 	var m billing.Meter
 	var start, until int64
 	var stop *int64
-	err := r.Scan(&m.ID, &m.AccountID, &m.Provider, &m.InstanceID, &m.PricePerHour, &start, &stop, &until, &m.Charged)
+	err := r.Scan(&m.ID, &m.AccountID, &m.Provider, &m.InstanceID, &m.PricePerHour, &start, &stop, &until, &m.Charged,
+		&m.StopReason)
 	m.Start, m.Stop, m.ChargedUntil = fromUS(start), fromNullUS(stop), fromUS(until)
 	return m, err
 }

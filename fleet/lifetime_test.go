@@ -128,6 +128,15 @@ func TestIdleStopOnceAcrossReplicas(t *testing.T) {
 			if err != nil || !m.Stop.Equal(t0.Add(79*time.Minute)) {
 				t.Fatalf("meter stop %v, want %v: %v", m.Stop, t0.Add(79*time.Minute), err)
 			}
+			// The meter's last charge, up to the stop, names the rule.
+			if _, err := billing.NewMeterer(w.stores[0], billing.MeterOptions{Now: clock.Now, Logger: quiet}).Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+			es, err := w.stores[0].ListEntries(ctx, billing.Filter{AccountID: w.acct.ID, InstanceID: inst.ID, Limit: 10})
+			if err != nil || len(es) == 0 || !strings.Contains(es[0].Description, "ended by the idle_timeout rule") ||
+				!es[0].At.Equal(t0.Add(79*time.Minute)) {
+				t.Fatalf("ledger: %+v %v", es, err)
+			}
 			stops := 0
 			for _, r := range w.vast.Requests() {
 				if r.Method == "PUT" && strings.HasPrefix(r.Path, "/api/v0/instances/") && strings.Contains(string(r.Body), "stopped") {

@@ -57,3 +57,7 @@ ALTER TABLE accounts ADD COLUMN default_idle_timeout_ms INTEGER CHECK (default_i
 ALTER TABLE accounts ADD COLUMN default_max_duration_ms INTEGER CHECK (default_max_duration_ms >= 0);
 ALTER TABLE accounts ADD COLUMN max_idle_timeout_ms     INTEGER CHECK (max_idle_timeout_ms >= 0);
 ALTER TABLE accounts ADD COLUMN max_max_duration_ms     INTEGER CHECK (max_max_duration_ms >= 0);
+
+-- The rule that ended a meter (idle_timeout, max_duration, spend_cap), set
+-- when the rule claims its action: the meter's last charge names it.
+ALTER TABLE meters ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
