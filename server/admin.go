@@ -141,16 +141,25 @@ func (s *Server) setKeyLimits(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
+// setLimits changes an account's windows, on_exceed and lifetime policy:
+// only what the body gives changes. Everything is checked before anything
+// is written.
 func (s *Server) setLimits(c echo.Context) error {
 	var req struct {
 		Windows  *windowsBody `json:"windows"`
 		OnExceed string       `json:"on_exceed"`
+		policyBody
 	}
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	if req.Windows == nil && req.OnExceed == "" {
-		return gpuproxy.Invalid("windows", "give windows, on_exceed or both")
+	change, err := req.policyBody.change()
+	if err != nil {
+		return err
+	}
+	if req.Windows == nil && req.OnExceed == "" && change.Empty() {
+		return gpuproxy.Invalid("windows", "give windows, on_exceed, a lifetime policy field "+
+			"(default_idle_timeout, default_max_duration, max_idle_timeout, max_max_duration) or several")
 	}
 	ctx := c.Request().Context()
 	a, err := s.svc.Auth.Account(ctx, c.Param("account"))
@@ -163,15 +172,39 @@ func (s *Server) setLimits(c echo.Context) error {
 			return err
 		}
 	}
-	if err := s.svc.Guard.SetLimits(ctx, a.ID, ws, req.OnExceed); err != nil {
+	policy, err := s.svc.Store.LifetimePolicy(ctx, a.ID)
+	if err != nil {
 		return err
+	}
+	if policy, err = change.Apply(policy); err != nil {
+		return err
+	}
+	if req.Windows != nil || req.OnExceed != "" {
+		if err := s.svc.Guard.SetLimits(ctx, a.ID, ws, req.OnExceed); err != nil {
+			return err
+		}
+	}
+	if !change.Empty() {
+		if err := s.svc.Store.SetLifetimePolicy(ctx, a.ID, policy); err != nil {
+			return err
+		}
 	}
 	snap, err := s.svc.Guard.Spending(ctx, a.ID)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(a.Name, snap))
+	return c.JSON(http.StatusOK, limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(a.Name, snap),
+		LifetimePolicy: ptr(NewLifetimePolicyJSON(policy))})
 }
+
+// limitsJSON is an account's spending with its lifetime policy: the
+// limits answer, and GET /spending for admins.
+type limitsJSON struct {
+	httpapi.SpendingJSON
+	LifetimePolicy *LifetimePolicyJSON `json:"lifetime_policy,omitempty"`
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func (s *Server) addCredit(c echo.Context) error {
 	var req struct {

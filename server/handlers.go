@@ -98,7 +98,15 @@ func (s *Server) getSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewSpendingJSON(name, snap).WithBalance(bal))
+	out := limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(name, snap).WithBalance(bal)}
+	if principal(c).Has(gpuproxy.ScopeAdmin) { // the account's lifetime policy, which admins set
+		p, err := s.svc.Store.LifetimePolicy(ctx, id)
+		if err != nil {
+			return err
+		}
+		out.LifetimePolicy = ptr(NewLifetimePolicyJSON(p))
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) checkSpending(c echo.Context) error {

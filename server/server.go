@@ -48,7 +48,7 @@ type Services struct {
 	Fleet       *fleet.Service   // nil: no GPU routes
 	Alerts      *alerts.Service  // nil: no budget alert routes
 	Meterer     *billing.Meterer // nil: no metering lag gauge
-	Store       Pinger
+	Store       Store            // /ready's ping; the accounts' lifetime policies
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics
 	ReadyChecks []ReadyCheck
