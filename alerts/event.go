@@ -18,21 +18,50 @@ type Payload struct {
 	// ID is unique per event and the same on every attempt: receivers
 	// deduplicate retries by it.
 	ID string `json:"id"`
-	// Type is threshold_crossed, kill_switch or spending_refused.
+	// Type is threshold_crossed, kill_switch or spending_refused (budget
+	// events), or instance.idle_warning, instance.expiring,
+	// instance.stopped or instance.destroyed (lifetime events).
 	Type      string    `json:"type"`
 	CreatedAt time.Time `json:"created_at"`
 	Account   string    `json:"account"`
 	// KeyID is the API key whose own window the event is about (a key's
 	// threshold crossing); absent for the account's windows.
 	KeyID string `json:"key_id,omitempty"`
-	// WindowMinutes names the window the event is about.
-	WindowMinutes int `json:"window_minutes"`
+	// WindowMinutes names the window the event is about (budget events;
+	// absent from lifetime events).
+	WindowMinutes int `json:"window_minutes,omitzero"`
 	// Threshold is the fraction of the limit crossed (threshold_crossed).
 	Threshold float64 `json:"threshold,omitempty"`
-	// Window holds the window's numbers when the event was recorded.
-	Window WindowJSON `json:"window"`
-	// InstanceID is the instance destroyed (kill_switch).
+	// Window holds the window's numbers when the event was recorded
+	// (budget events).
+	Window WindowJSON `json:"window,omitzero"`
+	// InstanceID is the instance destroyed (kill_switch) or the lifetime
+	// event's.
 	InstanceID string `json:"instance_id,omitempty"`
+	// The lifetime events' fields follow (absent from the budget events).
+	// Times are UTC; durations are Go's ("30m0s", as in the instance JSON).
+	// Provider, GPUName and NumGPUs describe the instance.
+	Provider string `json:"provider,omitempty"`
+	GPUName  string `json:"gpu_name,omitempty"`
+	NumGPUs  int    `json:"num_gpus,omitempty"`
+	// Rule is the rule that acts or acted; Action what it does or did.
+	Rule   string `json:"rule,omitempty"`
+	Action string `json:"action,omitempty"`
+	// ActsAt is when the rule acts (the warnings); ActedAt when it acted.
+	ActsAt  *time.Time `json:"acts_at,omitempty"`
+	ActedAt *time.Time `json:"acted_at,omitempty"`
+	// LastActivityAt is the instance's last proxied request or keep-alive
+	// on any replica (absent: none yet); IdleSince, for the idle rule, is
+	// when its idle period began (the later of it and the start plus the
+	// idle grace); StartedAt is when it started running.
+	LastActivityAt *time.Time `json:"last_activity_at,omitempty"`
+	IdleSince      *time.Time `json:"idle_since,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	// The instance's rules: MaxDuration and IdleTimeout ("" none),
+	// SpendCap in USD.
+	MaxDuration string           `json:"max_duration,omitempty"`
+	IdleTimeout string           `json:"idle_timeout,omitempty"`
+	SpendCap    *gpuproxy.Micros `json:"spend_cap,omitempty"`
 	// Cost is the refused request's cost and Request what was refused:
 	// "create" or "proxy" (spending_refused).
 	Cost    *gpuproxy.Micros `json:"cost,omitempty"`

@@ -10,16 +10,17 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
-// The kill switch and the guard rails report to the service through hooks
-// that never block their callers: an event is queued, and a worker of
-// Run builds and records it. A full queue drops the event with a log
-// line (refusals are rate-limited anyway; a kill switch action is also
-// logged by the fleet).
+// The kill switch, the lifetime rules and the guard rails report to the
+// service through hooks that never block their callers: an event is
+// queued, and a worker of Run builds and records it. A full queue drops
+// the event with a log line (refusals are rate-limited anyway; a kill
+// switch or lifetime action is also logged by the fleet).
 
 type hookEvent struct {
 	accountID int64
 	key       string // the key whose own window it is about; empty: the account's
 	instance  string // kill switch
+	lifetime  *LifetimeNotice
 	refusal   bool
 	request   string // refusal: "create" or "proxy"
 	snap      guardrails.Snapshot
@@ -39,6 +40,20 @@ type refusalKey struct {
 // account's). One event per instance.
 func (s *Service) KillSwitch(accountID int64, instanceID, keyID string) {
 	s.enqueue(hookEvent{accountID: accountID, key: keyID, instance: instanceID, at: s.opts.Now()})
+}
+
+// Lifetime is fleet.Options.OnLifetime's hook: a lifetime rule of an
+// instance (of the instance's account) is about to act (instance.idle_warning,
+// instance.expiring) or acted (instance.stopped, instance.destroyed). One
+// event per warning and per action, across every replica (see
+// LifetimeNotice.dedupKey); an account without alert settings gets none,
+// and setting a webhook later does not send past ones.
+func (s *Service) Lifetime(n LifetimeNotice) {
+	if err := n.validate(); err != nil {
+		s.log.Error("lifetime alert event dropped", "account_id", n.Instance.AccountID, "err", err)
+		return
+	}
+	s.enqueue(hookEvent{accountID: n.Instance.AccountID, instance: n.Instance.ID, lifetime: &n, at: s.opts.Now()})
 }
 
 // Refused is guardrails.Options.OnRefusal's hook: a request of cost was
@@ -122,14 +137,18 @@ func (s *Service) record(ctx context.Context, h hookEvent) error {
 	}
 	var ev gpuproxy.AlertEvent
 	var key, mark string
-	if h.refusal {
+	switch {
+	case h.lifetime != nil:
+		ev, err = LifetimeEvent(h.accountID, name, *h.lifetime, h.at)
+		key = h.lifetime.dedupKey()
+	case h.refusal:
 		ev, err = RefusalEvent(h.accountID, name, h.key, h.request, h.usage, h.cost, s.opts.RefusalGap, h.at)
 		mark = "refusal/" + strconv.Itoa(h.usage.Minutes)
 		if h.key != "" {
 			mark = "refusal/key/" + h.key + "/" + strconv.Itoa(h.usage.Minutes)
 		}
 		key = mark + "/" + strconv.FormatInt(h.at.UnixMicro(), 10)
-	} else {
+	default:
 		snap, serr := s.spending.KeySpending(ctx, h.accountID, h.key)
 		if serr != nil {
 			return serr
@@ -150,7 +169,7 @@ func (s *Service) record(ctx context.Context, h hookEvent) error {
 	}
 	if ok {
 		s.log.Info("budget alert event recorded", "account_id", h.accountID, "event", ev.ID, "type", ev.Kind,
-			"window_minutes", ev.WindowMinutes)
+			"window_minutes", ev.WindowMinutes, "instance", ev.InstanceID)
 		s.poke()
 	}
 	return nil

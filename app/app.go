@@ -263,10 +263,13 @@ func (a *App) fleetOptions(o fleet.Options) fleet.Options {
 		o.OnRentAttempt = a.Metrics.RentAttempt
 	}
 	if o.OnLifetime == nil {
+		// Counted (actions), and an alert event (warnings and actions).
 		o.OnLifetime = func(ev fleet.LifetimeEvent) {
 			if ev.Kind == fleet.EventStopped || ev.Kind == fleet.EventDestroyed {
 				a.Metrics.LifetimeAct(string(ev.Rule))
 			}
+			a.Alerts.Lifetime(alerts.LifetimeNotice{Kind: ev.Kind, Instance: ev.Instance, Rule: ev.Rule,
+				Action: ev.Action, At: ev.At})
 		}
 	}
 	return o
