@@ -1,5 +1,5 @@
 // Package mcp is gpuproxy's Model Context Protocol surface (docs/mcp.md):
-// eight tools and four resources over the same services as REST —
+// ten tools and four resources over the same services as REST —
 // guardrails, billing, fleet and the inference proxy — served on every MCP
 // transport:
 //

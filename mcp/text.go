@@ -182,7 +182,7 @@ func offersText(o offersOutput) string {
 }
 
 func instanceRows(is []httpapi.InstanceJSON) [][]string {
-	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint"}}
+	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint", "next rule"}}
 	for _, i := range is {
 		gpu := i.GPUName
 		if i.NumGPUs > 1 {
@@ -192,7 +192,8 @@ func instanceRows(is []httpapi.InstanceJSON) [][]string {
 		if ep == "" {
 			ep = "-"
 		}
-		rows = append(rows, []string{i.ID, i.Provider, gpu, i.Status, usd(i.PricePerHour), usd(i.CostToDate), ep})
+		rows = append(rows, []string{i.ID, i.Provider, gpu, i.Status, usd(i.PricePerHour), usd(i.CostToDate), ep,
+			nextCell(i.LifetimeJSON)})
 	}
 	return rows
 }
@@ -201,6 +202,7 @@ func instanceText(verb string, o instanceOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
 	table(&b, instanceRows([]httpapi.InstanceJSON{o.InstanceJSON}))
+	fmt.Fprintf(&b, "\n%s\n", lifetimeText(o.InstanceJSON))
 	if len(o.Attempts) > 0 {
 		b.WriteString("\nOffers tried, in order:\n")
 		attemptsTable(&b, o.Attempts)

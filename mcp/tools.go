@@ -80,7 +80,7 @@ func readOnly(title string, openWorld bool) *sdk.ToolAnnotations {
 	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: true, OpenWorldHint: boolPtr(openWorld)}
 }
 
-// toolSpecs defines the eight tools of docs/mcp.md (names and argument
+// toolSpecs defines the ten tools of docs/mcp.md (names and argument
 // names are fixed: clients already use them).
 func (s *Server) toolSpecs() []toolSpec {
 	specs := []toolSpec{

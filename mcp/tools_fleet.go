@@ -21,8 +21,8 @@ import (
 func (s *Server) fleetTools() []toolSpec {
 	provs := s.svc.Fleet.ProviderNames()
 	provDesc := "GPU marketplace: " + strings.Join(provs, " or ")
-	statuses := []string{"pending", "starting", "running", "terminating", "terminated", "failed"}
-	return []toolSpec{
+	statuses := []string{"pending", "starting", "running", "stopped", "terminating", "terminated", "failed"}
+	return append([]toolSpec{
 		newTool(s, &sdk.Tool{
 			Name:  "list_gpu_instances",
 			Title: "Search GPU offers",
@@ -56,8 +56,12 @@ func (s *Server) fleetTools() []toolSpec {
 				"asked, and returns it with its endpoint. Pass idempotency_key to make retries safe. If your key asks for a " +
 				"person's confirmation above a cost, the person is asked (elicitation) when your client supports it; " +
 				"otherwise the call fails with confirmation_required and a confirm_token: show the person the cost and, " +
-				"if they agree, repeat the same call with confirm_token within 10 minutes.",
-			InputSchema: object(
+				"if they agree, repeat the same call with confirm_token within 10 minutes. Lifetime rules keep a " +
+				"forgotten instance from billing on: max_duration, idle_timeout (no proxied request for that long; " +
+				"idle_action stop or destroy, after idle_grace) and spend_cap; an omitted idle_timeout gets the " +
+				"account's default. Change them later with update_gpu_instance; keep_gpu_instance_alive restarts " +
+				"the idle timeout.",
+			InputSchema: object(append([]field{
 				optional("provider", enum(provDesc+": the offer's provider, with instance_id (not with spec)", provs...)),
 				optional("instance_id", str("the offer id from list_gpu_instances (its instance_id field); "+
 					"omit to rent by spec", 200)),
@@ -71,8 +75,8 @@ func (s *Server) fleetTools() []toolSpec {
 					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
 				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance "+
 					"(or the same error), never a second rental", 200)),
-				optional("confirm_token", str("the confirm_token of a confirmation_required answer, once a person has agreed", 200)),
-			),
+				optional("confirm_token", str("the confirm_token of a confirmation_required answer, once a person has agreed", 200))},
+				lifetimeFields()...)...),
 			OutputSchema: outputSchema[instanceOutput](),
 			Annotations: &sdk.ToolAnnotations{Title: "Rent a GPU instance", DestructiveHint: boolPtr(false),
 				OpenWorldHint: boolPtr(true)},
@@ -93,13 +97,14 @@ func (s *Server) fleetTools() []toolSpec {
 		newTool(s, &sdk.Tool{
 			Name:  "list_my_instances",
 			Title: "Your GPU instances",
-			Description: "List your instances, newest first, with status, endpoint (for proxy_inference_request) and " +
-				"cost to date in US dollars.",
+			Description: "List your instances, newest first, with status, endpoint (for proxy_inference_request), " +
+				"cost to date in US dollars and lifetime: the rules, last_activity_at, idle_for, and when which rule " +
+				"acts next (acts_at, rule, action).",
 			InputSchema:  object(optional("status", enum("only instances in this status", statuses...))),
 			OutputSchema: outputSchema[instancesOutput](),
 			Annotations:  readOnly("Your GPU instances", false),
 		}, gpuproxy.ScopeInstancesRead, s.listMine),
-	}
+	}, s.lifetimeTools()...)
 }
 
 // offersOutput is one page of offers, as REST's GET /api/v1/gpu/offers.
@@ -211,6 +216,7 @@ type createInput struct {
 	IdempotencyKey string            `json:"idempotency_key"`
 	ConfirmToken   string            `json:"confirm_token"`
 	Spec           *specInput        `json:"spec"`
+	lifetimeInput
 }
 
 // confirmSchema is the elicitation form: accepting it (with confirm left
@@ -285,6 +291,9 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	req := fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
 		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token}
+	if req.Lifetime, err = in.request(); err != nil {
+		return result{}, err
+	}
 	if in.Spec != nil {
 		sp, err := in.Spec.spec()
 		if err != nil {

@@ -18,7 +18,8 @@ import (
 )
 
 var allTools = []string{"check_spending_limit", "create_gpu_instance", "destroy_gpu_instance",
-	"get_billing_transactions", "get_spending_info", "list_gpu_instances", "list_my_instances", "proxy_inference_request"}
+	"get_billing_transactions", "get_spending_info", "keep_gpu_instance_alive", "list_gpu_instances", "list_my_instances",
+	"proxy_inference_request", "update_gpu_instance"}
 
 func toolNames(t testing.TB, cs *sdk.ClientSession) []string {
 	t.Helper()
