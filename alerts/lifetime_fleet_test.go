@@ -38,7 +38,9 @@ func TestFleetLifetimeEventsOnce(t *testing.T) {
 			clock := teststack.NewClock(time.Now().UTC().Truncate(time.Second))
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			rcv := newReceiver(t)
-			st := newStack(t, k, 2, fastOptions(t)) // real time: receivers check the signature's age
+			// The alert services keep real time: the receiver checks the
+			// signature's age.
+			st := newStack(t, k, 2, fastOptions(t))
 			_, secret, err := st.svcs[0].Set(ctx, st.acct.ID, rcv.URL, []float64{5}, false) // no crossing
 			if err != nil {
 				t.Fatal(err)
