@@ -1,6 +1,14 @@
 // Package alerts sends budget alerts: signed webhooks when an account's
 // spending approaches its limits, when the kill switch destroys an
-// instance, and when a limit refuses a create or a proxy call.
+// instance, and when a limit refuses a create or a proxy call; and the
+// lifetime events of the fleet's lifetime rules: before a rule acts on an
+// instance (instance.idle_warning, instance.expiring) and after
+// (instance.stopped, instance.destroyed, with the rule), through
+// Service.Lifetime, fleet.Options.OnLifetime's hook. Each warning is
+// recorded once per rule and acting time and each action once per
+// instance, whichever replicas report it. An account without alert
+// settings (no webhook) records none of these events, and one that sets a
+// webhook later does not receive those of the past.
 //
 // Each account may set a webhook URL and thresholds, fractions of each
 // window's limit (default 50%, 80% and 100%). A window's level is its
