@@ -42,10 +42,10 @@ func (s *Store) TouchInstances(ctx context.Context, at map[string]time.Time) err
 }
 
 // LifetimeInstances lists every account's running instances that have a
-// lifetime rule.
+// lifetime rule, or a rule's action claimed and not finished.
 func (s *Store) LifetimeInstances(ctx context.Context) ([]gpuproxy.Instance, error) {
 	r, err := s.pool().query(ctx, "SELECT "+instanceCols+` FROM instances WHERE status = 'running'
-		AND (max_duration_ms > 0 OR idle_timeout_ms > 0 OR spend_cap_micros > 0) ORDER BY created_us, id`)
+		AND (max_duration_ms > 0 OR idle_timeout_ms > 0 OR spend_cap_micros > 0 OR acted_rule <> '') ORDER BY created_us, id`)
 	return scanAll(r, err, func(r rows) (gpuproxy.Instance, error) { return scanInstance(r) })
 }
 

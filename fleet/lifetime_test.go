@@ -300,3 +300,28 @@ func (w *world) sim(inst gpuproxy.Instance) vastaisim.SimInstance {
 	w.t.Fatalf("no simulated instance labelled %s", inst.ID)
 	return vastaisim.SimInstance{}
 }
+
+// TestClaimedActionIsFinished: a rule's action claimed by a replica that
+// died before acting is completed by the next pass, even after the
+// instance's rules were removed in between.
+func TestClaimedActionIsFinished(t *testing.T) {
+	w := newWorld(t, dbtest.SQLite, worldOpts{fleetOpts: fleet.Options{DefaultIdleTimeout: -1}})
+	ctx := context.Background()
+	inst, err := w.fleets[0].Create(ctx, w.acct.ID, fleet.CreateRequest{Provider: providers.VastAI,
+		OfferID: w.offer(providers.VastAI, 3).ID, Image: "i", Lifetime: fleet.LifetimeRequest{MaxDuration: dur(time.Hour)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst = w.waitRunning(w.fleets[0], inst.ID)
+	if ok, err := w.stores[0].ClaimAct(ctx, inst.ID, gpuproxy.RuleMaxDuration, time.Now()); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := w.fleets[0].UpdateLifetime(ctx, w.acct.ID, inst.ID, fleet.LifetimeRequest{MaxDuration: dur(0)}); err != nil {
+		t.Fatal(err)
+	}
+	lifetimes(t, w.fleets[0])
+	row, err := w.stores[0].Instance(ctx, w.acct.ID, inst.ID)
+	if err != nil || (row.Status != gpuproxy.Terminated && row.Status != gpuproxy.Terminating) {
+		t.Fatalf("claimed action left unfinished: %s %v", row.Status, err)
+	}
+}

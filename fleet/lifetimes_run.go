@@ -71,14 +71,14 @@ func (s *Service) lifetimes(ctx context.Context) (LifetimeReport, error) {
 			rep.Errors = append(rep.Errors, err)
 			continue
 		}
-		sc := s.schedule(inst, cost, now)
-		if sc.At.IsZero() {
+		if inst.ActedRule != "" {
+			// Claimed by a decision that did not finish: finish it, even
+			// if the rules changed since.
+			s.act(ctx, inst, Schedule{Rule: inst.ActedRule, Action: s.actionOf(inst, inst.ActedRule), At: inst.ActedAt}, &rep)
 			continue
 		}
-		if inst.ActedRule != "" {
-			// Claimed by a decision that did not finish: finish it.
-			sc = Schedule{Rule: inst.ActedRule, Action: s.actionOf(inst, inst.ActedRule), At: inst.ActedAt}
-			s.act(ctx, inst, sc, &rep)
+		sc := s.schedule(inst, cost, now)
+		if sc.At.IsZero() {
 			continue
 		}
 		if !now.Before(sc.At) {

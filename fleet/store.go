@@ -80,7 +80,7 @@ type Store interface {
 	// activity becomes the later of the stored one and the time given.
 	TouchInstances(ctx context.Context, at map[string]time.Time) error
 	// LifetimeInstances lists the running instances that have a lifetime
-	// rule, every account's.
+	// rule or an unfinished claimed action, every account's.
 	LifetimeInstances(ctx context.Context) ([]gpuproxy.Instance, error)
 	// WarnInstance records rule's warning once per period (none recorded
 	// at or after since); true only for the caller that records it.
