@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
@@ -262,6 +263,35 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("attempts shown %v, want offer_gone then rented", shown)
 		}
 		b.shot("instance-attempts")
+	})
+
+	t.Run("lifetime: the rule that acts next, and Keep alive", func(t *testing.T) {
+		b.t = t
+		api := s.api(eng, "/api/v1/gpu/instances/"+s.running.ID)
+		if got := b.text("#countdown [data-field=rule]"); got != api["rule"] || got != "idle_timeout" {
+			t.Errorf("rule shown %q, API %v", got, api["rule"])
+		}
+		if got := b.text("#countdown [data-field=countdown]"); !strings.HasPrefix(got, "stops in ") || api["action"] != "stop" {
+			t.Errorf("countdown shown %q, API action %v", got, api["action"])
+		}
+		if got := b.text("#last-activity"); got != "none yet" || api["last_activity_at"] != nil {
+			t.Errorf("last activity shown %q, API %v", got, api["last_activity_at"])
+		}
+		b.shot("instance-lifetime")
+		before := time.Now().Add(-time.Millisecond)
+		if st := b.click("#keep-alive"); st != 200 || !strings.HasPrefix(b.text(".flash"), "Kept alive") {
+			t.Fatalf("keep alive: %d %q", st, b.text(".flash"))
+		}
+		la, _ := s.api(eng, "/api/v1/gpu/instances/"+s.running.ID)["last_activity_at"].(string)
+		at, err := time.Parse(time.RFC3339Nano, la)
+		if err != nil || at.Before(before) {
+			t.Fatalf("API last_activity_at after Keep alive: %q, want at or after %s", la, before)
+		}
+		shown, err := time.Parse(time.RFC3339Nano, eval[string](b, `document.querySelector("#last-activity").dataset.time`))
+		if err != nil || !shown.Equal(at) {
+			t.Errorf("last activity shown %v, API %v (%v)", shown, at, err)
+		}
+		b.shot("instance-kept-alive")
 	})
 
 	t.Run("sign out", func(t *testing.T) {

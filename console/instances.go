@@ -50,7 +50,7 @@ func (c *Console) instances(q *req) error {
 		}
 	}
 	d := instancesData{Status: status, Instances: vs, Statuses: []gpuproxy.InstanceStatus{gpuproxy.Pending, gpuproxy.Starting,
-		gpuproxy.Running, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed}}
+		gpuproxy.Running, gpuproxy.Stopped, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed}}
 	var prices, costs []gpuproxy.Micros
 	for _, v := range vs {
 		d.Total += v.CostToDate
@@ -64,14 +64,15 @@ func (c *Console) instances(q *req) error {
 
 type instanceData struct {
 	fleet.View
-	Live        bool // not terminated or failed: may be destroyed
-	Entries     []billing.Entry
-	Totals      billing.Totals
-	Signed      billing.Totals // Totals signed as the amounts
-	Places      int            // decimals of the transactions' amounts
-	TotalPlaces int            // decimals of their totals
-	More        bool           // more transactions than shown
-	TxLink      string         // the instance's transactions on the transactions page
+	Live          bool          // not terminated or failed: may be destroyed
+	LifetimeFacts lifetimeFacts // the rules (View.Lifetime) and their schedule, for people
+	Entries       []billing.Entry
+	Totals        billing.Totals
+	Signed        billing.Totals // Totals signed as the amounts
+	Places        int            // decimals of the transactions' amounts
+	TotalPlaces   int            // decimals of their totals
+	More          bool           // more transactions than shown
+	TxLink        string         // the instance's transactions on the transactions page
 }
 
 func (c *Console) instance(q *req) error {
@@ -89,7 +90,8 @@ func (c *Console) instance(q *req) error {
 	}
 	pg := c.newPage(q, "Instance "+v.ID, "instances")
 	pg.Target = name
-	d := instanceData{View: v, Live: v.Status != gpuproxy.Terminated && v.Status != gpuproxy.Failed}
+	d := instanceData{View: v, Live: v.Status != gpuproxy.Terminated && v.Status != gpuproxy.Failed,
+		LifetimeFacts: newLifetimeFacts(v, pg.Now)}
 	if pg.Billing {
 		p, err := c.svc.Ledger.Transactions(ctx, billing.Filter{AccountID: acct, InstanceID: v.ID, Limit: 100})
 		if err != nil {
@@ -108,6 +110,11 @@ func (c *Console) instance(q *req) error {
 	switch q.r.URL.Query().Get("done") {
 	case "destroy":
 		pg.Flash = "Destroy requested: the instance is " + string(v.Status) + "."
+	case "keepalive":
+		pg.Flash = "Kept alive: its idle timeout starts over from now."
+		if d.LifetimeFacts.Countdown != "" {
+			pg.Flash += " It " + d.LifetimeFacts.Countdown + " (" + string(d.LifetimeFacts.Rule) + ")."
+		}
 	}
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "instance", pg)
