@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,12 +23,21 @@ const DefaultServerURL = "http://127.0.0.1:8080"
 // offers, each a live quote and a provider create.
 const instancesTimeout = 5 * time.Minute
 
-// instancesUsage is the overview's entry for `instances create`.
+// instancesUsage is the overview's entries for `instances`.
 const instancesUsage = `  instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]… [spec flags])
+                   [--max-duration 8h] [--idle-timeout 30m] [--idle-action stop|destroy] [--idle-grace 10m]
+                   [--spend-cap USD]
                                               rent through the running server as GPUPROXY_API_KEY (--url,
                                               GPUPROXY_URL; default ` + DefaultServerURL + `): one offer, or by
                                               spec the cheapest live offer matching it, failing over; prints
-                                              the offers tried (provider, offer, price, outcome, time)`
+                                              the offers tried (provider, offer, price, outcome, time) and
+                                              the lifetime rules (default: the account's idle timeout)
+  instances update ID [--max-duration D] [--idle-timeout D] [--idle-action stop|destroy] [--idle-grace D]
+                   [--spend-cap USD]
+                                              change a live instance's lifetime rules, within the account's
+                                              policy; prints them and the rule that acts next
+  instances keepalive ID                      count now as activity on a running instance: its idle
+                                              timeout starts over`
 
 // specFlagOf names the CLI flag of each field the API may name in an
 // error about a create.
@@ -40,6 +48,8 @@ var specFlagOf = map[string]string{
 	"spec.max_price_per_hour": "--max-price", "spec.providers": "--providers",
 	"spec.min_reliability": "--min-reliability", "spec.locations": "--location", "spec.billing": "--billing",
 	"spec.hours": "--hours", "spec.max_attempts": "--max-attempts",
+	"max_duration": "--max-duration", "idle_timeout": "--idle-timeout", "idle_action": "--idle-action",
+	"idle_grace": "--idle-grace", "spend_cap": "--spend-cap",
 }
 
 // specFlags are the flags that describe a spec (all but --hours, which
@@ -58,6 +68,7 @@ type createBody struct {
 	Ports        []int             `json:"ports,omitempty"`
 	ConfirmToken string            `json:"confirm_token,omitempty"`
 	Spec         *specBody         `json:"spec,omitempty"`
+	lifetimeBody
 }
 
 // specBody is the request's spec object.
@@ -85,6 +96,7 @@ type instanceReply struct {
 	Status       string          `json:"status"`
 	Note         string          `json:"note"`
 	Attempts     []attemptReply  `json:"attempts"`
+	lifetimeReply
 }
 
 // attemptReply is one offer a rent by spec tried.
@@ -113,8 +125,8 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// cmdInstances is `gpuproxy instances create`: a client of a running
-// gpuproxy's REST API, acting as the key in GPUPROXY_API_KEY.
+// cmdInstances is `gpuproxy instances create|update|keepalive`: a client
+// of a running gpuproxy's REST API, acting as the key in GPUPROXY_API_KEY.
 func cmdInstances(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("instances")
 	url := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else "+DefaultServerURL+")")
@@ -138,6 +150,10 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	f.Var(&locs, "location", "by spec: acceptable locations (substrings, e.g. US), repeatable or a comma list")
 	billing := f.String("billing", "", "by spec: hourly or prepaid (default either)")
 	attempts := f.Int("max-attempts", 0, "by spec: offers to try at most (default 5)")
+	lf := addLifetimeFlags(f)
+	f.forSub("create", append([]string{"image", "label", "hours", "env", "port", "idempotency-key", "confirm-token",
+		"provider", "offer"}, specFlags...)...)
+	f.forSub("create update", lifetimeFlagNames...)
 	if err := f.parse(args); err != nil {
 		var h helpError
 		if errors.As(err, &h) && len(usageLines("instances")) == 0 {
@@ -147,11 +163,18 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		}
 		return err
 	}
-	if len(f.args) != 1 || f.args[0] != "create" {
-		return fmt.Errorf("usage: gpuproxy instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]…); gpuproxy instances --help lists the flags")
+	set := setFlags(f)
+	if len(f.args) > 0 && (f.args[0] == "update" || f.args[0] == "keepalive") {
+		base, key, err := apiTarget(*url, getenv)
+		if err != nil {
+			return err
+		}
+		return cmdInstanceLifetime(ctx, f.args, lf, set, base, key, stdout)
 	}
-	set := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if len(f.args) != 1 || f.args[0] != "create" {
+		return fmt.Errorf("usage: gpuproxy instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]…), " +
+			"instances update ID [lifetime flags] or instances keepalive ID; gpuproxy instances --help lists the flags")
+	}
 	bySpec := false
 	for _, n := range specFlags {
 		bySpec = bySpec || set[n]
@@ -180,6 +203,10 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 			MaxAttempts: *attempts}
 		body.Hours = 0
 	}
+	var err error
+	if body.lifetimeBody, err = lf.body(set); err != nil {
+		return err
+	}
 	for _, kv := range env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -197,40 +224,58 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		}
 		body.Ports = append(body.Ports, n)
 	}
-	key := getenv("GPUPROXY_API_KEY")
-	if key == "" {
-		return errors.New("GPUPROXY_API_KEY must hold the API key to rent as (an assistant or engineer key)")
+	base, key, err := apiTarget(*url, getenv)
+	if err != nil {
+		return err
 	}
-	base := *url
-	if base == "" {
-		base = getenv("GPUPROXY_URL")
-	}
-	if base == "" {
-		base = DefaultServerURL
-	}
-	inst, err := postCreate(ctx, strings.TrimRight(base, "/"), key, *idem, body, stderr)
+	inst, err := callAPI(ctx, http.MethodPost, base, "/api/v1/gpu/instances", key, *idem, body, specFlagOf, stderr)
 	if err != nil {
 		return err
 	}
 	return printCreated(stdout, inst)
 }
 
-// postCreate sends the create and decodes the instance, or turns the API's
-// error into one naming the CLI's flags (the offers tried, if any, go to
+// apiTarget is the gpuproxy to call (--url, else GPUPROXY_URL, else
+// DefaultServerURL) and the key to call it with (GPUPROXY_API_KEY).
+func apiTarget(urlFlag string, getenv func(string) string) (base, key string, err error) {
+	key = getenv("GPUPROXY_API_KEY")
+	if key == "" {
+		return "", "", errors.New("GPUPROXY_API_KEY must hold the API key to act as (an assistant or engineer key)")
+	}
+	base = urlFlag
+	if base == "" {
+		base = getenv("GPUPROXY_URL")
+	}
+	if base == "" {
+		base = DefaultServerURL
+	}
+	return strings.TrimRight(base, "/"), key, nil
+}
+
+// callAPI sends one request about an instance (body nil: none) and
+// decodes the instance, or turns the API's error into one naming the
+// CLI's flags (names: API field → flag; the offers tried, if any, go to
 // stderr first).
-func postCreate(ctx context.Context, base, key, idem string, body createBody, stderr io.Writer) (instanceReply, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return instanceReply{}, err
+func callAPI(ctx context.Context, method, base, path, key, idem string, body any, names map[string]string,
+	stderr io.Writer) (instanceReply, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return instanceReply{}, err
+		}
+		rd = bytes.NewReader(b)
 	}
 	ctx, cancel := context.WithTimeout(ctx, instancesTimeout)
 	defer cancel()
-	url := base + "/api/v1/gpu/instances"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	url := base + path
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return instanceReply{}, fmt.Errorf("--url %s: %w", base, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("X-API-Key", key)
 	if idem != "" {
 		req.Header.Set("Idempotency-Key", idem)
@@ -242,12 +287,13 @@ func postCreate(ctx context.Context, base, key, idem string, body createBody, st
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return instanceReply{}, fmt.Errorf("reading the answer of POST %s: %w", url, err)
+		return instanceReply{}, fmt.Errorf("reading the answer of %s %s: %w", method, url, err)
 	}
 	if res.StatusCode/100 == 2 {
 		var inst instanceReply
 		if err := json.Unmarshal(raw, &inst); err != nil || inst.ID == "" {
-			return instanceReply{}, fmt.Errorf("POST %s: HTTP %d with an answer that is not an instance: %.200s", url, res.StatusCode, raw)
+			return instanceReply{}, fmt.Errorf("%s %s: HTTP %d with an answer that is not an instance: %.200s", method, url,
+				res.StatusCode, raw)
 		}
 		return inst, nil
 	}
@@ -259,13 +305,13 @@ func postCreate(ctx context.Context, base, key, idem string, body createBody, st
 		} `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-		return instanceReply{}, fmt.Errorf("POST %s: HTTP %d: %.200s", url, res.StatusCode, raw)
+		return instanceReply{}, fmt.Errorf("%s %s: HTTP %d: %.200s", method, url, res.StatusCode, raw)
 	}
 	if tried := detailAttempts(e.Error.Details); len(tried) > 0 {
 		fmt.Fprintf(stderr, "offers tried, in order:\n")
 		_ = writeAttempts(stderr, tried)
 	}
-	err = argErr(&gpuproxy.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}, specFlagOf, nil)
+	err = argErr(&gpuproxy.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}, names, nil)
 	if tok, _ := e.Error.Details["confirm_token"].(string); tok != "" {
 		err = fmt.Errorf("%w\nonce a person agrees, rerun the same command with --confirm-token %s", err, tok)
 	}
@@ -304,6 +350,7 @@ func printCreated(w io.Writer, inst instanceReply) error {
 	if inst.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", inst.Note)
 	}
+	fmt.Fprintf(w, "lifetime: %s\n%s\n", rulesLine(inst.lifetimeReply), nextLine(inst.lifetimeReply, inst.Status, time.Now()))
 	if len(inst.Attempts) == 0 {
 		return nil
 	}
