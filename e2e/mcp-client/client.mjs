@@ -37,7 +37,8 @@ const deadline = Number(process.env.E2E_TIMEOUT_MS || 180000);
 // An assistant key has every tool, its own account's billing included.
 const assistantTools = [
   'check_spending_limit', 'create_gpu_instance', 'destroy_gpu_instance', 'get_billing_transactions',
-  'get_spending_info', 'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
+  'get_spending_info', 'keep_gpu_instance_alive', 'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
+  'update_gpu_instance',
 ];
 
 class CheckFailed extends Error {}
