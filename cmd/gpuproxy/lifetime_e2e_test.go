@@ -13,8 +13,9 @@ import (
 // instance created with idle_timeout 20s and idle_grace 0s and proxied to
 // every 2 s for 30 s is still running; once the requests end it is
 // stopped by the idle timeout within about 30 s, its record says which
-// rule did it, and the metric counts it once. A PATCH (refused past the
-// minimum, accepted within it) and a keepalive are on the way.
+// rule did it, and the metric counts it once; DELETE then destroys it. A
+// PATCH (refused under the minimum, accepted within it) and a keepalive
+// are on the way.
 func TestSandboxIdleStop(t *testing.T) {
 	t.Parallel()
 	base, _, api := runSandbox(t, map[string]string{"GPUPROXY_LOG_LEVEL": "warn", "GPUPROXY_RATE_LIMIT": "0"})
@@ -96,6 +97,12 @@ func TestSandboxIdleStop(t *testing.T) {
 	}
 	if st, e := c.call("POST", "/api/v1/gpu/instances/"+id+"/keepalive", api, ""); st != 409 {
 		t.Errorf("keepalive of a stopped instance: %d %v", st, e)
+	}
+
+	// DELETE destroys it (with its disk).
+	if st, d := c.call("DELETE", "/api/v1/gpu/instances/"+id, api, ""); st != 200 ||
+		d["status"] != "terminating" && d["status"] != "terminated" || d["acted_rule"] != "idle_timeout" {
+		t.Errorf("destroying the stopped instance: %d %v", st, d)
 	}
 
 	res, err := http.Get(base + "/metrics")
