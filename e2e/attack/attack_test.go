@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,15 +26,27 @@ type size struct {
 	chaos          map[int]string // wave → "kill" | "pg" | "kill0"
 	budget         time.Duration  // deadline of the run after the build
 	settle         time.Duration
+	// idle names the lifetime instances created per wave (lifetime_test.go:
+	// "traffic", "quiet" or "all" of the kinds); idleTraffic is how long
+	// those with traffic are proxied to before they go idle.
+	idle        map[int]string
+	idleTraffic time.Duration
 }
 
 var sizes = map[string]size{
-	// ci: about 15 s on a 2-core machine, plus the build (up to 2 min with
-	// a cold cache).
+	// ci: about 23 s on a 2-core machine, plus the build (up to 2 min with
+	// a cold cache). Its lifetime instances with traffic start with the
+	// attack, so that their traffic spans the SIGKILL and the database
+	// restart and their idle deadlines fall with the others'; 4 s of
+	// traffic is more than idleEarly, so an act that ignored it (at
+	// running + idle timeout) is still caught.
 	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24,
-		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second},
+		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second,
+		idle: map[int]string{0: "traffic", 1: "quiet", 2: "quiet"}, idleTraffic: 4 * time.Second},
+	// full: traffic longer than the idle timeout, across later chaos.
 	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30,
-		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second},
+		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second,
+		idle: map[int]string{1: "traffic", 2: "all", 4: "all", 6: "quiet"}, idleTraffic: 15 * time.Second},
 }
 
 // The attack's settings: short intervals so the background loops run many
@@ -126,8 +137,21 @@ func TestAttack(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sim.stop(syscall.SIGTERM, 10*time.Second) })
 
+	// The replicas reach the simulators through relays that record the
+	// calls changing an instance's state (relay_test.go).
+	relays, renv, err := startRelays(senv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, r := range relays {
+			r.close()
+		}
+	})
+
 	cfgPath := filepath.Join(dir, "gpuproxy.yaml")
-	env := cleanEnv(append(senv.env(), "DATABASE_URL="+dbURL,
+	env := cleanEnv(append(renv, "DATABASE_URL="+replicaDBURL(dbURL),
+		"GPUPROXY_LIFETIME_INTERVAL="+lifetimeInterval.String(),
 		"GPUPROXY_PROXY_ALLOW_NETWORKS=127.0.0.0/8",
 		fmt.Sprintf("GPUPROXY_PROXY_REQUEST_COST=%g", requestCost),
 		"GPUPROXY_PROXY_LEASE_EXPIRY="+leaseExpiry.String(),
@@ -192,6 +216,12 @@ func TestAttack(t *testing.T) {
 	for _, acct := range accounts {
 		apiKeys[acct] = ks.plain(acct).secret
 	}
+	idleKey := ""
+	if st0.hasLifetimes {
+		idleKey = setUpIdleAccount(run)
+	} else {
+		t.Logf("this build has no instance lifetimes: lifetime instances left out")
+	}
 
 	// The replicas, all on the one database.
 	replicas := make([]*replica, sz.replicas)
@@ -209,9 +239,16 @@ func TestAttack(t *testing.T) {
 	}
 	wg.Wait()
 	t.Cleanup(func() {
+		// After a failure, SIGQUIT first: a Go process writes every
+		// goroutine's stack to its log (kept), which shows a replica
+		// that hung, and on what.
+		sig := syscall.SIGKILL
+		if t.Failed() {
+			sig = syscall.SIGQUIT
+		}
 		for _, r := range replicas {
 			if p := r.proc(); p != nil {
-				_ = p.stop(syscall.SIGKILL, 5*time.Second)
+				_ = p.stop(sig, 5*time.Second)
 			}
 		}
 	})
@@ -235,7 +272,7 @@ func TestAttack(t *testing.T) {
 		t.Logf("this build has no rent by spec (%s): by-spec creates left out", r)
 		ks, sz.specPerWave = ks.without(specAccount), 0
 	}
-	rep := &report{mode: mode, bin: bin, replicas: len(replicas), keys: ks, hasKeys: hasKeys, waves: sz.waves, spec: spec}
+	rep := &report{mode: mode, sz: sz, bin: bin, replicas: len(replicas), keys: ks, hasKeys: hasKeys, waves: sz.waves, spec: spec}
 
 	// Offers, and the proxy account's running instance: io.net, prepaid
 	// for one hour, so the account starts the burst with spend already and
@@ -268,6 +305,15 @@ func TestAttack(t *testing.T) {
 		keyPriors[k.id] = st.keySpend(k.id)
 	}
 	rep.proxyLimit = st.byName[proxyAccount].limits[0].limit
+	var il *idleLoad
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watchWG sync.WaitGroup
+	if idleKey != "" {
+		il = &idleLoad{key: idleKey, trafficFor: sz.idleTraffic, vast: vast, ionet: ionet, watch: &actWatch{}}
+		rep.idle = il
+		watchWG.Go(func() { il.watch.run(wctx, dbURL, idleAccount, 200*time.Millisecond) })
+	}
 	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
 		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, raises[proxyAccount])
@@ -298,7 +344,7 @@ func TestAttack(t *testing.T) {
 	attackStart := time.Now()
 	for wave := range sz.waves {
 		if ctx.Err() != nil {
-			t.Fatalf("out of time before wave %d", wave)
+			t.Fatalf("out of time before wave %d (a replica that hung shows what it waits on in the goroutine dump SIGQUIT writes to its log)", wave)
 		}
 		var prog progress
 		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave)
@@ -376,6 +422,9 @@ func TestAttack(t *testing.T) {
 				}
 			})
 		}
+		if il != nil {
+			il.start(ctx, a, sz, wave, gate)
+		}
 		close(gate)
 		waveWG.Wait()
 		time.Sleep(200 * time.Millisecond) // destroys, metering and reconciling between waves
@@ -384,6 +433,12 @@ func TestAttack(t *testing.T) {
 	close(destroyCh)
 	destroyWG.Wait()
 	rep.attackTime = time.Since(attackStart)
+	// Lifetimes: their traffic ends, then each idle instance is acted on.
+	if il != nil {
+		lifeStart := time.Now()
+		il.waitActed(ctx)
+		rep.lifetimeWait = time.Since(lifeStart)
+	}
 
 	// Settle: nothing in flight, expired leases released, meters charged.
 	settleStart := time.Now()
@@ -416,6 +471,10 @@ func TestAttack(t *testing.T) {
 		rep.leasesLive = st.checkHolds(&v, leaseAge)
 	}
 
+	metric := scrapeActs(ctx, a, replicas)
+	stopWatch()
+	watchWG.Wait()
+
 	// Stop every replica gracefully: they settle their leases on the way out.
 	for _, r := range replicas {
 		wg.Go(func() {
@@ -447,6 +506,10 @@ func TestAttack(t *testing.T) {
 	rep.providerAll = len(pis)
 	if spec != nil {
 		rep.specFigures = spec.check(&v, final, pis)
+	}
+	if il != nil {
+		rep.lifetime = lifetimeRun{insts: il.insts, s: final, pis: pis, calls: recordedCalls(relays),
+			seen: il.watch.histories(), chaos: rep.marks, logActs: loggedActs(dir), metric: metric}.check(&v)
 	}
 	rep.peak, rep.confirmed, rep.samples, rep.sampleErrs = samp.worst()
 	for _, c := range rep.confirmed {
@@ -500,80 +563,4 @@ func TestAttack(t *testing.T) {
 	if len(v.list) > 0 {
 		t.Errorf("%d invariant(s) broken; see the summary above (logs in %s)", len(v.list), dir)
 	}
-}
-
-// prepareProxyInstance creates the proxy account's instance and waits for
-// it to run.
-func prepareProxyInstance(ctx context.Context, t *testing.T, a *api, key string, o offer) instance {
-	t.Helper()
-	res := a.create(ctx, 0, key, o, 1, "atk-proxy-instance")
-	if res.inst.ID == "" {
-		t.Fatalf("creating the proxy account's instance on %s %s: %s", o.Provider, o.OfferID, res.final)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		inst, r := a.get(ctx, 0, key, res.inst.ID)
-		if r.status == http.StatusOK && inst.Status == "running" {
-			return inst
-		}
-		if inst.Status == "failed" || inst.Status == "terminated" {
-			t.Fatalf("proxy instance %s is %s: %s", inst.ID, inst.Status, r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
-	return instance{}
-}
-
-// waitSettled polls until no instance is in flight, every stopped meter is
-// charged to its stop, no lease older than maxLeaseAge is open, and
-// notBefore has passed.
-func waitSettled(ctx context.Context, url string, limit, maxLeaseAge time.Duration, notBefore time.Time) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		st, err := readState(ctx, url)
-		if err == nil && st.settled(maxLeaseAge) && time.Now().After(notBefore) {
-			// Once more after a metering round, so a last charge or a lease
-			// settlement in progress lands before the checks.
-			time.Sleep(meteringInt + 200*time.Millisecond)
-			return true
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return false
-}
-
-func (s *dbState) settled(maxLeaseAge time.Duration) bool {
-	for _, in := range s.instances {
-		if in.status == "pending" || in.status == "starting" || in.status == "terminating" {
-			return false
-		}
-	}
-	for _, m := range s.meters {
-		if m.stopped && m.chargedUntilUS < m.stopUS {
-			return false
-		}
-	}
-	for _, h := range s.holds {
-		if maxLeaseAge >= 0 && h.status == "open" && strings.HasPrefix(h.ref, "lease:") &&
-			time.Duration(s.nowUS-h.createdUS)*time.Microsecond > maxLeaseAge {
-			return false
-		}
-	}
-	return true
-}
-
-// accountSpend is the account's total spend over the whole run.
-func (s *dbState) accountSpend(name string) int64 {
-	a := s.byName[name]
-	if a == nil {
-		return 0
-	}
-	var sum int64
-	for _, e := range s.ledger {
-		if e.account == a.id {
-			sum += e.spend
-		}
-	}
-	return sum
 }

@@ -8,8 +8,28 @@ import (
 	"time"
 )
 
-// strikeChaos kills a replica (and starts it again) or restarts Postgres.
+// chaosMark is when one chaos event struck: from the SIGKILL (or the
+// restart's start) to the replica's (or the database's) return.
+type chaosMark struct {
+	what     string
+	from, to time.Time
+}
+
+// overlaps reports whether the event was under way at some time in
+// [from, to].
+func (m chaosMark) overlaps(from, to time.Time) bool { return !m.from.After(to) && !m.to.Before(from) }
+
+// strikeChaos kills a replica (and starts it again) or restarts Postgres,
+// and says when.
 func strikeChaos(ctx context.Context, t *testing.T, action string, wave int, replicas []*replica, pg *pgCluster,
+	dir, bin, cfg string, env []string) (string, chaosMark) {
+	m := chaosMark{what: action, from: time.Now()}
+	s := strikeChaosAt(ctx, t, action, wave, replicas, pg, dir, bin, cfg, env)
+	m.to = time.Now()
+	return s, m
+}
+
+func strikeChaosAt(ctx context.Context, t *testing.T, action string, wave int, replicas []*replica, pg *pgCluster,
 	dir, bin, cfg string, env []string) string {
 	switch action {
 	case "kill", "kill0":

@@ -53,6 +53,10 @@ type instanceRow struct {
 	idemKey                                   string
 	keyID                                     string // the key that created it
 	offerID                                   string // the provider's offer (vast.ai: ask id) it rented
+	// Its lifetime (issue 21; zero on a build without lifetimes): the
+	// idle rule, the rule that acted on it and when, its last activity.
+	idleTimeoutMS, idleGraceMS, actedUS, lastActivityUS int64
+	idleAction, actedRule                               string
 }
 
 // callKey names a create call: its account and Idempotency-Key.
@@ -99,6 +103,8 @@ type dbState struct {
 	// calls are the create calls with an Idempotency-Key (issue 20's
 	// create_calls), by account id and key; nil when the schema has none.
 	calls map[callKey]*callRow
+	// hasLifetimes: the schema has instance lifetimes (issue 21).
+	hasLifetimes bool
 }
 
 func readState(ctx context.Context, url string) (*dbState, error) {
@@ -116,8 +122,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 		keys: map[string]*keyRow{}}
 	var hasCalls bool
 	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT,
-	                                   to_regclass('api_key_limits') IS NOT NULL, to_regclass('create_calls') IS NOT NULL`).
-		Scan(&s.nowUS, &s.hasKeys, &hasCalls); err != nil {
+	                                   to_regclass('api_key_limits') IS NOT NULL, to_regclass('create_calls') IS NOT NULL,
+	                                   EXISTS (SELECT 1 FROM information_schema.columns
+	                                            WHERE table_name = 'instances' AND column_name = 'acted_rule')`).
+		Scan(&s.nowUS, &s.hasKeys, &hasCalls, &s.hasLifetimes); err != nil {
 		return nil, err
 	}
 	keyCol := "''"
@@ -219,6 +227,24 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if s.hasLifetimes {
+		if err := q(`SELECT id, idle_timeout_ms, idle_grace_ms, idle_action, acted_rule, COALESCE(acted_us, 0),
+		                    COALESCE(last_activity_us, 0) FROM instances`, func(r pgx.Rows) error {
+			var id string
+			var l instanceRow
+			if err := r.Scan(&id, &l.idleTimeoutMS, &l.idleGraceMS, &l.idleAction, &l.actedRule, &l.actedUS,
+				&l.lastActivityUS); err != nil {
+				return err
+			}
+			if i := s.instances[id]; i != nil {
+				i.idleTimeoutMS, i.idleGraceMS, i.idleAction = l.idleTimeoutMS, l.idleGraceMS, l.idleAction
+				i.actedRule, i.actedUS, i.lastActivityUS = l.actedRule, l.actedUS, l.lastActivityUS
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if err := q(`SELECT id, account_id, instance_id, price_micros, start_us, stop_us IS NOT NULL, COALESCE(stop_us, 0),
 	                    charged_until_us, charged_micros FROM meters`, func(r pgx.Rows) error {

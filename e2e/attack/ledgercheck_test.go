@@ -151,7 +151,7 @@ func (s *dbState) checkLedger(v *violations) {
 		switch {
 		case in.status == "running" && !open:
 			v.add("unbilled: %s instance %s is running without an open meter", in.provider, in.id)
-		case (in.status == "terminated" || in.status == "failed") && open:
+		case (in.status == "terminated" || in.status == "failed" || in.status == "stopped") && open:
 			v.add("billed after stop: %s instance %s is %s with an open meter", in.provider, in.id, in.status)
 		case in.status == "terminated" && !any:
 			v.add("%s instance %s ran and was terminated without ever being metered", in.provider, in.id)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -117,7 +118,12 @@ type offer struct {
 
 // offers lists both providers' offers at or under maxPrice per hour.
 func (a *api) offers(ctx context.Context, key string, maxPrice float64) ([]offer, error) {
-	r := a.do(ctx, 0, http.MethodGet, "/api/v1/gpu/offers?limit=500&max_price="+strconv.FormatFloat(maxPrice, 'f', -1, 64), key, nil, nil)
+	return a.offersAt(ctx, 0, key, maxPrice)
+}
+
+// offersAt is offers, asked of the given replica.
+func (a *api) offersAt(ctx context.Context, replica int, key string, maxPrice float64) ([]offer, error) {
+	r := a.do(ctx, replica, http.MethodGet, "/api/v1/gpu/offers?limit=500&max_price="+strconv.FormatFloat(maxPrice, 'f', -1, 64), key, nil, nil)
 	if r.err != nil || r.status != http.StatusOK {
 		return nil, fmt.Errorf("listing offers: %s", r)
 	}
@@ -159,8 +165,15 @@ type createResult struct {
 // create sends one create with an Idempotency-Key, retrying on another
 // replica while the outcome is unknown, as a careful client would.
 func (a *api) create(ctx context.Context, replica int, key string, o offer, hours int, idem string) createResult {
+	return a.createWith(ctx, replica, key, o, hours, idem, nil)
+}
+
+// createWith is create with extra fields in the body (lifetime rules).
+func (a *api) createWith(ctx context.Context, replica int, key string, o offer, hours int, idem string,
+	extra map[string]any) createResult {
 	body := map[string]any{"provider": o.Provider, "offer_id": o.OfferID, "image": "vllm/vllm-openai:latest",
 		"env": map[string]string{"MODEL": "attack"}, "ports": []int{8000}}
+	maps.Copy(body, extra)
 	cost := o.PricePerHour
 	if o.Billing == "prepaid" {
 		body["hours"] = hours

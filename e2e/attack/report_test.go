@@ -12,6 +12,7 @@ import (
 type report struct {
 	mu       sync.Mutex
 	mode     string
+	sz       size
 	bin      string
 	replicas int
 
@@ -22,6 +23,7 @@ type report struct {
 	destroys                    tally
 	proxy                       tally
 	chaos                       []string
+	marks                       []chaosMark
 	proxyPrior                  int64
 	proxyLimit                  int64
 	proxyCharged                int64
@@ -35,6 +37,10 @@ type report struct {
 	keyProxies                  []keyProxy
 	spec                        *specLoad // nil: the build has no rent by spec
 	specFigures                 *specFigures
+	idle                        *idleLoad // nil: the build has no lifetimes
+	lifetime                    *lifetimeFigures
+
+	lifetimeWait time.Duration
 
 	attackTime, settleTime, wall time.Duration
 	leasesLive                   int
@@ -60,10 +66,11 @@ func (r *report) addCreate(res createResult) {
 	}
 }
 
-func (r *report) addChaos(s string) {
+func (r *report) addChaos(s string, m chaosMark) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.chaos = append(r.chaos, s)
+	r.marks = append(r.marks, m)
 }
 
 // served counts replies with a 2xx status.
@@ -84,8 +91,8 @@ func (r *report) String() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("")
 	p("==== gpuproxy attack: %s size, %d replicas, binary %s", r.mode, r.replicas, r.bin)
-	p("wall time %s (attack %s, settle %s)", r.wall.Round(time.Millisecond), r.attackTime.Round(time.Millisecond),
-		r.settleTime.Round(time.Millisecond))
+	p("wall time %s (attack %s, lifetime wait %s, settle %s)", r.wall.Round(time.Millisecond), r.attackTime.Round(time.Millisecond),
+		r.lifetimeWait.Round(time.Millisecond), r.settleTime.Round(time.Millisecond))
 	p("chaos: %s", strings.Join(r.chaos, "; "))
 	p("")
 	p("creates (%s, limits %v, the first raised by $%g a wave to %v): %d sent", createAccount, limits[createAccount],
@@ -141,6 +148,10 @@ func (r *report) String() string {
 	p("")
 	if r.spec != nil && r.specFigures != nil {
 		r.spec.report(p, r.specFigures, r.waves)
+		p("")
+	}
+	if r.idle != nil && r.lifetime != nil {
+		r.lifetime.report(p, r.sz, r.idle, r.idle.watch)
 		p("")
 	}
 	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],

@@ -32,7 +32,7 @@ type providerInstance struct {
 // live reports whether the provider is (or may soon be) running it.
 func (p providerInstance) live() bool {
 	if p.provider == "vast.ai" {
-		return true // the v1 list leaves destroyed instances out
+		return p.status != "stopped" // the v1 list leaves destroyed instances out; a stopped one keeps its disk
 	}
 	return p.status == "running" || p.status == "deployment requested"
 }
