@@ -103,9 +103,36 @@ func (s *Store) MarkStopped(ctx context.Context, id string, at time.Time) (gpupr
 
 // LifetimePolicy returns an account's lifetime policy (unset fields nil).
 func (s *Store) LifetimePolicy(ctx context.Context, accountID int64) (gpuproxy.LifetimePolicy, error) {
+	return lifetimePolicy(ctx, s.pool(), accountID)
+}
+
+// UpdateLifetimePolicy changes an account's lifetime policy with change,
+// read and written in one transaction under the account's lock, so that
+// two admins changing different fields at once both keep theirs. An error
+// from change writes nothing. It returns the policy stored.
+func (s *Store) UpdateLifetimePolicy(ctx context.Context, accountID int64,
+	change func(gpuproxy.LifetimePolicy) (gpuproxy.LifetimePolicy, error)) (gpuproxy.LifetimePolicy, error) {
+	var out gpuproxy.LifetimePolicy
+	err := s.inTx(ctx, func(c conn) error {
+		if err := s.lockAccount(ctx, c, accountID); err != nil {
+			return err
+		}
+		cur, err := lifetimePolicy(ctx, c, accountID)
+		if err != nil {
+			return err
+		}
+		if out, err = change(cur); err != nil {
+			return err
+		}
+		return setLifetimePolicy(ctx, c, accountID, out)
+	})
+	return out, err
+}
+
+func lifetimePolicy(ctx context.Context, c conn, accountID int64) (gpuproxy.LifetimePolicy, error) {
 	var p gpuproxy.LifetimePolicy
 	var v [4]*int64
-	err := s.pool().queryRow(ctx, `SELECT default_idle_timeout_ms, default_max_duration_ms, max_idle_timeout_ms,
+	err := c.queryRow(ctx, `SELECT default_idle_timeout_ms, default_max_duration_ms, max_idle_timeout_ms,
 		max_max_duration_ms FROM accounts WHERE id = $1`, accountID).Scan(&v[0], &v[1], &v[2], &v[3])
 	if err = translate(err); err != nil {
 		if gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
@@ -126,13 +153,17 @@ func (s *Store) LifetimePolicy(ctx context.Context, accountID int64) (gpuproxy.L
 // SetLifetimePolicy replaces an account's lifetime policy (nil fields
 // become unset).
 func (s *Store) SetLifetimePolicy(ctx context.Context, accountID int64, p gpuproxy.LifetimePolicy) error {
+	return setLifetimePolicy(ctx, s.pool(), accountID, p)
+}
+
+func setLifetimePolicy(ctx context.Context, c conn, accountID int64, p gpuproxy.LifetimePolicy) error {
 	ms := func(d *time.Duration) any {
 		if d == nil {
 			return nil
 		}
 		return d.Milliseconds()
 	}
-	n, err := s.pool().exec(ctx, `UPDATE accounts SET default_idle_timeout_ms = $1, default_max_duration_ms = $2,
+	n, err := c.exec(ctx, `UPDATE accounts SET default_idle_timeout_ms = $1, default_max_duration_ms = $2,
 		max_idle_timeout_ms = $3, max_max_duration_ms = $4 WHERE id = $5`,
 		ms(p.DefaultIdleTimeout), ms(p.DefaultMaxDuration), ms(p.MaxIdleTimeout), ms(p.MaxMaxDuration), accountID)
 	if err != nil {

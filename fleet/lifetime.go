@@ -58,7 +58,7 @@ func (s *Service) resolveLifetime(p gpuproxy.LifetimePolicy, cur *gpuproxy.Lifet
 		out = *cur
 	} else {
 		out = gpuproxy.Lifetime{IdleTimeout: bounded(defIdle, p.MaxIdleTimeout), MaxDuration: bounded(defMax, p.MaxMaxDuration),
-			IdleGrace: s.opts.DefaultIdleGrace, IdleAction: gpuproxy.IdleStop}
+			IdleGrace: max(s.opts.DefaultIdleGrace, 0), IdleAction: gpuproxy.IdleStop}
 	}
 	var err error
 	if out.IdleTimeout, err = ruleDuration("idle_timeout", req.IdleTimeout, out.IdleTimeout, defIdle, p.MaxIdleTimeout,

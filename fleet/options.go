@@ -169,6 +169,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("fleet.Options.%s: must not be negative, got %s", d.name, d.v)
 		}
 	}
+	if d := o.DefaultIdleTimeout; d > 0 && d < MinLifetimeDuration {
+		return fmt.Errorf("fleet.Options.DefaultIdleTimeout: must be at least %s (negative for none), got %s", MinLifetimeDuration, d)
+	}
 	switch o.OrphanPolicy {
 	case "", OrphanDestroy, OrphanLeave, OrphanAdopt:
 	default:
@@ -210,17 +213,13 @@ func (o Options) withDefaults() Options {
 	if o.OrphanPolicy == "" {
 		o.OrphanPolicy = DefaultOrphanPolicy
 	}
-	switch {
-	case o.DefaultIdleTimeout == 0:
+	// Negative stays negative ("none"), so that withDefaults is
+	// idempotent; resolveLifetime reads it as 0.
+	if o.DefaultIdleTimeout == 0 {
 		o.DefaultIdleTimeout = DefaultDefaultIdleTimeout
-	case o.DefaultIdleTimeout < 0:
-		o.DefaultIdleTimeout = 0
 	}
-	switch {
-	case o.DefaultIdleGrace == 0:
+	if o.DefaultIdleGrace == 0 {
 		o.DefaultIdleGrace = DefaultIdleGrace
-	case o.DefaultIdleGrace < 0:
-		o.DefaultIdleGrace = 0
 	}
 	if o.WarnLead <= 0 {
 		o.WarnLead = DefaultWarnLead

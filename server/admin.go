@@ -172,20 +172,14 @@ func (s *Server) setLimits(c echo.Context) error {
 			return err
 		}
 	}
-	policy, err := s.svc.Store.LifetimePolicy(ctx, a.ID)
+	// The policy first: a change that does not apply (a default over
+	// its maximum) refuses before the windows are written.
+	policy, err := s.svc.Store.UpdateLifetimePolicy(ctx, a.ID, change.Apply)
 	if err != nil {
-		return err
-	}
-	if policy, err = change.Apply(policy); err != nil {
 		return err
 	}
 	if req.Windows != nil || req.OnExceed != "" {
 		if err := s.svc.Guard.SetLimits(ctx, a.ID, ws, req.OnExceed); err != nil {
-			return err
-		}
-	}
-	if !change.Empty() {
-		if err := s.svc.Store.SetLifetimePolicy(ctx, a.ID, policy); err != nil {
 			return err
 		}
 	}

@@ -15,7 +15,11 @@ import (
 // may pass); db.Store implements it.
 type LifetimePolicies interface {
 	LifetimePolicy(ctx context.Context, accountID int64) (gpuproxy.LifetimePolicy, error)
-	SetLifetimePolicy(ctx context.Context, accountID int64, p gpuproxy.LifetimePolicy) error
+	// UpdateLifetimePolicy applies change to the stored policy in one
+	// transaction (no lost update between two admins); an error from
+	// change writes nothing.
+	UpdateLifetimePolicy(ctx context.Context, accountID int64,
+		change func(gpuproxy.LifetimePolicy) (gpuproxy.LifetimePolicy, error)) (gpuproxy.LifetimePolicy, error)
 }
 
 // Store is what the handlers use of the store directly: its health for

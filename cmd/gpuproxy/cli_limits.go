@@ -77,13 +77,11 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return cliErr(err)
 	}
-	policy, err := svc.Store.LifetimePolicy(ctx, a.ID)
-	if err != nil {
-		return cliErr(err)
-	}
+	var policy gpuproxy.LifetimePolicy
 	if f.args[0] == "set" {
-		// Everything is checked before anything is written.
-		if policy, err = change.Apply(policy); err != nil {
+		// The policy first, in one transaction: a change that does not
+		// apply refuses before the windows are written.
+		if policy, err = svc.Store.UpdateLifetimePolicy(ctx, a.ID, change.Apply); err != nil {
 			return argErr(err, names, nil)
 		}
 		if len(ws) > 0 || *onExceed != "" {
@@ -91,14 +89,11 @@ func cmdLimits(ctx context.Context, args []string, getenv func(string) string, s
 				return argErr(err, nil, windows)
 			}
 		}
-		if !change.Empty() {
-			if err := svc.Store.SetLifetimePolicy(ctx, a.ID, policy); err != nil {
-				return cliErr(err)
-			}
-		}
 		if len(ws) > 0 {
 			fmt.Fprintf(stdout, "replaced all of %s's windows with the %d given:\n", a.Name, len(ws))
 		}
+	} else if policy, err = svc.Store.LifetimePolicy(ctx, a.ID); err != nil {
+		return cliErr(err)
 	}
 	snap, err := svc.Guard.Spending(ctx, a.ID)
 	if err != nil {

@@ -32,6 +32,8 @@ var envKeys = map[string]string{
 	"GPUPROXY_ORPHAN_POLICY":        "fleet.orphan_policy",
 	"GPUPROXY_OFFER_CACHE_TTL":      "fleet.offer_cache_ttl",
 	"GPUPROXY_KILL_MARGIN":          "fleet.kill_margin",
+	"GPUPROXY_DEFAULT_IDLE_TIMEOUT": "fleet.default_idle_timeout",
+	"GPUPROXY_LIFETIME_INTERVAL":    "fleet.lifetime_interval",
 	"GPUPROXY_PROXY_REQUEST_COST":   "proxy.request_cost",
 	"GPUPROXY_PROXY_ALLOW_NETWORKS": "proxy.allow_networks",
 	"GPUPROXY_PROXY_LEASE_EXPIRY":   "proxy.lease_expiry",
@@ -120,6 +122,12 @@ func (c *config) checkValues() error {
 		if d.v < 0 {
 			bad(d.key, "must not be negative, got %s", d.v)
 		}
+	}
+	if d := c.Fleet.DefaultIdleTimeout; d != nil && (*d < 0 || *d > 0 && *d < fleet.MinLifetimeDuration) {
+		bad("fleet.default_idle_timeout", "must be at least %s, or 0 for none, got %s", fleet.MinLifetimeDuration, *d)
+	}
+	if d := c.Fleet.DefaultIdleGrace; d != nil && *d < 0 {
+		bad("fleet.default_idle_grace", "must not be negative (0 for none), got %s", *d)
 	}
 	if a := c.Alerts; a.RetryMin > 0 && a.RetryMax > 0 && a.RetryMax < a.RetryMin {
 		bad("alerts.retry_max", "must not be shorter than alerts.retry_min (%s), got %s", a.RetryMin, a.RetryMax)

@@ -111,7 +111,9 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
   keys revoke --account NAME KEY_ID
   limits show --account NAME                  the account's windows and its keys' own: limit, spent,
                                               held, committed, remaining
-  limits set --account NAME --window 1h=50 [--window 1d=1000] [--on-exceed block|destroy]
+  limits set --account NAME [--window 1h=50 [--window 1d=1000]] [--on-exceed block|destroy]
+             [--default-idle-timeout 30m] [--default-max-duration 8h] [--max-idle-timeout 2h]
+             [--max-max-duration 24h]
                                               replaces all the account's windows with those given;
                                               a unit is required: 60m, 24h, 7d
   credits add --account NAME --amount USD [--description TEXT]
