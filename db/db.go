@@ -37,6 +37,10 @@ const DefaultSQLitePath = "data/gpuproxy.db"
 
 // SQLite connection settings (not options: the store relies on them).
 const (
+	// leaderLockConns bounds the connections holding leader locks (one
+	// per leader job a replica leads at once: metering, the kill switch,
+	// polling, reconciling, lifetimes, …).
+	leaderLockConns = 16
 	// sqliteMaxConns bounds the SQLite pool, open and idle alike:
 	// reopening SQLite connections is costly.
 	sqliteMaxConns = 8
@@ -95,11 +99,17 @@ func (o Options) Validate() error {
 
 // Store is a gpuproxy database: Postgres or SQLite.
 type Store struct {
-	pg      *pgxpool.Pool
+	pg *pgxpool.Pool
+	// locks holds the connections of leader locks (WithLeader), apart
+	// from pg: a leader holds its lock's connection while its work takes
+	// connections from pg, so with both in one pool, as many leaders as
+	// the pool has connections would each wait for a second one forever.
+	locks   *pgxpool.Pool
 	sq      *sql.DB
 	dialect string // "postgres" | "sqlite"
 	path    string // SQLite file
 	where   string // Postgres host:port/database, without credentials
+	schema  string // Postgres schema (Options.Schema): part of leader lock names
 
 	usageMu    sync.Mutex
 	usageStmts map[int]*sql.Stmt // SQLite usage INSERTs by row count, prepared once
@@ -146,12 +156,19 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if o.MaxConns > 0 {
 			cfg.MaxConns = o.MaxConns
 		}
+		lockCfg := cfg.Copy()
+		lockCfg.MaxConns = leaderLockConns
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to postgres: %w", redactErr(err))
 		}
+		locks, err := pgxpool.NewWithConfig(ctx, lockCfg)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connecting to postgres: %w", redactErr(err))
+		}
 		where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-		return &Store{pg: pool, dialect: "postgres", where: where}, nil
+		return &Store{pg: pool, locks: locks, dialect: "postgres", where: where, schema: o.Schema}, nil
 	default: // "sqlite:PATH": Validate refused every other URL
 		path := strings.TrimPrefix(strings.TrimPrefix(u, "sqlite:"), "//")
 		if path == "" {
@@ -197,6 +214,7 @@ func (s *Store) Location() string {
 func (s *Store) Close() {
 	if s.pg != nil {
 		s.pg.Close()
+		s.locks.Close()
 	}
 	if s.sq != nil {
 		s.usageMu.Lock()

@@ -167,9 +167,17 @@ func (s *Store) WithLeader(ctx context.Context, name string, fn func(ctx context
 		return true, fn(ctx)
 	}
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("gpuproxy:" + name))
+	// Advisory locks are per database: a schema (tests sharing one
+	// database) is part of the name, so stores of different schemas do
+	// not lead for each other. Without one the name is as it always was,
+	// so replicas of different versions still exclude each other.
+	lock := "gpuproxy:" + name
+	if s.schema != "" {
+		lock = "gpuproxy:" + s.schema + ":" + name
+	}
+	_, _ = h.Write([]byte(lock))
 	key := int64(h.Sum64())
-	c, err := s.pg.Acquire(ctx)
+	c, err := s.locks.Acquire(ctx) // not from pg: fn takes its connections there
 	if err != nil {
 		return false, translate(err)
 	}
