@@ -329,24 +329,10 @@ func (s *Service) reconcileKillSwitch(ctx context.Context, rep *ReconcileReport)
 // runKillSwitch evaluates every KillSwitchInterval and at each computed
 // kill time in between, until ctx ends.
 func (s *Service) runKillSwitch(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	s.runPasses(ctx, "kill switch", s.opts.KillSwitchInterval, func(ctx context.Context) (time.Time, error) {
 		rep, err := s.KillSwitch(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.opts.Logger.Warn("kill switch", "err", err)
-		}
-		wait := s.opts.KillSwitchInterval
-		if !rep.Next.IsZero() {
-			wait = min(wait, max(rep.Next.Sub(s.opts.Now()), time.Millisecond))
-		}
-		t.Reset(wait)
-	}
+		return rep.Next, err
+	})
 }
 
 // destroyTimes estimates each provider's destroy latency the way TCP

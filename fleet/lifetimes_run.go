@@ -178,6 +178,17 @@ func earliest(a, b time.Time) time.Time {
 // runLifetimes applies the lifetime rules every LifetimeInterval, and at
 // the next due time when that is sooner.
 func (s *Service) runLifetimes(ctx context.Context) {
+	s.runPasses(ctx, "lifetime rules", s.opts.LifetimeInterval, func(ctx context.Context) (time.Time, error) {
+		rep, err := s.Lifetimes(ctx)
+		return rep.Next, err
+	})
+}
+
+// runPasses runs pass at once, then every interval, or sooner at the next
+// due time the pass reports (zero: none), until ctx ends; a failing pass
+// is logged as what.
+func (s *Service) runPasses(ctx context.Context, what string, interval time.Duration,
+	pass func(context.Context) (time.Time, error)) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -186,13 +197,13 @@ func (s *Service) runLifetimes(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rep, err := s.Lifetimes(ctx)
+		next, err := pass(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.opts.Logger.Warn("lifetime rules", "err", err)
+			s.opts.Logger.Warn(what, "err", err)
 		}
-		wait := s.opts.LifetimeInterval
-		if !rep.Next.IsZero() {
-			wait = min(wait, max(rep.Next.Sub(s.opts.Now()), 10*time.Millisecond))
+		wait := interval
+		if !next.IsZero() {
+			wait = min(wait, max(next.Sub(s.opts.Now()), time.Millisecond))
 		}
 		t.Reset(wait)
 	}

@@ -160,20 +160,10 @@ func (s *Server) keepAlive(ctx context.Context, c call, in keepAliveInput) (resu
 // rulesText is an instance's rules in a line: "idle_timeout 30m0s (stop,
 // grace 10m0s), max_duration 8h0m0s, spend_cap $20" or "none".
 func rulesText(l httpapi.LifetimeJSON) string {
-	var parts []string
-	if l.IdleTimeout != "" {
-		parts = append(parts, fmt.Sprintf("idle_timeout %s (%s, grace %s)", l.IdleTimeout, l.IdleAction, l.IdleGrace))
+	if t := l.RulesText(usd); t != "" {
+		return t
 	}
-	if l.MaxDuration != "" {
-		parts = append(parts, "max_duration "+l.MaxDuration)
-	}
-	if l.SpendCap > 0 {
-		parts = append(parts, "spend_cap "+usd(l.SpendCap))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
+	return "none"
 }
 
 // nextText says which rule acts next on the instance and when: "Next:

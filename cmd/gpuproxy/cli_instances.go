@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // DefaultServerURL is the gpuproxy that `instances` commands call unless
@@ -96,7 +97,7 @@ type instanceReply struct {
 	Status       string          `json:"status"`
 	Note         string          `json:"note"`
 	Attempts     []attemptReply  `json:"attempts"`
-	lifetimeReply
+	httpapi.LifetimeJSON
 }
 
 // attemptReply is one offer a rent by spec tried.
@@ -350,7 +351,7 @@ func printCreated(w io.Writer, inst instanceReply) error {
 	if inst.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", inst.Note)
 	}
-	fmt.Fprintf(w, "lifetime: %s\n%s\n", rulesLine(inst.lifetimeReply), nextLine(inst.lifetimeReply, inst.Status, time.Now()))
+	fmt.Fprintf(w, "lifetime: %s\n%s\n", rulesLine(inst.LifetimeJSON), nextLine(inst.LifetimeJSON, inst.Status, time.Now()))
 	if len(inst.Attempts) == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // Lifetimes from the CLI: `instances create` takes an instance's lifetime
@@ -39,20 +40,6 @@ type lifetimeBody struct {
 	IdleAction  *string          `json:"idle_action,omitempty"`
 	IdleGrace   *string          `json:"idle_grace,omitempty"`
 	SpendCap    *gpuproxy.Micros `json:"spend_cap,omitempty"`
-}
-
-// lifetimeReply is the part of the API's instance that tells its lifetime.
-type lifetimeReply struct {
-	MaxDuration    string          `json:"max_duration"`
-	IdleTimeout    string          `json:"idle_timeout"`
-	IdleAction     string          `json:"idle_action"`
-	IdleGrace      string          `json:"idle_grace"`
-	SpendCap       gpuproxy.Micros `json:"spend_cap"`
-	LastActivityAt *time.Time      `json:"last_activity_at"`
-	IdleFor        string          `json:"idle_for"`
-	ActsAt         *time.Time      `json:"acts_at"`
-	Rule           string          `json:"rule"`
-	Action         string          `json:"action"`
 }
 
 // lifetimeFlags are the lifetime flags of a flag set.
@@ -136,7 +123,7 @@ func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, s
 			last = inst.LastActivityAt.UTC().Format(time.DateTime) + " UTC"
 		}
 		fmt.Fprintf(stdout, "kept %s alive: last activity %s; its idle timeout starts over\n", inst.ID, last)
-		fmt.Fprintln(stdout, nextLine(inst.lifetimeReply, inst.Status, time.Now()))
+		fmt.Fprintln(stdout, nextLine(inst.LifetimeJSON, inst.Status, time.Now()))
 		return nil
 	}
 	body, err := lf.body(set)
@@ -150,8 +137,8 @@ func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, s
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "updated %s: %s\n", inst.ID, rulesLine(inst.lifetimeReply))
-	fmt.Fprintln(stdout, nextLine(inst.lifetimeReply, inst.Status, time.Now()))
+	fmt.Fprintf(stdout, "updated %s: %s\n", inst.ID, rulesLine(inst.LifetimeJSON))
+	fmt.Fprintln(stdout, nextLine(inst.LifetimeJSON, inst.Status, time.Now()))
 	return nil
 }
 
@@ -166,26 +153,16 @@ func isLifetimeFlag(name string) bool {
 
 // rulesLine is an instance's rules: "idle_timeout 30m0s (stop, grace
 // 10m0s), max_duration 8h0m0s, spend_cap $20" or "no lifetime rules".
-func rulesLine(l lifetimeReply) string {
-	var parts []string
-	if l.IdleTimeout != "" {
-		parts = append(parts, fmt.Sprintf("idle_timeout %s (%s, grace %s)", l.IdleTimeout, l.IdleAction, l.IdleGrace))
+func rulesLine(l httpapi.LifetimeJSON) string {
+	if t := l.RulesText(usd); t != "" {
+		return t
 	}
-	if l.MaxDuration != "" {
-		parts = append(parts, "max_duration "+l.MaxDuration)
-	}
-	if l.SpendCap > 0 {
-		parts = append(parts, "spend_cap "+usd(l.SpendCap))
-	}
-	if len(parts) == 0 {
-		return "no lifetime rules"
-	}
-	return strings.Join(parts, ", ")
+	return "no lifetime rules"
 }
 
 // nextLine says which rule acts next on an instance in status: "next:
 // idle_timeout stops it at 2026-11-26 14:02:05 UTC (in 27m55s)".
-func nextLine(l lifetimeReply, status string, now time.Time) string {
+func nextLine(l httpapi.LifetimeJSON, status string, now time.Time) string {
 	switch {
 	case l.ActsAt == nil && (status == string(gpuproxy.Pending) || status == string(gpuproxy.Starting)):
 		return "next: the rules count from when it runs"

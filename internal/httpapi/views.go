@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -222,6 +224,23 @@ type LifetimeJSON struct {
 	// ActedRule is the rule that stopped or destroyed the instance.
 	ActedRule string     `json:"acted_rule,omitempty"`
 	ActedAt   *time.Time `json:"acted_at,omitempty"`
+}
+
+// RulesText is the rules in a line — "idle_timeout 30m0s (stop, grace
+// 10m0s), max_duration 8h0m0s, spend_cap $20" — or "" when there are none;
+// usd writes the cap.
+func (j LifetimeJSON) RulesText(usd func(gpuproxy.Micros) string) string {
+	var parts []string
+	if j.IdleTimeout != "" {
+		parts = append(parts, fmt.Sprintf("idle_timeout %s (%s, grace %s)", j.IdleTimeout, j.IdleAction, j.IdleGrace))
+	}
+	if j.MaxDuration != "" {
+		parts = append(parts, "max_duration "+j.MaxDuration)
+	}
+	if j.SpendCap > 0 {
+		parts = append(parts, "spend_cap "+usd(j.SpendCap))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // durationText is d as Go writes it, "" for none.
