@@ -190,7 +190,7 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 func (s *Service) reconcileOrphans(ctx context.Context, p providers.Provider, l listing, live map[string]bool,
 	rep *ReconcileReport) {
 	for tag, pi := range l.byTag {
-		if live[tag] || pi.Status == providers.StatusTerminated {
+		if live[tag] || pi.Status == providers.StatusTerminated || pi.Status == providers.StatusTerminating {
 			continue
 		}
 		if s.opts.OrphanPolicy == OrphanLeave {

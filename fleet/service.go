@@ -306,7 +306,9 @@ func (s *Service) finishDestroy(ctx context.Context, inst gpuproxy.Instance) (gp
 		return s.markTerminated(ctx, inst.ID, s.opts.Now(), nil, "provider id reused by another instance")
 	case err != nil && providers.KindOf(err) != providers.KindGone:
 		return inst, providers.AsAppError(err)
-	case err == nil && pi.Status != providers.StatusTerminated:
+	case err == nil && pi.Status != providers.StatusTerminated && pi.Status != providers.StatusTerminating:
+		// (Terminating: our earlier destroy is under way; the poller
+		// waits for its confirmation rather than asking again.)
 		if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
 			return inst, providers.AsAppError(err)
 		}

@@ -84,11 +84,15 @@ type Status string
 
 // Normalized instance states.
 const (
-	StatusStarting   Status = "starting"
-	StatusRunning    Status = "running"
-	StatusStopped    Status = "stopped"
-	StatusFailed     Status = "failed"
-	StatusTerminated Status = "terminated"
+	StatusStarting Status = "starting"
+	StatusRunning  Status = "running"
+	StatusStopped  Status = "stopped"
+	// StatusTerminating: a destroy was requested and the provider has not
+	// confirmed it yet (io.net's "termination requested"); not to be
+	// destroyed again.
+	StatusTerminating Status = "terminating"
+	StatusFailed      Status = "failed"
+	StatusTerminated  Status = "terminated"
 )
 
 // Instance is one provider instance, normalized.

@@ -128,7 +128,7 @@ func mapStatus(s string) providers.Status {
 	case "failed":
 		return providers.StatusFailed
 	case "termination requested":
-		return providers.StatusStopped
+		return providers.StatusTerminating
 	case "completed", "destroyed", "terminated":
 		return providers.StatusTerminated
 	default: // "deployment requested", "deploying", "unpaid", unknown

@@ -50,7 +50,7 @@ func TestMapStatus(t *testing.T) {
 		"deployment requested": providers.StatusStarting, "DEPLOYMENT REQUESTED": providers.StatusStarting,
 		"deployment_requested": providers.StatusStarting, "deploying": providers.StatusStarting,
 		"unpaid": providers.StatusStarting, "something new": providers.StatusStarting,
-		"termination requested": providers.StatusStopped, "termination  requested": providers.StatusStopped,
+		"termination requested": providers.StatusTerminating, "termination  requested": providers.StatusTerminating,
 		"completed": providers.StatusTerminated, "destroyed": providers.StatusTerminated,
 		"terminated": providers.StatusTerminated, "failed": providers.StatusFailed,
 	}
