@@ -20,6 +20,15 @@ type Usage struct {
 	Cost      Micros
 	At        time.Time // when the request arrived
 	RequestID string
+	// ServiceID is the service whose endpoint took the request ("" for
+	// the instance proxy).
+	ServiceID string
+	// Model is the model the request named (a service's, or an answer's
+	// "model"); PromptTokens and CompletionTokens are the answer's usage,
+	// 0 when it reported none.
+	Model            string
+	PromptTokens     int64
+	CompletionTokens int64
 }
 
 // UsageFilter selects usage records of one account.
