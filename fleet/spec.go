@@ -344,3 +344,8 @@ func (sp *Spec) searched(provs []string) string {
 	}
 	return strings.Join(parts, ", ") + " on " + strings.Join(provs, ", ")
 }
+
+// Check validates a create by spec as Create would, naming the field
+// (spec.<field>, image, env, ports), and fills the spec's defaults: a
+// service checks its replicas' create when it is defined.
+func (r *CreateRequest) Check(known []string) error { return r.validate(known, false) }

@@ -338,6 +338,9 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 // finish queues the usage record and reports metrics.
 func (p *Proxy) finish(u *gpuproxy.Usage) {
 	p.activity.end(u.RequestID, p.opts.Now())
+	if u.ServiceID != "" {
+		p.services.Done(u.ServiceID, u.InstanceID)
+	}
 	if u.Status >= 100 && u.Status < 600 && u.TTFB > 0 {
 		u.Cost = p.opts.Cost // only requests the instance answered are charged
 	}

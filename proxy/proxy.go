@@ -60,6 +60,7 @@ type Proxy struct {
 	lean      *h1client.Client // plain HTTP with the body in memory
 	usage     *recorder
 	activity  *activity
+	services  Services // the OpenAI-compatible endpoint's router (SetServices), or nil
 	log       *slog.Logger
 
 	idPrefix string
@@ -112,14 +113,21 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 //	    fast path: every path under the prefix, ahead of the router)
 //	GET /api/v1/proxy/usage?from&to&instance_id&limit&cursor
 //	    (scope proxy:invoke or billing:read)
+//	POST /v1/chat/completions, /v1/completions, /v1/embeddings and
+//	GET /v1/models (scope proxy:invoke; with SetServices: the services'
+//	    OpenAI-compatible endpoint, a Prefix entry for /v1/)
 func (p *Proxy) Routes() []httpapi.Route {
-	return []httpapi.Route{
-		{Method: http.MethodGet, Path: "/api/v1/proxy/usage", Handler: http.HandlerFunc(p.ServeUsage),
+	return append(p.openAIRoutes(),
+		httpapi.Route{Method: http.MethodGet, Path: "/api/v1/proxy/usage", Handler: http.HandlerFunc(p.ServeUsage),
 			Auth: httpapi.AuthCredentials},
-		{Method: "*", Path: "/api/v1/proxy/:instance_id/*", Prefix: routePrefix, Handler: p,
-			Auth: httpapi.AuthCredentials},
-	}
+		httpapi.Route{Method: "*", Path: "/api/v1/proxy/:instance_id/*", Prefix: routePrefix, Handler: p,
+			Auth: httpapi.AuthCredentials})
 }
+
+// SetServices serves the services' OpenAI-compatible endpoint
+// (POST /v1/chat/completions, /v1/completions, /v1/embeddings and
+// GET /v1/models, in Routes) over s. Call it before Routes.
+func (p *Proxy) SetServices(s Services) { p.services = s }
 
 // Mount adds the proxy's route table (Routes) to the server.
 func (p *Proxy) Mount(r httpapi.Registrar) { r.Add(p.Routes()...) }

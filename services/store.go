@@ -53,6 +53,10 @@ type Store interface {
 	// at most limit.
 	ServiceEvents(ctx context.Context, accountID int64, serviceID string, limit int) ([]gpuproxy.ServiceEvent, error)
 
+	// Instance returns one instance of the account (not found otherwise):
+	// a replica's instance.
+	Instance(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error)
+
 	// ReportServiceLoad records node's requests in flight per service at
 	// `at`, replacing its earlier report for each service listed.
 	ReportServiceLoad(ctx context.Context, node string, inflight map[string]int, at time.Time) error

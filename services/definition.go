@@ -1,0 +1,353 @@
+package services
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/fleet"
+)
+
+// Defaults and bounds of a service's settings.
+const (
+	DefaultReadinessPath    = "/v1/models"
+	DefaultReadinessTimeout = 5 * time.Second
+	DefaultTargetInflight   = 4
+	DefaultUpDelay          = 30 * time.Second
+	DefaultDownDelay        = 5 * time.Minute
+	DefaultQueueTimeout     = 30 * time.Second
+	// MaxReplicas bounds replicas.max.
+	MaxReplicas = 64
+	// MaxQueueTimeout bounds queue_timeout.
+	MaxQueueTimeout = 10 * time.Minute
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62})$`)
+
+// Definition is a service as clients write it: the REST body, the MCP
+// tool's arguments and the CLI's file all take this JSON. Durations are
+// strings ("30s", "5m"); max_price_per_hour is USD.
+type Definition struct {
+	Name         string            `json:"name"`
+	Model        string            `json:"model"`
+	Spec         *SpecJSON         `json:"spec"`
+	Image        string            `json:"image"`
+	Env          map[string]string `json:"env,omitempty"`
+	Port         int               `json:"port"`
+	Replicas     *ReplicasJSON     `json:"replicas,omitempty"`
+	Readiness    *ReadinessJSON    `json:"readiness,omitempty"`
+	Scale        *ScaleJSON        `json:"scale,omitempty"`
+	QueueTimeout Duration          `json:"queue_timeout,omitempty"`
+	Lifetime     *LifetimeJSON     `json:"lifetime,omitempty"`
+}
+
+// SpecJSON is the replicas' rent spec (fleet.Spec), as the instance
+// create's spec: gpu is one name or a list.
+type SpecJSON struct {
+	GPU             StringList  `json:"gpu,omitempty"`
+	MinVRAMGB       float64     `json:"min_vram_gb,omitempty"`
+	NumGPUs         int         `json:"num_gpus,omitempty"`
+	MaxPricePerHour json.Number `json:"max_price_per_hour"`
+	Providers       StringList  `json:"providers,omitempty"`
+	MinReliability  float64     `json:"min_reliability,omitempty"`
+	Locations       StringList  `json:"locations,omitempty"`
+	Billing         string      `json:"billing,omitempty"`
+	Hours           int         `json:"hours,omitempty"`
+	MaxAttempts     int         `json:"max_attempts,omitempty"`
+}
+
+// ReplicasJSON bounds the service's size; min may be 0 (scale to zero).
+type ReplicasJSON struct {
+	Min *int `json:"min,omitempty"`
+	Max int  `json:"max,omitempty"`
+}
+
+// ReadinessJSON is the replicas' readiness check.
+type ReadinessJSON struct {
+	Path         string   `json:"path,omitempty"`
+	Timeout      Duration `json:"timeout,omitempty"`
+	InitialDelay Duration `json:"initial_delay,omitempty"`
+}
+
+// ScaleJSON is when the service scales.
+type ScaleJSON struct {
+	TargetInflightPerReplica int      `json:"target_inflight_per_replica,omitempty"`
+	UpDelay                  Duration `json:"up_delay,omitempty"`
+	DownDelay                Duration `json:"down_delay,omitempty"`
+}
+
+// LifetimeJSON is every replica's lifetime rules. An idle replica is
+// destroyed after idle_timeout ("0": never) — with replicas.min 0 this is
+// how the service scales to zero; with min above 0 the controller keeps
+// its replicas and idle_timeout must be unset or "0".
+type LifetimeJSON struct {
+	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	MaxDuration Duration `json:"max_duration,omitempty"`
+}
+
+// Duration is a JSON duration string ("30s"); "" is unset.
+type Duration string
+
+// StringList is a JSON string or an array of strings.
+type StringList []string
+
+// UnmarshalJSON implements json.Unmarshaler: "A100" is ["A100"].
+func (l *StringList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = StringList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return &json.UnmarshalTypeError{Value: "other", Type: reflect.TypeFor[[]string]()}
+	}
+	*l = many
+	return nil
+}
+
+// DecodeDefinition reads a definition from JSON, refusing unknown fields
+// and naming the field of a value of the wrong type. Over base (an update:
+// the current definition), fields the JSON leaves out keep their values.
+func DecodeDefinition(b []byte, base *Definition) (Definition, error) {
+	var d Definition
+	if base != nil {
+		d = base.clone()
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&d); err != nil {
+		return Definition{}, jsonError(err)
+	}
+	if dec.More() {
+		return Definition{}, gpuproxy.Invalid("body", "must be one JSON object")
+	}
+	return d, nil
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return gpuproxy.Invalid(te.Field, "must be a %s", jsonType(te.Type))
+	case errors.As(err, &se):
+		return gpuproxy.Invalid("body", "is not valid JSON: %v", err)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return gpuproxy.Invalid(f, "is not a field of a service")
+	}
+	return gpuproxy.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonType(t reflect.Type) string {
+	switch {
+	case t == nil:
+		return "value"
+	case t == reflect.TypeFor[StringList]():
+		return "string or list of strings"
+	case t.Kind() == reflect.String:
+		return "string"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Float64:
+		return "number"
+	case t.Kind() == reflect.Map || t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer:
+		return "object"
+	case t.Kind() == reflect.Slice:
+		return "list"
+	}
+	return t.String()
+}
+
+// clone copies d deeply enough that decoding over the copy leaves d as it
+// was.
+func (d Definition) clone() Definition {
+	b, _ := json.Marshal(d)
+	var c Definition
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	_ = dec.Decode(&c)
+	return c
+}
+
+// parse checks d, naming the field, and returns the service it defines
+// (ID, account, key, state and times left to the caller) with its
+// defaults filled.
+func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) {
+	var s gpuproxy.Service
+	switch {
+	case !nameRE.MatchString(d.Name):
+		return s, fleet.Spec{}, gpuproxy.Invalid("name", "is required: 1-63 characters of a-z, 0-9, '.', '_' and '-', "+
+			"starting with a letter or digit, got %q", truncate(d.Name, 80))
+	case strings.TrimSpace(d.Model) == "" || len(d.Model) > 200 || strings.ContainsAny(d.Model, "\n\r\t"):
+		return s, fleet.Spec{}, gpuproxy.Invalid("model", "is required: the model name clients send (1-200 characters)")
+	case d.Spec == nil:
+		return s, fleet.Spec{}, gpuproxy.Invalid("spec", "is required: what each replica must be, e.g. "+
+			`{"gpu":"RTX 4090","max_price_per_hour":1.5}`)
+	case d.Port < 1 || d.Port > 65535:
+		return s, fleet.Spec{}, gpuproxy.Invalid("port", "is required: the replica's OpenAI-compatible server port, 1-65535, got %d", d.Port)
+	}
+	sp, err := d.Spec.spec()
+	if err != nil {
+		return s, fleet.Spec{}, err
+	}
+	// The spec, image, env and port as the fleet checks any create.
+	probe := fleet.CreateRequest{Spec: &sp, Image: d.Image, Env: d.Env, Ports: []int{d.Port}}
+	if err := probe.Check(known); err != nil {
+		return s, fleet.Spec{}, err
+	}
+	spec, _ := json.Marshal(sp)
+	s = gpuproxy.Service{Name: d.Name, Model: d.Model, Spec: spec, Image: d.Image, Env: d.Env, Port: d.Port,
+		MinReplicas: 1, MaxReplicas: 1,
+		Readiness: gpuproxy.Readiness{Path: DefaultReadinessPath, Timeout: DefaultReadinessTimeout},
+		Scale:     gpuproxy.ScalePolicy{TargetInflight: DefaultTargetInflight, UpDelay: DefaultUpDelay, DownDelay: DefaultDownDelay},
+		QueueTimeout: DefaultQueueTimeout}
+	if r := d.Replicas; r != nil {
+		if r.Min != nil {
+			s.MinReplicas = *r.Min
+		}
+		s.MaxReplicas = max(r.Max, s.MinReplicas)
+		if r.Max == 0 && r.Min != nil && *r.Min == 0 {
+			s.MaxReplicas = 1
+		}
+		switch {
+		case s.MinReplicas < 0 || s.MinReplicas > MaxReplicas:
+			return s, fleet.Spec{}, gpuproxy.Invalid("replicas.min", "must be between 0 and %d, got %d", MaxReplicas, s.MinReplicas)
+		case r.Max != 0 && (r.Max < s.MinReplicas || r.Max > MaxReplicas):
+			return s, fleet.Spec{}, gpuproxy.Invalid("replicas.max", "must be between replicas.min (%d) and %d, got %d",
+				s.MinReplicas, MaxReplicas, r.Max)
+		}
+	}
+	if r := d.Readiness; r != nil {
+		if r.Path != "" {
+			if !strings.HasPrefix(r.Path, "/") || len(r.Path) > 200 || strings.ContainsAny(r.Path, " \r\n\t?#") {
+				return s, fleet.Spec{}, gpuproxy.Invalid("readiness.path", "must be a path starting with /, got %q", truncate(r.Path, 80))
+			}
+			s.Readiness.Path = r.Path
+		}
+		if err := r.Timeout.into("readiness.timeout", &s.Readiness.Timeout, time.Second, 5*time.Minute); err != nil {
+			return s, fleet.Spec{}, err
+		}
+		if err := r.InitialDelay.into("readiness.initial_delay", &s.Readiness.InitialDelay, 0, time.Hour); err != nil {
+			return s, fleet.Spec{}, err
+		}
+	}
+	if c := d.Scale; c != nil {
+		if c.TargetInflightPerReplica != 0 {
+			if c.TargetInflightPerReplica < 1 || c.TargetInflightPerReplica > 10000 {
+				return s, fleet.Spec{}, gpuproxy.Invalid("scale.target_inflight_per_replica", "must be between 1 and 10000, got %d",
+					c.TargetInflightPerReplica)
+			}
+			s.Scale.TargetInflight = c.TargetInflightPerReplica
+		}
+		if err := c.UpDelay.into("scale.up_delay", &s.Scale.UpDelay, 0, 24*time.Hour); err != nil {
+			return s, fleet.Spec{}, err
+		}
+		if err := c.DownDelay.into("scale.down_delay", &s.Scale.DownDelay, 0, 24*time.Hour); err != nil {
+			return s, fleet.Spec{}, err
+		}
+	}
+	if err := d.QueueTimeout.into("queue_timeout", &s.QueueTimeout, 0, MaxQueueTimeout); err != nil {
+		return s, fleet.Spec{}, err
+	}
+	if l := d.Lifetime; l != nil {
+		if err := l.IdleTimeout.into("lifetime.idle_timeout", &s.Lifetime.IdleTimeout, 0, 30*24*time.Hour); err != nil {
+			return s, fleet.Spec{}, err
+		}
+		if err := l.MaxDuration.into("lifetime.max_duration", &s.Lifetime.MaxDuration, 0, 365*24*time.Hour); err != nil {
+			return s, fleet.Spec{}, err
+		}
+	}
+	if s.MinReplicas > 0 && s.Lifetime.IdleTimeout > 0 {
+		return s, fleet.Spec{}, gpuproxy.Invalid("lifetime.idle_timeout", "applies only with replicas.min 0 (scale to zero): "+
+			"with min %d the service keeps its replicas, and scales down on load after scale.down_delay", s.MinReplicas)
+	}
+	s.Lifetime.IdleAction = gpuproxy.IdleDestroy
+	return s, sp, nil
+}
+
+func (in *SpecJSON) spec() (fleet.Spec, error) {
+	if in.MaxPricePerHour == "" {
+		return fleet.Spec{}, gpuproxy.Invalid("spec.max_price_per_hour", "is required: the most you accept per hour "+
+			"for each replica, in USD (e.g. 1.50)")
+	}
+	price, err := gpuproxy.ParseUSD(in.MaxPricePerHour.String())
+	if err != nil {
+		return fleet.Spec{}, gpuproxy.InvalidUSD("spec.max_price_per_hour", err, 0, gpuproxy.MaxMicros, "a number of USD per hour")
+	}
+	return fleet.Spec{GPU: in.GPU, MinVRAMGB: in.MinVRAMGB, NumGPUs: in.NumGPUs, MaxPricePerHour: price,
+		Providers: in.Providers, MinReliability: in.MinReliability, Locations: in.Locations, Billing: in.Billing,
+		Hours: in.Hours, MaxAttempts: in.MaxAttempts}, nil
+}
+
+// into parses d into *out when it is set, checking lo ≤ d ≤ hi.
+func (d Duration) into(field string, out *time.Duration, lo, hi time.Duration) error {
+	if d == "" {
+		return nil
+	}
+	v, err := time.ParseDuration(string(d))
+	if d == "0" {
+		v, err = 0, nil
+	}
+	switch {
+	case err != nil:
+		return gpuproxy.Invalid(field, "must be a duration such as \"30s\" or \"5m\", got %q", truncate(string(d), 40))
+	case v < lo || v > hi:
+		return gpuproxy.Invalid(field, "must be between %s and %s, got %s", fmtDuration(lo), fmtDuration(hi), string(d))
+	}
+	*out = v
+	return nil
+}
+
+// DefinitionOf is the definition a stored service was made from (with
+// its defaults filled): what an update starts from and show prints.
+func DefinitionOf(s gpuproxy.Service) Definition {
+	var sp fleet.Spec
+	_ = json.Unmarshal(s.Spec, &sp)
+	min := s.MinReplicas
+	d := Definition{Name: s.Name, Model: s.Model, Image: s.Image, Env: s.Env, Port: s.Port,
+		Spec: &SpecJSON{GPU: sp.GPU, MinVRAMGB: sp.MinVRAMGB, NumGPUs: sp.NumGPUs,
+			MaxPricePerHour: json.Number(sp.MaxPricePerHour.String()), Providers: sp.Providers,
+			MinReliability: sp.MinReliability, Locations: sp.Locations, Billing: sp.Billing, Hours: sp.Hours,
+			MaxAttempts: sp.MaxAttempts},
+		Replicas:     &ReplicasJSON{Min: &min, Max: s.MaxReplicas},
+		Readiness:    &ReadinessJSON{Path: s.Readiness.Path, Timeout: durationOf(s.Readiness.Timeout), InitialDelay: durationOf(s.Readiness.InitialDelay)},
+		Scale:        &ScaleJSON{TargetInflightPerReplica: s.Scale.TargetInflight, UpDelay: durationOf(s.Scale.UpDelay), DownDelay: durationOf(s.Scale.DownDelay)},
+		QueueTimeout: durationOf(s.QueueTimeout),
+		Lifetime:     &LifetimeJSON{IdleTimeout: durationOf(s.Lifetime.IdleTimeout), MaxDuration: durationOf(s.Lifetime.MaxDuration)},
+	}
+	return d
+}
+
+func durationOf(d time.Duration) Duration {
+	if d == 0 {
+		return "0"
+	}
+	return Duration(fmtDuration(d))
+}
+
+// fmtDuration prints d without trailing zero units ("5m", not "5m0s").
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,307 @@
+package services
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// queuePoll is how often a request waiting for a ready replica looks
+// again.
+const queuePoll = 100 * time.Millisecond
+
+// router picks replicas for requests on this gpuproxy process: each
+// account's services and ready replicas, read from the store at most
+// every RouteTTL (a stale table is served while one request refreshes
+// it), and this process's requests in flight per replica and service.
+type router struct {
+	m *Manager
+
+	mu       sync.Mutex
+	accounts map[int64]*table
+	inflight map[string]int // instance id, or service id → requests in flight here
+	seen     map[string]time.Time
+	demand   map[string]time.Time // service id → last demand noted in the store
+}
+
+// table is one account's routing table.
+type table struct {
+	at         time.Time
+	refreshing bool
+	ready      chan struct{} // closed once the first load is done
+	err        error
+	byModel    map[string]*route
+	services   []gpuproxy.Service
+}
+
+type route struct {
+	svc   gpuproxy.Service
+	ready []string // instance ids of ready replicas
+}
+
+func newRouter(m *Manager) *router {
+	return &router{m: m, accounts: map[int64]*table{}, inflight: map[string]int{}, seen: map[string]time.Time{},
+		demand: map[string]time.Time{}}
+}
+
+// Pick is the model's service among the account's and one of its ready
+// replicas: the one with the fewest requests in flight here, never
+// exclude (a replica a retry leaves). With none ready it waits, up to the
+// service's queue timeout, noting the demand (which wakes a service
+// scaled to zero); a retry (exclude set) does not wait. Unknown model:
+// not found. The caller must call Done with what Pick returned.
+func (m *Manager) Pick(ctx context.Context, accountID int64, model, exclude string) (serviceID, instanceID string, err error) {
+	return m.router.pick(ctx, accountID, model, exclude)
+}
+
+// Done ends a request Pick routed.
+func (m *Manager) Done(serviceID, instanceID string) { m.router.done(serviceID, instanceID) }
+
+// Models lists the account's active services, for GET /v1/models.
+func (m *Manager) Models(ctx context.Context, accountID int64) ([]gpuproxy.Service, error) {
+	t, err := m.router.table(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	return t.services, nil
+}
+
+func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (string, string, error) {
+	var deadline time.Time
+	for {
+		t, err := r.table(ctx, acct)
+		if err != nil {
+			return "", "", err
+		}
+		rt := t.byModel[model]
+		if rt == nil {
+			return "", "", &gpuproxy.Error{Code: gpuproxy.ENOTFOUND,
+				Message: "the model `" + truncate(model, 200) + "` does not exist: no service of yours serves it (GET /v1/models lists them)",
+				Details: map[string]any{"field": "model"}}
+		}
+		if id := r.choose(rt, exclude); id != "" {
+			return rt.svc.ID, id, nil
+		}
+		now := r.m.opts.Now()
+		if exclude != "" {
+			return "", "", unavailable(rt.svc, "no other ready replica to retry on", time.Second)
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(rt.svc.QueueTimeout)
+		}
+		r.noteDemand(ctx, rt.svc, now)
+		wait := min(queuePoll, time.Until(deadline))
+		if wait <= 0 {
+			return "", "", unavailable(rt.svc, "no replica became ready within its queue timeout ("+
+				fmtDuration(rt.svc.QueueTimeout)+")", 5*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-time.After(wait):
+		}
+		r.expire(acct)
+	}
+}
+
+func unavailable(s gpuproxy.Service, why string, retry time.Duration) error {
+	return &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE,
+		Message: "service " + s.Name + " has no ready replica: " + why,
+		Details: map[string]any{"retry_after_seconds": int(retry / time.Second), "service": s.Name}}
+}
+
+// choose takes the ready replica with the fewest requests in flight here
+// (not exclude) and counts the request.
+func (r *router) choose(rt *route, exclude string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	best, bestN := "", 0
+	for _, id := range rt.ready {
+		if id == exclude {
+			continue
+		}
+		if n := r.inflight[id]; best == "" || n < bestN {
+			best, bestN = id, n
+		}
+	}
+	if best != "" {
+		r.inflight[best]++
+		r.inflight[rt.svc.ID]++
+	}
+	return best
+}
+
+func (r *router) done(svcID, id string) {
+	now := r.m.opts.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range [2]string{svcID, id} {
+		if r.inflight[k]--; r.inflight[k] <= 0 {
+			delete(r.inflight, k)
+			r.seen[k] = now // reported as 0 once, then forgotten
+		}
+	}
+}
+
+// noteDemand records, at most once a second per service, that a request
+// waits for a replica: the controller wakes a service scaled to zero.
+func (r *router) noteDemand(ctx context.Context, s gpuproxy.Service, now time.Time) {
+	r.mu.Lock()
+	last := r.demand[s.ID]
+	due := now.Sub(last) >= time.Second
+	if due {
+		r.demand[s.ID] = now
+	}
+	r.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := r.m.store.NoteServiceDemand(context.WithoutCancel(ctx), s.ID, now); err != nil {
+		r.m.log.Warn("noting service demand", "service_id", s.ID, "err", err)
+	}
+	r.m.ctl.poke()
+}
+
+// table returns the account's routing table: loaded on first use, then
+// refreshed in the background once older than RouteTTL.
+func (r *router) table(ctx context.Context, acct int64) (*table, error) {
+	now := time.Now()
+	r.mu.Lock()
+	t := r.accounts[acct]
+	if t == nil {
+		t = &table{ready: make(chan struct{}), refreshing: true}
+		r.accounts[acct] = t
+		r.mu.Unlock()
+		r.load(context.WithoutCancel(ctx), acct, t)
+		return t, t.err
+	}
+	stale := !t.refreshing && now.Sub(t.at) >= r.m.opts.RouteTTL
+	if stale {
+		t.refreshing = true
+	}
+	r.mu.Unlock()
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if stale {
+		go r.refresh(acct, t)
+	}
+	if t.err != nil {
+		return nil, t.err
+	}
+	return t, nil
+}
+
+// expire makes the account's table stale, so the next read refreshes it.
+func (r *router) expire(acct int64) {
+	r.mu.Lock()
+	if t := r.accounts[acct]; t != nil && !t.refreshing {
+		t.at = time.Time{}
+	}
+	r.mu.Unlock()
+}
+
+// forget drops the account's table (a service changed here).
+func (r *router) forget(acct int64) {
+	r.mu.Lock()
+	if t := r.accounts[acct]; t != nil && !t.refreshing {
+		delete(r.accounts, acct)
+	}
+	r.mu.Unlock()
+}
+
+// load fills a new table (first use).
+func (r *router) load(ctx context.Context, acct int64, t *table) {
+	byModel, svcs, err := r.read(ctx, acct)
+	r.mu.Lock()
+	t.byModel, t.services, t.err, t.at, t.refreshing = byModel, svcs, err, time.Now(), false
+	if err != nil {
+		delete(r.accounts, acct) // the next request tries again
+	}
+	r.mu.Unlock()
+	close(t.ready)
+}
+
+// refresh replaces a stale table's contents; on a store error the old
+// ones are kept.
+func (r *router) refresh(acct int64, t *table) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	byModel, svcs, err := r.read(ctx, acct)
+	nt := &table{ready: t.ready, byModel: byModel, services: svcs, at: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.m.log.Warn("refreshing service routes", "account_id", acct, "err", err)
+		t.refreshing, t.at = false, time.Now()
+		return
+	}
+	if r.accounts[acct] == t {
+		r.accounts[acct] = nt
+	}
+}
+
+func (r *router) read(ctx context.Context, acct int64) (map[string]*route, []gpuproxy.Service, error) {
+	all, err := r.m.store.Services(ctx, acct)
+	if err != nil {
+		return nil, nil, err
+	}
+	reps, err := r.m.store.AccountReplicas(ctx, acct)
+	if err != nil {
+		return nil, nil, err
+	}
+	byModel := make(map[string]*route, len(all))
+	byID := make(map[string]*route, len(all))
+	svcs := make([]gpuproxy.Service, 0, len(all))
+	for _, s := range all {
+		if s.State != gpuproxy.ServiceActive {
+			continue
+		}
+		rt := &route{svc: s}
+		byModel[s.Model], byID[s.ID] = rt, rt
+		svcs = append(svcs, s)
+	}
+	for _, rep := range reps {
+		if rt := byID[rep.ServiceID]; rt != nil && rep.State == gpuproxy.ReplicaReady {
+			rt.ready = append(rt.ready, rep.InstanceID)
+		}
+	}
+	return byModel, svcs, nil
+}
+
+// reportLoad brings this process's requests in flight per service and
+// per replica to the store every LoadReport, where the controller sums
+// every process's reports. Keys are service ids ("svc_…") and instance
+// ids ("gpi_…"); a count that fell to zero is reported once as zero.
+func (r *router) reportLoad(ctx context.Context) {
+	t := time.NewTicker(r.m.opts.LoadReport)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		if len(r.inflight) == 0 && len(r.seen) == 0 {
+			r.mu.Unlock()
+			continue
+		}
+		m := make(map[string]int, len(r.inflight)+len(r.seen))
+		for k := range r.seen {
+			m[k] = 0
+		}
+		for k, n := range r.inflight {
+			m[k] = n
+		}
+		r.seen = map[string]time.Time{}
+		r.mu.Unlock()
+		if err := r.m.store.ReportServiceLoad(ctx, r.m.opts.Node, m, r.m.opts.Now()); err != nil && ctx.Err() == nil {
+			r.m.log.Warn("reporting service load", "err", err)
+		}
+	}
+}
