@@ -204,8 +204,8 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 	spec, _ := json.Marshal(sp)
 	s = gpuproxy.Service{Name: d.Name, Model: d.Model, Spec: spec, Image: d.Image, Env: d.Env, Port: d.Port,
 		MinReplicas: 1, MaxReplicas: 1,
-		Readiness: gpuproxy.Readiness{Path: DefaultReadinessPath, Timeout: DefaultReadinessTimeout},
-		Scale:     gpuproxy.ScalePolicy{TargetInflight: DefaultTargetInflight, UpDelay: DefaultUpDelay, DownDelay: DefaultDownDelay},
+		Readiness:    gpuproxy.Readiness{Path: DefaultReadinessPath, Timeout: DefaultReadinessTimeout},
+		Scale:        gpuproxy.ScalePolicy{TargetInflight: DefaultTargetInflight, UpDelay: DefaultUpDelay, DownDelay: DefaultDownDelay},
 		QueueTimeout: DefaultQueueTimeout}
 	if r := d.Replicas; r != nil {
 		if r.Min != nil {

@@ -73,7 +73,9 @@ func (o Options) withDefaults() Options {
 		o.Now = time.Now
 	}
 	if o.Leader == nil {
-		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) { return true, fn(ctx) }
+		o.Leader = func(ctx context.Context, _ string, fn func(context.Context) error) (bool, error) {
+			return true, fn(ctx)
+		}
 	}
 	if o.Node == "" {
 		o.Node = randomID("node_")
