@@ -25,6 +25,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // Config is everything New needs, as values. Each package's own options are
@@ -60,7 +61,9 @@ type Config struct {
 	IONet  ionet.Options
 	Fleet  fleet.Options
 	Proxy  proxy.Options
-	MCP    mcp.Options
+	// Services configures services (their controller and router).
+	Services services.Options
+	MCP      mcp.Options
 	// Console configures the web console (its Secret signs sessions).
 	Console console.Options
 	// OAuth configures the OAuth 2.1 authorization server for remote MCP
@@ -95,10 +98,13 @@ type App struct {
 	Alerts    *alerts.Service
 	Gate      *guardrails.ProxyGate
 	Proxy     *proxy.Proxy
-	MCP       *mcp.Server
-	Console   *console.Console
-	OAuth     *oauth.Server // nil when Config.NoOAuth
-	Server    *server.Server
+	// Services keeps services: one OpenAI-compatible endpoint per model
+	// over replicas rented by spec (the proxy serves the endpoint).
+	Services *services.Manager
+	MCP      *mcp.Server
+	Console  *console.Console
+	OAuth    *oauth.Server // nil when Config.NoOAuth
+	Server   *server.Server
 	// RateLimiter is the one per-key limiter of REST, MCP, the proxy and
 	// the console.
 	RateLimiter *auth.RateLimiter
@@ -150,12 +156,15 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.Providers = a.providers(c.VastAI, c.IONet)
 	a.Fleet = fleet.New(a.Store, a.Guard, a.Providers, a.fleetOptions(c.Fleet))
 	a.Proxy = a.proxy(c)
+	a.Services = services.New(a.Store, a.Fleet, a.Proxy, a.servicesOptions(c.Services))
+	a.Proxy.SetServices(a.Services)
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
 	// One limiter, applied by the server's pipeline: REST, MCP, the proxy
 	// and the console count against the same per-key limit.
 	a.RateLimiter = auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
-	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Alerts: a.Alerts}
+	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Alerts: a.Alerts,
+		Services: a.Services}
 	if a.OAuth != nil {
 		cs.OAuth = a.OAuth
 	}
@@ -290,8 +299,21 @@ func (a *App) proxy(c Config) *proxy.Proxy {
 	return proxy.New(endpoints, a.Gate, a.Store, o)
 }
 
+func (a *App) servicesOptions(o services.Options) services.Options {
+	if o.Logger == nil {
+		o.Logger = a.log
+	}
+	if o.Leader == nil {
+		o.Leader = a.Store.WithLeader
+	}
+	if o.Now == nil {
+		o.Now = a.Guard.Now
+	}
+	return o
+}
+
 func (a *App) mcpServices(c Config) mcp.Services {
-	svc := mcp.Services{Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Proxy: a.Proxy}
+	svc := mcp.Services{Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Proxy: a.Proxy, Services: a.Services}
 	switch {
 	case c.NoInferenceProxy:
 		svc.Proxy = nil
@@ -328,6 +350,7 @@ func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 		Guard:       a.Guard,
 		Ledger:      a.Ledger,
 		Fleet:       a.Fleet,
+		Services:    a.Services,
 		Alerts:      a.Alerts,
 		Meterer:     a.Meterer,
 		Store:       a.Store,
@@ -388,6 +411,7 @@ func (a *App) Run(ctx context.Context) {
 	wg.Go(func() { a.RateLimiter.Run(ctx) })
 	wg.Go(func() { a.Proxy.Run(ctx) })
 	wg.Go(func() { a.Gate.Run(ctx) })
+	wg.Go(func() { a.Services.Run(ctx) })
 	wg.Wait()
 }
 

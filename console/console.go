@@ -18,6 +18,7 @@ import (
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // Services are the shared services the console calls: the same ones the
@@ -27,6 +28,8 @@ type Services struct {
 	Guard  *guardrails.Service
 	Ledger *billing.Ledger
 	Fleet  *fleet.Service // nil: no instance pages
+	// Services, when set, serves the services pages.
+	Services *services.Manager
 	// Alerts, when set, shows each account's budget-alert settings on the
 	// accounts page (read-only: webhook host, thresholds, last delivery).
 	Alerts *alerts.Service

@@ -22,6 +22,7 @@ import (
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // InferenceProxy forwards one HTTP request to one of the principal's running
@@ -40,6 +41,8 @@ type Services struct {
 	Ledger *billing.Ledger
 	Fleet  *fleet.Service
 	Proxy  InferenceProxy
+	// Services, when set, serves the service tools.
+	Services *services.Manager
 }
 
 // Options configure a Server. Zero values take the defaults below;

@@ -23,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/takeover"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // Pinger checks a dependency for /ready.
@@ -45,10 +46,11 @@ type Services struct {
 	Auth        *auth.Service
 	Guard       *guardrails.Service
 	Ledger      *billing.Ledger
-	Fleet       *fleet.Service   // nil: no GPU routes
-	Alerts      *alerts.Service  // nil: no budget alert routes
-	Meterer     *billing.Meterer // nil: no metering lag gauge
-	Store       Store            // /ready's ping; the accounts' lifetime policies
+	Fleet       *fleet.Service    // nil: no GPU routes
+	Services    *services.Manager // nil: no service routes
+	Alerts      *alerts.Service   // nil: no budget alert routes
+	Meterer     *billing.Meterer  // nil: no metering lag gauge
+	Store       Store             // /ready's ping; the accounts' lifetime policies
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics
 	ReadyChecks []ReadyCheck
