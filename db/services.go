@@ -444,6 +444,14 @@ func (s *Store) Replicas(ctx context.Context, serviceID string) ([]gpuproxy.Repl
 	return scanAll(r, err, func(r rows) (gpuproxy.Replica, error) { return scanReplica(r) })
 }
 
+// ReplicasEver counts every replica the service ever had, gone ones
+// included: the controller numbers its rents with it.
+func (s *Store) ReplicasEver(ctx context.Context, serviceID string) (int, error) {
+	var n int
+	err := s.pool().queryRow(ctx, `SELECT COUNT(*) FROM service_replicas WHERE service_id = $1`, serviceID).Scan(&n)
+	return n, err
+}
+
 // AccountReplicas lists the replicas, not gone, of the account's active
 // services (the router's table), by service and then oldest first.
 func (s *Store) AccountReplicas(ctx context.Context, accountID int64) ([]gpuproxy.Replica, error) {

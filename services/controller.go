@@ -36,6 +36,7 @@ type svcState struct {
 	aboveSince   time.Time // load per ready replica over target since
 	belowSince   time.Time // under half the target since
 	blockedUntil time.Time // a refused rent: no new one before
+	refused      int       // rents refused so far (a refused call's key is not reused)
 	probedAt     map[string]time.Time
 }
 
@@ -154,6 +155,7 @@ func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[
 	if s.State == gpuproxy.ServiceDeleting {
 		return c.deleting(ctx, s, reps, loads, now)
 	}
+	c.keep(ctx, s, live, now)
 	ready := 0
 	for _, r := range live {
 		if r.State == gpuproxy.ReplicaReady {
@@ -165,7 +167,11 @@ func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[
 	switch {
 	case len(live) < desired && now.Before(st.blockedUntil):
 	case len(live) < desired:
-		desired = c.rent(ctx, s, st, len(rows), len(live), desired, now)
+		ever, err := m.store.ReplicasEver(ctx, s.ID)
+		if err != nil {
+			return fmt.Errorf("counting replicas: %w", err)
+		}
+		desired = c.rent(ctx, s, st, ever, len(live), desired, now)
 	case len(live) > desired:
 		c.drainExtra(ctx, s, live, len(live)-desired, now)
 	}
@@ -245,6 +251,26 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 		}
 	}
 	return out
+}
+
+// keep marks a service's replicas active, up to its minimum, so that the
+// idle rule of their lifetime (the account's policy may require one)
+// never takes a replica the service promises to keep; replicas past the
+// minimum are left to their traffic (and to scaling down).
+func (c *controller) keep(ctx context.Context, s gpuproxy.Service, live []*replica, now time.Time) {
+	if s.MinReplicas == 0 || len(live) == 0 {
+		return
+	}
+	at := make(map[string]time.Time, s.MinReplicas)
+	for _, r := range live {
+		if len(at) == s.MinReplicas {
+			break
+		}
+		at[r.InstanceID] = now
+	}
+	if err := c.m.store.TouchInstances(ctx, at); err != nil && ctx.Err() == nil {
+		c.m.log.Warn("keeping a service's replicas active", "service_id", s.ID, "err", err)
+	}
 }
 
 // probeDue reports whether r's readiness should be checked now: a
@@ -335,12 +361,17 @@ func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState,
 	req := fleet.CreateRequest{Spec: &sp, Image: s.Image, Env: s.Env, Ports: ports, KeyID: s.KeyID,
 		Label: "service " + s.Name,
 		// The same key after a crash between the rent and its record:
-		// the fleet returns the instance rented then.
-		IdempotencyKey: fmt.Sprintf("service:%s:%d", s.ID, ever+1),
+		// the fleet returns the instance rented then. A refused rent's
+		// outcome is kept under its key, so the next try takes another.
+		// (A leader that crashes in that window after a refusal rents
+		// again under a new key; the first instance, not a replica, is
+		// left to its idle rule.)
+		IdempotencyKey: fmt.Sprintf("service:%s:%d:%d", s.ID, ever+1, st.refused),
 		Lifetime:       replicaLifetime(s)}
 	inst, err := m.fleet.Create(ctx, s.AccountID, req)
 	if err != nil {
 		st.blockedUntil = now.Add(m.opts.BlockedRetry)
+		st.refused++
 		size := max(live, s.MinReplicas)
 		m.event(ctx, s, "service.scale_blocked", "", "renting replica %d of %d was refused (%s): %s; the service stays at %d "+
 			"and tries again in %s", live+1, desired, gpuproxy.ErrorCode(err), gpuproxy.ErrorMessage(err), live,

@@ -255,11 +255,20 @@ func (m *Manager) applyLifetime(ctx context.Context, s gpuproxy.Service) {
 }
 
 // replicaLifetime is the lifetime request every replica of s is rented
-// (or updated) with: the service's idle timeout and max duration, an idle
-// replica destroyed.
+// (or updated) with: an idle replica is destroyed, after the service's
+// idle timeout when it sets one (the account's policy otherwise); its
+// max duration when set. A service with a minimum keeps its replicas
+// active itself (the controller touches them), so they are never idle.
 func replicaLifetime(s gpuproxy.Service) fleet.LifetimeRequest {
-	idle, maxD, action := s.Lifetime.IdleTimeout, s.Lifetime.MaxDuration, string(gpuproxy.IdleDestroy)
-	return fleet.LifetimeRequest{IdleTimeout: &idle, MaxDuration: &maxD, IdleAction: &action}
+	action := string(gpuproxy.IdleDestroy)
+	req := fleet.LifetimeRequest{IdleAction: &action}
+	if idle := s.Lifetime.IdleTimeout; idle > 0 {
+		req.IdleTimeout = &idle
+	}
+	if maxD := s.Lifetime.MaxDuration; maxD > 0 {
+		req.MaxDuration = &maxD
+	}
+	return req
 }
 
 // Delete starts deleting the service: it stops taking requests, its

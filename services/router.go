@@ -39,6 +39,7 @@ type table struct {
 type route struct {
 	svc   gpuproxy.Service
 	ready []string // instance ids of ready replicas
+	next  int      // where the next pick starts looking (under router.mu)
 }
 
 func newRouter(m *Manager) *router {
@@ -117,8 +118,12 @@ func unavailable(s gpuproxy.Service, why string, retry time.Duration) error {
 func (r *router) choose(rt *route, exclude string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Ties go round: the search starts one replica further each time.
 	best, bestN := "", 0
-	for _, id := range rt.ready {
+	n := len(rt.ready)
+	rt.next++
+	for j := range n {
+		id := rt.ready[(rt.next+j)%n]
 		if id == exclude {
 			continue
 		}

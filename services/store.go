@@ -43,6 +43,9 @@ type Store interface {
 	SetReplicaState(ctx context.Context, serviceID, instanceID string, state gpuproxy.ReplicaState, reason string, now time.Time) error
 	// Replicas lists a service's replicas that are not gone, oldest first.
 	Replicas(ctx context.Context, serviceID string) ([]gpuproxy.Replica, error)
+	// ReplicasEver counts every replica the service ever had, gone ones
+	// included.
+	ReplicasEver(ctx context.Context, serviceID string) (int, error)
 	// AccountReplicas lists the replicas, not gone, of the account's
 	// active services (the router's table).
 	AccountReplicas(ctx context.Context, accountID int64) ([]gpuproxy.Replica, error)
@@ -56,6 +59,11 @@ type Store interface {
 	// Instance returns one instance of the account (not found otherwise):
 	// a replica's instance.
 	Instance(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error)
+
+	// TouchInstances records activity on instances (the later of the
+	// stored time and the one given): the controller keeps the replicas
+	// of a service with a minimum from its lifetime's idle rule.
+	TouchInstances(ctx context.Context, at map[string]time.Time) error
 
 	// ReportServiceLoad records node's requests in flight per service at
 	// `at`, replacing its earlier report for each service listed.
