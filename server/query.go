@@ -26,7 +26,8 @@ var queryParams = map[string][]string{
 	// A summary is not paged.
 	"/api/v1/billing/summary": append(slices.DeleteFunc(slices.Clone(ledgerQuery),
 		func(p string) bool { return p == "limit" || p == "cursor" }), "group_by"),
-	"/api/v1/alerts/deliveries": {"account", "status", "limit", "before"},
+	"/api/v1/alerts/deliveries":   {"account", "status", "limit", "before"},
+	"/api/v1/services/:id/events": {"limit"},
 }
 
 // knownQuery refuses GET and HEAD requests whose query has a parameter

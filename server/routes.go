@@ -53,6 +53,15 @@ func (s *Server) routes() {
 		api.POST("/gpu/instances/:id/keepalive", s.keepAlive, need(gpuproxy.ScopeInstancesWrite))
 	}
 
+	if s.svc.Services != nil {
+		api.POST("/services", s.createService, need(gpuproxy.ScopeInstancesWrite))
+		api.GET("/services", s.listServices, need(gpuproxy.ScopeInstancesRead))
+		api.GET("/services/:id", s.getService, need(gpuproxy.ScopeInstancesRead))
+		api.PATCH("/services/:id", s.updateService, need(gpuproxy.ScopeInstancesWrite))
+		api.DELETE("/services/:id", s.deleteService, need(gpuproxy.ScopeInstancesWrite))
+		api.GET("/services/:id/events", s.serviceEvents, need(gpuproxy.ScopeInstancesRead))
+	}
+
 	api.GET("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
 	api.GET("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
 	// Exports answer HEAD too (headers only: status, type, file name).
