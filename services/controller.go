@@ -253,20 +253,25 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 	return out
 }
 
-// keep marks a service's replicas active, up to its minimum, so that the
-// idle rule of their lifetime (the account's policy may require one)
-// never takes a replica the service promises to keep; replicas past the
-// minimum are left to their traffic (and to scaling down).
+// keep marks replicas active so that the idle rule of their lifetime
+// (the account's policy may require one) takes only a replica idle for
+// want of requests: every replica not ready yet (loading its model), and
+// ready ones up to the service's minimum, which it promises to keep.
+// Ready replicas past the minimum are left to their traffic.
 func (c *controller) keep(ctx context.Context, s gpuproxy.Service, live []*replica, now time.Time) {
-	if s.MinReplicas == 0 || len(live) == 0 {
-		return
-	}
-	at := make(map[string]time.Time, s.MinReplicas)
+	at := make(map[string]time.Time, len(live))
+	kept := 0
 	for _, r := range live {
-		if len(at) == s.MinReplicas {
-			break
+		switch {
+		case r.State != gpuproxy.ReplicaReady:
+			at[r.InstanceID] = now
+		case kept < s.MinReplicas:
+			at[r.InstanceID] = now
+			kept++
 		}
-		at[r.InstanceID] = now
+	}
+	if len(at) == 0 {
+		return
 	}
 	if err := c.m.store.TouchInstances(ctx, at); err != nil && ctx.Err() == nil {
 		c.m.log.Warn("keeping a service's replicas active", "service_id", s.ID, "err", err)
@@ -312,7 +317,10 @@ func (c *controller) probe(ctx context.Context, s gpuproxy.Service, r *replica) 
 func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState, live, ready, load, desired int,
 	now time.Time) int {
 	if desired == 0 && live == 0 {
-		if !s.DemandAt.IsZero() && now.Sub(s.DemandAt) <= s.QueueTimeout+5*time.Second {
+		// Demand noted since the service last changed size (its
+		// UpdatedAt): a request still waiting, not one the last replica
+		// already served.
+		if s.DemandAt.After(s.UpdatedAt) && now.Sub(s.DemandAt) <= s.QueueTimeout+5*time.Second {
 			c.m.event(ctx, s, "service.woken", "", "a request is waiting: renting a replica")
 			return 1
 		}
@@ -332,7 +340,8 @@ func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState
 		st.belowSince = now
 	}
 	switch {
-	case over && now.Sub(st.aboveSince) >= s.Scale.UpDelay && desired < s.MaxReplicas && live >= desired:
+	case over && now.Sub(st.aboveSince) >= s.Scale.UpDelay && desired < s.MaxReplicas && live >= desired &&
+		!now.Before(st.blockedUntil):
 		st.aboveSince = time.Time{}
 		c.m.event(ctx, s, "service.scaled_up", "", "%d requests in flight on %d ready replicas (target %d each) for %s: %d replicas wanted",
 			load, ready, target, fmtDuration(s.Scale.UpDelay), desired+1)

@@ -259,6 +259,10 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 		if err := l.IdleTimeout.into("lifetime.idle_timeout", &s.Lifetime.IdleTimeout, 0, 30*24*time.Hour); err != nil {
 			return s, fleet.Spec{}, err
 		}
+		if t := s.Lifetime.IdleTimeout; t > 0 && t < fleet.MinLifetimeDuration {
+			return s, fleet.Spec{}, gpuproxy.Invalid("lifetime.idle_timeout", "must be at least %s (or \"0\" for the account's default), got %s",
+				fmtDuration(fleet.MinLifetimeDuration), l.IdleTimeout)
+		}
 		if err := l.MaxDuration.into("lifetime.max_duration", &s.Lifetime.MaxDuration, 0, 365*24*time.Hour); err != nil {
 			return s, fleet.Spec{}, err
 		}

@@ -260,8 +260,10 @@ func (m *Manager) applyLifetime(ctx context.Context, s gpuproxy.Service) {
 // max duration when set. A service with a minimum keeps its replicas
 // active itself (the controller touches them), so they are never idle.
 func replicaLifetime(s gpuproxy.Service) fleet.LifetimeRequest {
-	action := string(gpuproxy.IdleDestroy)
-	req := fleet.LifetimeRequest{IdleAction: &action}
+	action, grace := string(gpuproxy.IdleDestroy), time.Duration(0)
+	// No grace: the controller keeps a replica that is not ready yet
+	// (loading its model) active itself.
+	req := fleet.LifetimeRequest{IdleAction: &action, IdleGrace: &grace}
 	if idle := s.Lifetime.IdleTimeout; idle > 0 {
 		req.IdleTimeout = &idle
 	}

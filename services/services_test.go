@@ -13,6 +13,9 @@ import (
 
 const spec = `"spec":{"gpu":"RTX 4090","max_price_per_hour":5,"providers":"vast.ai","max_attempts":20}`
 
+// anyGPU rents any one-GPU vast.ai offer (the simulator has two RTX 4090s).
+const anyGPU = `"spec":{"max_price_per_hour":5,"providers":"vast.ai","max_attempts":20}`
+
 // TestServiceServesAndHeals: a service of two replicas answers plain and
 // streamed chat completions through every gpuproxy replica, spreading
 // them over both; when one replica's instance dies mid-traffic only the

@@ -46,6 +46,8 @@ type stackOpts struct {
 	limits   []guardrails.Window
 	svc      services.Options
 	start    time.Duration // the simulator's start delay (default 100 ms)
+	chunk    time.Duration // the inference servers' pause between streamed chunks
+	cost     gpuproxy.Micros
 }
 
 func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
@@ -57,7 +59,7 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 		o.start = 100 * time.Millisecond
 	}
 	s := &stack{t: t}
-	s.sim = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: o.start})
+	s.sim = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: o.start, ChunkDelay: o.chunk})
 	url, err := s.sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,7 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 			Guard:  guardrails.Options{Defaults: o.limits},
 			Fleet: fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1, LifetimeInterval: 200 * time.Millisecond,
 				ReconcileInterval: time.Second},
-			Proxy:    proxy.Options{AllowNetworks: proxy.LoopbackNetworks()},
+			Proxy:    proxy.Options{AllowNetworks: proxy.LoopbackNetworks(), Cost: o.cost},
 			Services: so,
 		})
 		if err != nil {

@@ -54,6 +54,8 @@ func Start(model string) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/completions", s.completion)
+	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.srv = &http.Server{Handler: s.wrap(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -256,6 +258,60 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, creat
 	if flusher != nil {
 		flusher.Flush()
 	}
+}
+
+// completion answers POST /v1/completions (the legacy text API): the
+// prompt's first words echoed, with usage.
+func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt    json.RawMessage `json:"prompt"`
+		MaxTokens int             `json:"max_tokens"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody)).Decode(&req); err != nil || len(req.Prompt) == 0 {
+		writeJSONReply(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+			"message": "request must be JSON with a prompt", "type": "invalid_request_error", "code": nil}})
+		return
+	}
+	prompt := contentText(req.Prompt)
+	words := strings.Fields("Simulated completion of: " + prompt)
+	if req.MaxTokens > 0 && len(words) > req.MaxTokens {
+		words = words[:req.MaxTokens]
+	}
+	n := max(len(strings.Fields(prompt)), 1)
+	writeJSONReply(w, http.StatusOK, map[string]any{
+		"id": fmt.Sprintf("cmpl-sim%d", s.requests.Load()), "object": "text_completion", "created": time.Now().Unix(),
+		"model":   s.model,
+		"choices": []map[string]any{{"index": 0, "text": strings.Join(words, " "), "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": n, "completion_tokens": len(words), "total_tokens": n + len(words)},
+	})
+}
+
+// embeddings answers POST /v1/embeddings: a small vector per input
+// derived from its bytes.
+func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRequestBody)).Decode(&req); err != nil || len(req.Input) == 0 {
+		writeJSONReply(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
+			"message": "request must be JSON with an input", "type": "invalid_request_error", "code": nil}})
+		return
+	}
+	var inputs []string
+	if json.Unmarshal(req.Input, &inputs) != nil {
+		inputs = []string{contentText(req.Input)}
+	}
+	data, tokens := make([]map[string]any, 0, len(inputs)), 0
+	for i, in := range inputs {
+		vec := make([]float64, 8)
+		for j, b := range []byte(in) {
+			vec[j%8] += float64(b) / 255
+		}
+		tokens += max(len(strings.Fields(in)), 1)
+		data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": vec})
+	}
+	writeJSONReply(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": s.model,
+		"usage": map[string]any{"prompt_tokens": tokens, "total_tokens": tokens}})
 }
 
 func writeJSONReply(w http.ResponseWriter, status int, v any) {
