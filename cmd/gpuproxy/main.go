@@ -77,6 +77,8 @@ func command(ctx context.Context, cmd string, rest []string, getenv func(string)
 		return cmdAlerts(ctx, rest, getenv, stdout, stderr)
 	case "instances":
 		return cmdInstances(ctx, rest, getenv, stdout, stderr)
+	case "services":
+		return cmdServices(ctx, rest, getenv, stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "gpuproxy", version)
 		return nil
@@ -123,5 +125,6 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
                                               budget alert webhook; prints the signing secret once
   alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]
 ` + instancesUsage + `
+` + servicesUsage + `
   version
 `
