@@ -46,6 +46,21 @@ var whatToDo = map[string]string{
 	gpuproxy.EINTERNAL:    "Try again; if it persists, contact the operator.",
 }
 
+// toolHints are tools' own next steps, where whatToDo's would mislead.
+var toolHints = map[string]map[string]string{
+	"create_service": serviceHints, "list_services": serviceHints, "get_service": serviceHints,
+	"update_service": serviceHints, "delete_service": serviceHints,
+}
+
+// toolHint is the next step after tool's refusal with code: the tool's
+// own (toolHints), else whatToDo's.
+func toolHint(tool, code string) string {
+	if h, ok := toolHints[tool][code]; ok {
+		return h
+	}
+	return whatToDo[code]
+}
+
 // toolError turns a service error into the isError tool result the model
 // reads: the error's caller-safe message plus what to do about it.
 // Internal errors are logged and shown as "internal error".
@@ -60,7 +75,7 @@ func (s *Server) toolError(ctx context.Context, tool string, err error) *sdk.Cal
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Error (%s): %s", code, msg)
-	if hint := whatToDo[code]; hint != "" && !strings.Contains(msg, hint) && !alreadyAdvises(msg) {
+	if hint := toolHint(tool, code); hint != "" && !strings.Contains(msg, hint) && !alreadyAdvises(msg) {
 		b.WriteString("\nWhat to do: " + hint)
 	}
 	if d := gpuproxy.ErrorDetails(err); d != nil && code != gpuproxy.EINTERNAL {

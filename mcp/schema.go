@@ -74,11 +74,12 @@ func stringMap(desc string, maxProps, maxValue int) *jsonschema.Schema {
 
 // outputSchema infers the schema of a tool's structured result from the Go
 // type it renders, describing money (gpuproxy.Micros, rendered as a dollar
-// decimal) as a number.
+// decimal) as a number, as is a json.Number (written as a JSON number).
 func outputSchema[T any]() *jsonschema.Schema {
 	s, err := jsonschema.ForType(reflect.TypeFor[T](), &jsonschema.ForOptions{
 		TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 			reflect.TypeFor[gpuproxy.Micros](): {Type: "number", Description: "US dollars"},
+			reflect.TypeFor[json.Number]():     {Type: "number"},
 		},
 	})
 	if err != nil {

@@ -203,8 +203,10 @@ func (s *Server) Close() error {
 const instructions = `gpuproxy rents GPU instances on vast.ai and io.net under rolling spending limits.
 Typical flow: list_gpu_instances (offers, cheapest first) → check_spending_limit or get_spending_info →
 create_gpu_instance with an offer's instance_id → proxy_inference_request to the running instance →
-destroy_gpu_instance when done. Refusals (spending limit, provider down, offer gone) come back as tool
-errors that say what to do. The resource spending://current can be subscribed to.`
+destroy_gpu_instance when done. For a lasting OpenAI-compatible endpoint over several GPUs, create_service
+(a model over replicas gpuproxy rents by spec, keeps ready and scales within the limits), then get_service.
+Refusals (spending limit, provider down, offer gone) come back as tool errors that say what to do. The
+resource spending://current can be subscribed to.`
 
 // serverFor returns the account's sdk.Server, creating it on first use.
 func (s *Server) serverFor(accountID int64) *sdk.Server {

@@ -27,6 +27,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -44,6 +45,7 @@ type stack struct {
 	guard   *guardrails.Service
 	ledger  *billing.Ledger
 	fleet   *fleet.Service
+	svcs    *services.Manager
 	vast    *vastaisim.Server
 	vastURL string
 	logs    *teststack.Buffer
@@ -109,7 +111,7 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	s.mcp, s.store, s.auth, s.guard, s.ledger, s.fleet = a.MCP, a.Store, a.Auth, a.Guard, a.Ledger, a.Fleet
+	s.mcp, s.store, s.auth, s.guard, s.ledger, s.fleet, s.svcs = a.MCP, a.Store, a.Auth, a.Guard, a.Ledger, a.Fleet, a.Services
 	hs := httptest.NewServer(a.Server)
 	t.Cleanup(hs.Close)
 	s.url = hs.URL

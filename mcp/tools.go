@@ -80,8 +80,9 @@ func readOnly(title string, openWorld bool) *sdk.ToolAnnotations {
 	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: true, OpenWorldHint: boolPtr(openWorld)}
 }
 
-// toolSpecs defines the ten tools of docs/mcp.md (names and argument
-// names are fixed: clients already use them).
+// toolSpecs defines the tools of docs/mcp.md (names and argument names
+// are fixed: clients already use them): the service tools with a
+// services.Manager, the GPU tools with a fleet.
 func (s *Server) toolSpecs() []toolSpec {
 	specs := []toolSpec{
 		newTool(s, &sdk.Tool{
@@ -145,6 +146,9 @@ func (s *Server) toolSpecs() []toolSpec {
 	}
 	if s.svc.Fleet != nil {
 		specs = append(specs, s.fleetTools()...)
+		if s.svc.Services != nil {
+			specs = append(specs, s.serviceTools()...)
+		}
 	}
 	return specs
 }

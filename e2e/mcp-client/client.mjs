@@ -7,7 +7,8 @@
 // spending://current, is refused when renting past the spending limit,
 // destroys the instance, rents one by spec (attempts in the result) and is
 // told no_matching_offer with the nearest miss for a spec under every
-// offer. Any failure exits non-zero.
+// offer, and creates, lists, shows, updates and deletes a service. Any
+// failure exits non-zero.
 //
 // Environment:
 //   GPUPROXY_URL        base URL of the server (default http://127.0.0.1:8080)
@@ -36,9 +37,9 @@ const deadline = Number(process.env.E2E_TIMEOUT_MS || 180000);
 
 // An assistant key has every tool, its own account's billing included.
 const assistantTools = [
-  'check_spending_limit', 'create_gpu_instance', 'destroy_gpu_instance', 'get_billing_transactions',
-  'get_spending_info', 'keep_gpu_instance_alive', 'list_gpu_instances', 'list_my_instances', 'proxy_inference_request',
-  'update_gpu_instance',
+  'check_spending_limit', 'create_gpu_instance', 'create_service', 'delete_service', 'destroy_gpu_instance',
+  'get_billing_transactions', 'get_service', 'get_spending_info', 'keep_gpu_instance_alive', 'list_gpu_instances',
+  'list_my_instances', 'list_services', 'proxy_inference_request', 'update_gpu_instance', 'update_service',
 ];
 
 class CheckFailed extends Error {}
@@ -151,6 +152,29 @@ async function exercise(name) {
     check(noMatch.isError === true && /no_matching_offer/.test(textOf(noMatch)) &&
       /cheapest H100 .* over your \$0\.05 cap/.test(textOf(noMatch)), `spec under every offer: ${textOf(noMatch)}`);
     log(`spec under every offer: ${textOf(noMatch).split('\n')[0].slice(0, 120)}…`);
+
+    // Services: defined, listed, shown, changed and deleted. replicas.min 0
+    // rents nothing until a request comes, so the limits above stay as
+    // they are. The SDK checks each structuredContent against the tool's
+    // output schema.
+    const svcName = `e2e-${name}`;
+    const svc = await callOK(client, 'create_service', {
+      name: svcName, model: `e2e-model-${name}`, image: 'vllm/vllm-openai:latest', port: 8000,
+      spec: { gpu: '4090', max_price_per_hour: 0.5 }, replicas: { min: 0, max: 1 }, lifetime: { idle_timeout: '10m' },
+    });
+    check(svc.id.startsWith('svc_') && svc.state === 'active' && svc.base_url === '/v1' && svc.desired_replicas === 0,
+      `created service: ${JSON.stringify(svc)}`);
+    const svcs = await callOK(client, 'list_services', {});
+    check(svcs.services.some((x) => x.id === svc.id), `list_services: ${JSON.stringify(svcs)}`);
+    const shown = await callOK(client, 'get_service', { service: svcName });
+    check(shown.id === svc.id && shown.events.some((e) => e.kind === 'service.created'), `get_service: ${JSON.stringify(shown)}`);
+    const changed = await callOK(client, 'update_service', { service: svc.id, scale: { up_delay: '10s' } });
+    check(changed.scale.up_delay === '10s' && changed.image === svc.image, `update_service: ${JSON.stringify(changed)}`);
+    const badUpdate = await client.callTool({ name: 'update_service', arguments: { service: svcName, queue_timeout: 'soon' } });
+    check(badUpdate.isError === true && /\(invalid\): queue_timeout: /.test(textOf(badUpdate)), `bad update: ${textOf(badUpdate)}`);
+    const deleted = await callOK(client, 'delete_service', { service: svcName });
+    check(deleted.state === 'deleting', `delete_service: ${JSON.stringify(deleted)}`);
+    log(`service ${svc.id} created, listed, shown, updated, refused a bad update, deleted`);
   } finally {
     await client.close();
   }
