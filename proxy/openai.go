@@ -186,7 +186,9 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if errors.Is(err, context.Canceled) {
 			return statusClientClosed, false
 		}
-		if canRetry && gpuproxy.ErrorCode(err) == CodeUpstream {
+		// Not reached (a connect failure), or not sent at all (its
+		// breaker is open): another replica may serve.
+		if code := gpuproxy.ErrorCode(err); canRetry && (code == CodeUpstream || code == gpuproxy.EUNAVAILABLE) {
 			p.activity.end(u.RequestID, p.opts.Now())
 			return again()
 		}

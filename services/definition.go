@@ -136,9 +136,17 @@ func jsonError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te) && te.Field != "":
-		return gpuproxy.Invalid(te.Field, "must be a %s", jsonType(te.Type))
+		t := jsonType(te.Type)
+		article := "a "
+		if strings.IndexByte("aeiou", t[0]) >= 0 {
+			article = "an "
+		}
+		return gpuproxy.Invalid(te.Field, "must be %s%s", article, t)
 	case errors.As(err, &se):
 		return gpuproxy.Invalid("body", "is not valid JSON: %v", err)
+	case strings.Contains(err.Error(), "into Number"):
+		// json.Number refuses a string that is not a number.
+		return gpuproxy.Invalid("spec.max_price_per_hour", "must be a number of USD per hour (e.g. 1.50)")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return gpuproxy.Invalid(f, "is not a field of a service")

@@ -1,13 +1,20 @@
 package services_test
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/testpoll"
+	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
 
 // TestServiceScalesWithLoad: streams held open on two gpuproxy replicas
@@ -110,6 +117,102 @@ func TestServiceScalesToZeroAndWakes(t *testing.T) {
 			if st, b := s.chat(0, "z", true); st != 200 || !strings.Contains(string(b), "[DONE]") {
 				t.Fatalf("the second waking request: %d %s", st, b)
 			}
+		})
+	}
+}
+
+// TestServiceScaleBlockedByTheLimit: the account's hourly window fits two
+// replicas (and the cap of a third rent does not): load on two gpuproxy
+// replicas scales the service from one to two, the third rent is refused
+// with service.scale_blocked naming the window, the service stays at two
+// and keeps serving, and the window is never passed.
+func TestServiceScaleBlockedByTheLimit(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			// The three cheapest one-GPU offers under the $1 cap, as the
+			// simulator lists them: each rent is admitted at its live
+			// price over the hour, so the window fits the first two and
+			// not the third.
+			probe := vastaisim.New(vastaisim.Options{})
+			var prices []gpuproxy.Micros
+			for _, o := range probe.Offers() {
+				if o.NumGPUs == 1 && o.DPHTotal <= 1 {
+					prices = append(prices, gpuproxy.Micros(o.DPHTotal*gpuproxy.MicrosPerUSD))
+				}
+			}
+			slices.Sort(prices)
+			if len(prices) < 3 {
+				t.Fatalf("the simulator has %d one-GPU offers under $1", len(prices))
+			}
+			limit := prices[0] + prices[1] + prices[2]/2
+			s := newStack(t, k, stackOpts{replicas: 2, chunk: 150 * time.Millisecond,
+				limits: []guardrails.Window{{Minutes: 60, Limit: limit}}})
+			s.create(`{"name":"capped","model":"c","spec":{"max_price_per_hour":1,"providers":"vast.ai","max_attempts":20},` +
+				`"image":"img","port":8000,"replicas":{"min":1,"max":4},` +
+				`"scale":{"target_inflight_per_replica":1,"up_delay":"200ms","down_delay":"1m"}}`)
+			s.waitReady("capped", 1, 20*time.Second)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var failed atomic.Int64
+			for c := range 8 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if st, _ := s.chat(c%2, "c", true); st != 200 {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+			most := 0
+			var over []string
+			deadline := time.Now().Add(20 * time.Second)
+			for time.Now().Before(deadline) {
+				v := s.get("capped")
+				most = max(most, len(v.Replicas))
+				snap, err := s.apps[0].Guard.Spending(context.Background(), s.acct.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range snap.Windows {
+					if w.Spent+w.Held > w.Limit {
+						over = append(over, fmt.Sprintf("%+v", w))
+					}
+				}
+				if count(s.events("capped"), "service.scale_blocked") >= 2 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(stop)
+			wg.Wait()
+			v := s.get("capped")
+			ev := s.events("capped")
+			var blocked string
+			evs, _ := s.apps[0].Services.Events(context.Background(), s.acct.ID, "capped", 100)
+			for _, e := range evs {
+				if e.Kind == "service.scale_blocked" {
+					blocked = e.Message
+				}
+			}
+			switch {
+			case len(over) > 0:
+				t.Fatalf("a window passed its limit: %v", over)
+			case most != 2 || v.Ready != 2:
+				t.Fatalf("at most %d replicas (want 2), now %s", most, mustJSON(v))
+			case count(ev, "service.replica_rented") != 2 || count(ev, "service.scale_blocked") < 2:
+				t.Fatalf("events: %v", ev)
+			case !strings.Contains(blocked, "spending_limit_exceeded") || !strings.Contains(blocked, "60-minute window"):
+				t.Fatalf("the refusal does not name the window: %s", blocked)
+			case failed.Load() > 0:
+				t.Fatalf("%d requests failed while the service was held at two", failed.Load())
+			}
+			t.Logf("limit $%s: two replicas, then: %s", limit, blocked)
 		})
 	}
 }

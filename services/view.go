@@ -19,7 +19,9 @@ type View struct {
 	BaseURL   string        `json:"base_url"`
 	Desired   int           `json:"desired_replicas"`
 	Ready     int           `json:"ready_replicas"`
-	Replicas  []ReplicaView `json:"replicas"`
+	// Replicas are the service's replicas (JSON "instances": "replicas"
+	// is the definition's bounds).
+	Replicas  []ReplicaView `json:"instances"`
 	Events    []EventView   `json:"events,omitempty"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`

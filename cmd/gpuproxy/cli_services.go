@@ -89,11 +89,12 @@ type serviceReply struct {
 		IdleTimeout string `json:"idle_timeout"`
 		MaxDuration string `json:"max_duration"`
 	} `json:"lifetime"`
-	BaseURL  string              `json:"base_url"`
-	Desired  int                 `json:"desired_replicas"`
-	Ready    int                 `json:"ready_replicas"`
-	Replicas []serviceReplicaRow `json:"replicas"`
-	Events   []serviceEventRow   `json:"events"`
+	BaseURL  string                 `json:"base_url"`
+	Desired  int                    `json:"desired_replicas"`
+	Ready    int                    `json:"ready_replicas"`
+	Bounds   struct{ Min, Max int } `json:"replicas"`
+	Replicas []serviceReplicaRow    `json:"instances"`
+	Events   []serviceEventRow      `json:"events"`
 }
 
 // serviceReplicaRow is one replica of a service.
@@ -460,10 +461,11 @@ func (c servicesClient) list(ctx context.Context) error {
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return fmt.Errorf("GET %s/api/v1/services: an answer that is not a list of services: %.200s", c.base, raw)
 	}
-	rows := [][]any{{"NAME", "MODEL", "STATE", "READY", "GPU", "MAX/H", "ID"}}
+	rows := [][]any{{"NAME", "MODEL", "STATE", "READY", "MIN-MAX", "GPU", "MAX/H", "ID"}}
 	baseURL := ""
 	for _, v := range l.Services {
-		rows = append(rows, []any{v.Name, v.Model, v.State, fmt.Sprintf("%d/%d", v.Ready, v.Desired), gpuText(v),
+		rows = append(rows, []any{v.Name, v.Model, v.State, fmt.Sprintf("%d/%d", v.Ready, v.Desired),
+			fmt.Sprintf("%d-%d", v.Bounds.Min, v.Bounds.Max), gpuText(v),
 			v.Spec.MaxPricePerHour, v.ID})
 		baseURL = v.BaseURL
 	}
@@ -481,7 +483,8 @@ func (c servicesClient) list(ctx context.Context) error {
 // printService prints one service: its settings, replicas and events.
 func (c servicesClient) printService(v serviceReply) error {
 	w := c.stdout
-	fmt.Fprintf(w, "service %s (%s): %s, %d/%d replicas ready\n", v.Name, v.ID, v.State, v.Ready, v.Desired)
+	fmt.Fprintf(w, "service %s (%s): %s, %d/%d replicas ready (%d to %d)\n", v.Name, v.ID, v.State, v.Ready, v.Desired,
+		v.Bounds.Min, v.Bounds.Max)
 	spec := gpuText(v) + ", at most " + usd(v.Spec.MaxPricePerHour) + "/h per replica"
 	if v.Spec.NumGPUs > 1 {
 		spec = fmt.Sprintf("%d× %s", v.Spec.NumGPUs, spec)

@@ -128,10 +128,10 @@ func TestServicesCLI(t *testing.T) {
 		t.Fatalf("list: %v", err)
 	}
 	t.Logf("list:\n%s", out)
-	table := regexp.MustCompile(`^NAME\s+MODEL\s+STATE\s+READY\s+GPU\s+MAX/H\s+ID\n` +
-		`embed\s+bge-m3\s+active\s+0/0\s+A5000\s+\$0\.50\s+svc_\w+\n` +
-		`llama\s+meta-llama/Llama-3\.1-8B-Instruct\s+active\s+0/0\s+4090, 3090\s+\$0\.80\s+` + id + `\n` +
-		`tiny\s+tiny-llm\s+active\s+0/0\s+any GPU\s+\$0\.20\s+svc_\w+\n\n` +
+	table := regexp.MustCompile(`^NAME\s+MODEL\s+STATE\s+READY\s+MIN-MAX\s+GPU\s+MAX/H\s+ID\n` +
+		`embed\s+bge-m3\s+active\s+0/0\s+0-3\s+A5000\s+\$0\.50\s+svc_\w+\n` +
+		`llama\s+meta-llama/Llama-3\.1-8B-Instruct\s+active\s+0/0\s+0-2\s+4090, 3090\s+\$0\.80\s+` + id + `\n` +
+		`tiny\s+tiny-llm\s+active\s+0/0\s+0-1\s+any GPU\s+\$0\.20\s+svc_\w+\n\n` +
 		`base_url: http://127\.0\.0\.1:\d+/v1 \(clients send the service's model\)\n$`)
 	if !table.MatchString(out) {
 		t.Fatalf("list output:\n%s", out)
@@ -172,7 +172,7 @@ func TestServicesCLI(t *testing.T) {
 	}
 	t.Logf("show:\n%s", out)
 	for _, want := range []string{
-		"service llama (" + id + "): active, 0/0 replicas ready\n",
+		"service llama (" + id + "): active, 0/0 replicas ready (0 to 4)\n",
 		"model:     meta-llama/Llama-3.1-8B-Instruct\n",
 		"spec:      4090, 3090, at most $1.25/h per replica\n",
 		"image:     vllm/vllm-openai:latest, port 8000\n",
