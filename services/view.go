@@ -16,9 +16,9 @@ type View struct {
 	Definition
 	// BaseURL is the path OpenAI SDKs take as their base URL (prefix it
 	// with gpuproxy's address).
-	BaseURL   string        `json:"base_url"`
-	Desired   int           `json:"desired_replicas"`
-	Ready     int           `json:"ready_replicas"`
+	BaseURL string `json:"base_url"`
+	Desired int    `json:"desired_replicas"`
+	Ready   int    `json:"ready_replicas"`
 	// Replicas are the service's replicas (JSON "instances": "replicas"
 	// is the definition's bounds).
 	Replicas  []ReplicaView `json:"instances"`
