@@ -20,6 +20,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/server"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // appConfig is the service graph's configuration (app) from the
@@ -58,6 +59,9 @@ func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
 			ReconcileInterval: fc.ReconcileInterval, PendingGrace: fc.PendingGrace, StartTimeout: fc.StartTimeout,
 			OrphanPolicy: fc.OrphanPolicy, KillMargin: fc.KillMargin, DefaultIdleTimeout: optional(fc.DefaultIdleTimeout),
 			DefaultIdleGrace: optional(fc.DefaultIdleGrace), LifetimeInterval: fc.LifetimeInterval, WarnLead: fc.WarnLead},
+		Services: services.Options{Interval: c.Services.Interval, ProbeInterval: c.Services.ProbeInterval,
+			StartTimeout: c.Services.StartTimeout, UnreadyTimeout: c.Services.UnreadyTimeout,
+			DrainTimeout: c.Services.DrainTimeout, BlockedRetry: c.Services.BlockedRetry},
 		Proxy: proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody, MaxResponseBody: pc.MaxResponseBody,
 			UpstreamTimeout: pc.UpstreamTimeout, AllowNetworks: pc.networks(sandbox)},
 		Console: console.Options{Secret: []byte(c.ConsoleSecret)},

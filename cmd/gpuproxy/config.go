@@ -31,6 +31,7 @@ type config struct {
 	LogLevel         string        `yaml:"log_level"`
 	Providers        providersConf `yaml:"providers"`
 	Fleet            fleetConf     `yaml:"fleet"`
+	Services         servicesConf  `yaml:"services"`
 	Proxy            proxyConf     `yaml:"proxy"`
 	Alerts           alertsConf    `yaml:"alerts"`
 	Metrics          metricsConf   `yaml:"metrics"`
@@ -143,6 +144,26 @@ type fleetConf struct {
 	// WarnLead is how long before a lifetime rule acts its warning goes
 	// out (default 10m, scaled down for short rules).
 	WarnLead time.Duration `yaml:"warn_lead"`
+}
+
+// servicesConf configures services' controller and router
+// (services.Options); zero values take their defaults.
+type servicesConf struct {
+	// Interval is the controller's pass interval (default 1s).
+	Interval time.Duration `yaml:"interval"`
+	// ProbeInterval is how often a ready replica's readiness is checked
+	// (default 5s).
+	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// StartTimeout is how long a rented replica may take to become ready
+	// before it is replaced (default 20m); UnreadyTimeout how long a
+	// ready one may fail its checks (default 1m).
+	StartTimeout   time.Duration `yaml:"start_timeout"`
+	UnreadyTimeout time.Duration `yaml:"unready_timeout"`
+	// DrainTimeout bounds a draining replica's requests (default 2m).
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// BlockedRetry is how long a service whose rent was refused waits
+	// before trying again (default 30s).
+	BlockedRetry time.Duration `yaml:"blocked_retry"`
 }
 
 // optional is a duration set explicitly (0 meaning none, as negative does
@@ -280,6 +301,8 @@ func (c *config) envOverrides() []envOverride {
 			return nil
 		}},
 		{"GPUPROXY_LIFETIME_INTERVAL", dur(&c.Fleet.LifetimeInterval)},
+		{"GPUPROXY_SERVICES_INTERVAL", dur(&c.Services.Interval)},
+		{"GPUPROXY_SERVICES_BLOCKED_RETRY", dur(&c.Services.BlockedRetry)},
 		{"GPUPROXY_PROXY_REQUEST_COST", func(v string) error {
 			c.Proxy.RequestCost = usdText(v)
 			_, err := c.Proxy.requestCost()
