@@ -91,6 +91,7 @@ type page struct {
 	Billing   bool
 	Instances bool
 	Provision bool // instances:write: destroy buttons
+	Services  bool // instances:read on a server with services: the services pages
 	Admin     bool
 	OAuth     bool // the OAuth server is on: the connected apps page
 
@@ -108,6 +109,7 @@ func (c *Console) newPage(q *req, title, nav string) *page {
 		Spending: p.Has(gpuproxy.ScopeSpendingRead), Billing: p.Has(gpuproxy.ScopeBillingRead),
 		Instances: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesRead),
 		Provision: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesWrite),
+		Services:  c.svc.Services != nil && p.Has(gpuproxy.ScopeInstancesRead),
 		Admin:     p.Has(gpuproxy.ScopeAdmin), OAuth: c.svc.OAuth != nil, Now: c.opts.Now().UTC()}
 }
 

@@ -33,6 +33,8 @@ func (c *Console) Routes() []httpapi.Route {
 		c.page(http.MethodGet, "/console/instances/:id", takes(c.instance, "account", "done")),
 		c.page(http.MethodPost, "/console/instances/:id/destroy", takes(c.destroyInstance, "account")),
 		c.page(http.MethodPost, "/console/instances/:id/keepalive", takes(c.keepAlive, "account")),
+		c.page(http.MethodGet, "/console/services", takes(c.services, "account")),
+		c.page(http.MethodGet, "/console/services/:id", takes(c.service, "account")),
 		c.page(http.MethodGet, "/console/accounts", takes(c.accounts, "saved")),
 		c.page(http.MethodPost, "/console/accounts/:account/limits", takes(c.setLimits)),
 		c.page(http.MethodGet, "/console/oauth/authorize", takes(c.oauthConsent, "id")),

@@ -28,6 +28,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -47,6 +48,7 @@ type stack struct {
 	ledger *billing.Ledger
 	fleet  *fleet.Service
 	alerts *alerts.Service
+	svcs   *services.Manager
 	vast   *vastaisim.Server
 	demo   gpuproxy.Account
 	other  gpuproxy.Account
@@ -97,7 +99,7 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	s.auth, s.guard, s.ledger, s.fleet, s.alerts = a.Auth, a.Guard, a.Ledger, a.Fleet, a.Alerts
+	s.auth, s.guard, s.ledger, s.fleet, s.alerts, s.svcs = a.Auth, a.Guard, a.Ledger, a.Fleet, a.Alerts, a.Services
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { s.fleet.Run(runCtx); close(done) }()
