@@ -13,6 +13,19 @@ import (
 // where the test must run and fails instead.
 func MCPClient(t testing.TB) (node, dir string) {
 	t.Helper()
+	return nodeClient(t, "mcp-client", filepath.Join("@modelcontextprotocol", "sdk"), "the TypeScript SDK end-to-end test")
+}
+
+// OpenAIClient returns node and the directory of e2e/openai-client (the
+// official OpenAI SDK for Node), as MCPClient does.
+func OpenAIClient(t testing.TB) (node, dir string) {
+	t.Helper()
+	return nodeClient(t, "openai-client", "openai", "the OpenAI SDK end-to-end test")
+}
+
+// nodeClient finds node and e2e/<name> with its node_modules/<module>.
+func nodeClient(t testing.TB, name, module, what string) (node, dir string) {
+	t.Helper()
 	need := func(format string, args ...any) {
 		t.Helper()
 		if os.Getenv("CI") != "" {
@@ -20,15 +33,15 @@ func MCPClient(t testing.TB) (node, dir string) {
 		}
 		t.Skipf(format, args...)
 	}
-	dir, err := filepath.Abs(filepath.Join("..", "e2e", "mcp-client"))
+	dir, err := filepath.Abs(filepath.Join("..", "e2e", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if node, err = exec.LookPath("node"); err != nil {
-		need("node is not installed; the TypeScript SDK end-to-end test needs it")
+		need("node is not installed; %s needs it", what)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		need("e2e/mcp-client has no node_modules; run `npm ci --prefix e2e/mcp-client` to run this test")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", module)); err != nil {
+		need("e2e/%s has no node_modules; run `npm ci --prefix e2e/%s` to run this test", name, name)
 	}
 	return node, dir
 }
