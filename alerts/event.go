@@ -66,6 +66,12 @@ type Payload struct {
 	// "create" or "proxy" (spending_refused).
 	Cost    *gpuproxy.Micros `json:"cost,omitempty"`
 	Request string           `json:"request,omitempty"`
+	// Service and ServiceID name the service of a service event
+	// (service.scaled_up, service.scale_blocked, …; see ServiceNotice).
+	Service   string `json:"service,omitempty"`
+	ServiceID string `json:"service_id,omitempty"`
+	// Message is a service event's own message.
+	Message string `json:"message,omitempty"`
 	// Text says all of it in one sentence, for chat webhooks (Slack).
 	Text string `json:"text"`
 }

@@ -21,6 +21,7 @@ type hookEvent struct {
 	key       string // the key whose own window it is about; empty: the account's
 	instance  string // kill switch
 	lifetime  *LifetimeNotice
+	service   *ServiceNotice
 	refusal   bool
 	request   string // refusal: "create" or "proxy"
 	snap      guardrails.Snapshot
@@ -141,6 +142,9 @@ func (s *Service) record(ctx context.Context, h hookEvent) error {
 	case h.lifetime != nil:
 		ev, err = LifetimeEvent(h.accountID, name, *h.lifetime, h.at)
 		key = h.lifetime.dedupKey()
+	case h.service != nil:
+		ev, err = ServiceAlert(h.accountID, name, *h.service)
+		key = h.service.dedupKey()
 	case h.refusal:
 		ev, err = RefusalEvent(h.accountID, name, h.key, h.request, h.usage, h.cost, s.opts.RefusalGap, h.at)
 		mark = "refusal/" + strconv.Itoa(h.usage.Minutes)

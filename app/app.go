@@ -309,6 +309,9 @@ func (a *App) servicesOptions(o services.Options) services.Options {
 	if o.Now == nil {
 		o.Now = a.Guard.Now
 	}
+	if o.OnEvent == nil {
+		o.OnEvent = a.Alerts.ServiceEvent
+	}
 	return o
 }
 

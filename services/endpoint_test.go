@@ -1,9 +1,11 @@
 package services_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +113,40 @@ func TestOpenAIEndpointOverTheLimit(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := inf.Requests() - before; got > 1 {
 		t.Fatalf("the replica got %d requests", got)
+	}
+}
+
+// TestServiceEventsReachTheWebhook: the account's alert webhook gets the
+// service's events (created, replica rented and ready, …) with the
+// service named, each once.
+func TestServiceEventsReachTheWebhook(t *testing.T) {
+	got := make(chan map[string]any, 100)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&p)
+		got <- p
+	}))
+	defer hook.Close()
+	s := newStack(t, dbtest.SQLite, stackOpts{alertsLoopback: true})
+	if _, _, err := s.apps[0].Alerts.Set(context.Background(), s.acct.ID, hook.URL, []float64{0.5}, false); err != nil {
+		t.Fatal(err)
+	}
+	s.create(`{"name":"hooked","model":"h",` + anyGPU + `,"image":"img","port":8000}`)
+	s.waitReady("hooked", 1, 20*time.Second)
+	seen := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for seen["service.replica_ready"] == 0 {
+		select {
+		case p := <-got:
+			seen[p["type"].(string)]++
+			if p["service"] != "hooked" || p["service_id"] == "" || !strings.Contains(p["text"].(string), "service hooked (model h)") {
+				t.Fatalf("payload: %v", p)
+			}
+		case <-deadline:
+			t.Fatalf("webhook got %v", seen)
+		}
+	}
+	if seen["service.created"] != 1 || seen["service.replica_rented"] != 1 {
+		t.Fatalf("webhook got %v", seen)
 	}
 }

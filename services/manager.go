@@ -61,8 +61,9 @@ type Options struct {
 	// BlockedRetry is how long a service whose rent was refused waits
 	// before the controller tries again (default 30 s).
 	BlockedRetry time.Duration
-	// OnEvent receives every service event after it is stored (webhooks).
-	OnEvent func(gpuproxy.ServiceEvent)
+	// OnEvent receives every service event after it is stored, with its
+	// service (webhooks: alerts.Service.ServiceEvent).
+	OnEvent func(gpuproxy.Service, gpuproxy.ServiceEvent)
 }
 
 func (o Options) withDefaults() Options {
@@ -319,7 +320,7 @@ func (m *Manager) event(ctx context.Context, s gpuproxy.Service, kind, instanceI
 	}
 	m.log.Info("service event", "service_id", s.ID, "service", s.Name, "kind", kind, "instance_id", instanceID, "message", e.Message)
 	if m.opts.OnEvent != nil {
-		m.opts.OnEvent(e)
+		m.opts.OnEvent(s, e)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/app"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
@@ -48,6 +49,8 @@ type stackOpts struct {
 	start    time.Duration // the simulator's start delay (default 100 ms)
 	chunk    time.Duration // the inference servers' pause between streamed chunks
 	cost     gpuproxy.Micros
+	// alertsLoopback lets alert webhooks reach loopback (a test's hook).
+	alertsLoopback bool
 }
 
 func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
@@ -88,6 +91,7 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 				ReconcileInterval: time.Second},
 			Proxy:    proxy.Options{AllowNetworks: proxy.LoopbackNetworks(), Cost: o.cost},
 			Services: so,
+			Alerts:   alertsOpts(o.alertsLoopback),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -109,6 +113,13 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 	}
 	s.key, s.acct = teststack.NewKey(t, s.apps[0].Auth, "acme", "engineer")
 	return s
+}
+
+func alertsOpts(loopback bool) alerts.Options {
+	if !loopback {
+		return alerts.Options{}
+	}
+	return alerts.Options{AllowNetworks: proxy.LoopbackNetworks(), SendInterval: 100 * time.Millisecond}
 }
 
 // create defines a service from JSON, on replica 0.
