@@ -39,6 +39,7 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/proxy"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 func main() {
@@ -96,6 +97,28 @@ func tempSchema(ctx context.Context, url string) (string, func(), error) {
 			_ = c.Close(ctx)
 		}
 	}, nil
+}
+
+// benchService defines the service "bench" (model "bench") with one
+// ready replica, the fixed instance gpi_bench: POST /v1/chat/completions
+// with model "bench" takes the services' endpoint to the same upstream.
+// The controller does not run (the replica is not a real instance).
+func benchService(ctx context.Context, a *app.App, acct int64, keyID string) error {
+	d, err := services.DecodeDefinition([]byte(`{"name":"bench","model":"bench","spec":{"max_price_per_hour":1},`+
+		`"image":"bench","port":8000}`), nil)
+	if err != nil {
+		return err
+	}
+	v, err := a.Services.Create(ctx, acct, keyID, d)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if err := a.Store.AddReplica(ctx, gpuproxy.Replica{ServiceID: v.ID, InstanceID: "gpi_bench", AccountID: acct,
+		State: gpuproxy.ReplicaStarting, CreatedAt: now, UpdatedAt: now}); err != nil {
+		return err
+	}
+	return a.Store.SetReplicaState(ctx, v.ID, "gpi_bench", gpuproxy.ReplicaReady, "", now)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -165,8 +188,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fleet.acct = acct.ID
-	key, _, err := a.Auth.CreateKey(ctx, "bench", "bench", gpuproxy.Presets["engineer"])
+	key, rec, err := a.Auth.CreateKey(ctx, "bench", "bench", gpuproxy.Presets["engineer"])
 	if err != nil {
+		return err
+	}
+	if err := benchService(ctx, a, acct.ID, rec.ID); err != nil {
 		return err
 	}
 	// Limits far above what a run spends: a non-zero request cost is
