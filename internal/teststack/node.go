@@ -33,10 +33,22 @@ func nodeClient(t testing.TB, name, module, what string) (node, dir string) {
 		}
 		t.Skipf(format, args...)
 	}
-	dir, err := filepath.Abs(filepath.Join("..", "e2e", name))
+	// The repository's root: the nearest folder up with go.mod.
+	root, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			t.Fatal("no go.mod above the test's folder")
+		}
+		root = up
+	}
+	dir = filepath.Join(root, "e2e", name)
 	if node, err = exec.LookPath("node"); err != nil {
 		need("node is not installed; %s needs it", what)
 	}

@@ -1,4 +1,4 @@
-package services_test
+package main
 
 import (
 	"encoding/json"
@@ -10,23 +10,34 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
-// TestOpenAISDKAgainstAService runs the official OpenAI SDK for Node
-// (e2e/openai-client) against a service of two replicas, with the base
-// URL and API key an engineer would give it: the model list, a plain and
-// a streamed chat completion, a completion, embeddings, and an unknown
+// TestSandboxServiceWithOpenAISDK is issue 22's first "done when": in
+// the sandbox, a service of two replicas defined over REST, and the
+// official OpenAI SDK for Node (e2e/openai-client) pointed at
+// <sandbox>/v1 with the sandbox's API key: the model list, plain and
+// streamed chat completions, a completion, embeddings, and an unknown
 // model's error as the SDK reads it.
-func TestOpenAISDKAgainstAService(t *testing.T) {
+func TestSandboxServiceWithOpenAISDK(t *testing.T) {
+	t.Parallel()
 	node, dir := teststack.OpenAIClient(t)
-	s := newStack(t, dbtest.SQLite, stackOpts{})
-	s.create(`{"name":"llama","model":"llama-70b",` + anyGPU + `,"image":"vllm/vllm-openai:latest","port":8000,` +
-		`"replicas":{"min":2,"max":2}}`)
-	s.waitReady("llama", 2, 30*time.Second)
+	base, _, api := runSandbox(t, map[string]string{"GPUPROXY_LOG_LEVEL": "warn", "GPUPROXY_RATE_LIMIT": "0"})
+	c := client{t: t, base: base}
+	st, v := c.call("POST", "/api/v1/services", api, `{"name":"llama","model":"llama-70b",`+
+		`"spec":{"max_price_per_hour":2,"providers":"vast.ai","max_attempts":20},"image":"vllm/vllm-openai:latest",`+
+		`"port":8000,"replicas":{"min":2,"max":2}}`)
+	if st != 201 {
+		t.Fatalf("create: %d %v", st, v)
+	}
+	for deadline := time.Now().Add(60 * time.Second); v["ready_replicas"] != 2.0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		_, v = c.call("GET", "/api/v1/services/llama", api, "")
+	}
+	if v["ready_replicas"] != 2.0 {
+		t.Fatalf("not two ready replicas: %v", v)
+	}
 	cmd := exec.Command(node, filepath.Join(dir, "client.mjs"))
-	cmd.Env = append(os.Environ(), "GPUPROXY_BASE_URL="+s.bases[0]+"/v1", "GPUPROXY_API_KEY="+s.key, "MODEL=llama-70b")
+	cmd.Env = append(os.Environ(), "GPUPROXY_BASE_URL="+base+"/v1", "GPUPROXY_API_KEY="+api, "MODEL=llama-70b")
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the OpenAI SDK client: %v\n%s", err, b)
@@ -67,5 +78,10 @@ func TestOpenAISDKAgainstAService(t *testing.T) {
 	case out.Unknown.Status != 404 || out.Unknown.Code != "model_not_found" || out.Unknown.Type != "invalid_request_error" ||
 		out.Unknown.Param == nil || *out.Unknown.Param != "model":
 		t.Errorf("unknown model: %+v", out.Unknown)
+	}
+	// Both replicas served: the requests were spread over them.
+	_, v = c.call("GET", "/api/v1/services/llama", api, "")
+	if n := len(v["instances"].([]any)); n != 2 {
+		t.Errorf("instances: %v", v["instances"])
 	}
 }
