@@ -32,6 +32,37 @@ type servicesOutput struct {
 	Services []services.View `json:"services" jsonschema:"your services, by name"`
 }
 
+// viewSchema is the output schema of a services.View. The schema is
+// inferred from Go fields, where View's Replicas (JSON "instances")
+// hides the definition's Replicas (JSON "replicas": the bounds), which
+// encoding/json writes all the same: a client validating the result would
+// refuse it without this property.
+func viewSchema() *jsonschema.Schema {
+	s := outputSchema[services.View]()
+	if _, ok := s.Properties["replicas"]; !ok {
+		r := outputSchema[services.ReplicasJSON]()
+		r.Description = "the bounds of the service's size"
+		s.Properties["replicas"] = r
+	}
+	return s
+}
+
+// serviceOutputSchema is serviceOutput's schema: a view and its message.
+func serviceOutputSchema() *jsonschema.Schema {
+	s := viewSchema()
+	s.Properties["message"] = &jsonschema.Schema{Type: "string", Description: "what happened and what to do next"}
+	s.Required = append(s.Required, "message")
+	return s
+}
+
+// servicesOutputSchema is servicesOutput's schema.
+func servicesOutputSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "object", Required: []string{"services"},
+		AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+		Properties: map[string]*jsonschema.Schema{"services": {Type: "array", Description: "your services, by name",
+			Items: viewSchema()}}}
+}
+
 // serviceHints are the next steps of the service tools' refusals, where
 // the instance tools' (whatToDo) would mislead.
 var serviceHints = map[string]string{
@@ -59,7 +90,7 @@ func (s *Server) serviceTools() []toolSpec {
 				"lifetime.idle_timeout. Returns at once: the replicas start in the background; follow them with " +
 				"get_service.",
 			InputSchema:  object(serviceFields(provs, true)...),
-			OutputSchema: outputSchema[serviceOutput](),
+			OutputSchema: serviceOutputSchema(),
 			Annotations: &sdk.ToolAnnotations{Title: "Create a service", DestructiveHint: boolPtr(false),
 				OpenWorldHint: boolPtr(true)},
 		}, gpuproxy.ScopeInstancesWrite, s.createService),
@@ -67,19 +98,19 @@ func (s *Server) serviceTools() []toolSpec {
 			Name:  "list_services",
 			Title: "Your services",
 			Description: "List your services by name: model, state, ready and desired replicas, replicas.min and " +
-				"max, the price cap per replica and base_url, with each one's replicas.",
+				"max, the price cap per replica and base_url, with each one's replicas (instances).",
 			InputSchema:  object(),
-			OutputSchema: outputSchema[servicesOutput](),
+			OutputSchema: servicesOutputSchema(),
 			Annotations:  readOnly("Your services", false),
 		}, gpuproxy.ScopeInstancesRead, s.listServices),
 		newTool(s, &sdk.Tool{
 			Name:  "get_service",
 			Title: "Show a service",
-			Description: "Show one of your services: its definition (defaults filled), state, its replicas " +
-				"(instance, state, provider, GPU, price, when ready) and its 20 latest events, newest first " +
+			Description: "Show one of your services: its definition (defaults filled), state, its replicas as " +
+				"instances (instance, state, provider, GPU, price, when ready) and its 20 latest events, newest first " +
 				"(scale-ups, refused rents, replacements, readiness).",
 			InputSchema:  object(ident),
-			OutputSchema: outputSchema[serviceOutput](),
+			OutputSchema: serviceOutputSchema(),
 			Annotations:  readOnly("Show a service", false),
 		}, gpuproxy.ScopeInstancesRead, s.getService),
 		newTool(s, &sdk.Tool{
@@ -90,7 +121,7 @@ func (s *Server) serviceTools() []toolSpec {
 				"controller brings the replicas within the new bounds (lowering replicas.max drains and destroys " +
 				"the extra ones); running replicas keep their spec, image, env and port until they are replaced.",
 			InputSchema:  object(append([]field{ident}, serviceFields(provs, false)...)...),
-			OutputSchema: outputSchema[serviceOutput](),
+			OutputSchema: serviceOutputSchema(),
 			Annotations: &sdk.ToolAnnotations{Title: "Change a service", DestructiveHint: boolPtr(true),
 				IdempotentHint: true, OpenWorldHint: boolPtr(true)},
 		}, gpuproxy.ScopeInstancesWrite, s.updateService),
@@ -101,7 +132,7 @@ func (s *Server) serviceTools() []toolSpec {
 				"requests in flight and are then destroyed (their billing stops), and the service is gone. Its " +
 				"state is deleting until then; deleting it again returns it as it is.",
 			InputSchema:  object(ident),
-			OutputSchema: outputSchema[serviceOutput](),
+			OutputSchema: serviceOutputSchema(),
 			Annotations: &sdk.ToolAnnotations{Title: "Delete a service", DestructiveHint: boolPtr(true),
 				IdempotentHint: true, OpenWorldHint: boolPtr(true)},
 		}, gpuproxy.ScopeInstancesWrite, s.deleteService),
@@ -265,6 +296,10 @@ func (s *Server) deleteService(ctx context.Context, c call, in serviceInput) (re
 	out.Message = fmt.Sprintf("Service %s is being deleted: it takes no new requests; its %s finish the "+
 		"requests in flight and are then destroyed, which stops their billing. get_service %s shows it until it "+
 		"is gone.", v.Name, plainPlural(len(v.Replicas), "replica", "replicas"), v.ID)
+	if len(v.Replicas) == 0 {
+		out.Message = fmt.Sprintf("Service %s is being deleted: it takes no new requests and has no replica to "+
+			"drain. get_service %s shows it until it is gone.", v.Name, v.ID)
+	}
 	return result{serviceText("Deleting", out), out}, nil
 }
 

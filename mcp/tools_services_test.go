@@ -25,8 +25,12 @@ type serviceOut struct {
 	Image    string `json:"image"`
 	Port     int    `json:"port"`
 	Message  string `json:"message"`
-	Replicas []any  `json:"replicas"`
-	Spec     struct {
+	Replicas struct {
+		Min int `json:"min"`
+		Max int `json:"max"`
+	} `json:"replicas"`
+	Instances []any `json:"instances"`
+	Spec      struct {
 		GPU             []string `json:"gpu"`
 		MaxPricePerHour float64  `json:"max_price_per_hour"`
 	} `json:"spec"`
@@ -120,6 +124,7 @@ func TestServiceTools(t *testing.T) {
 	t.Logf("create_service:\n%s", text(res))
 	if !strings.HasPrefix(created.ID, "svc_") || created.Name != "llama-8b" || created.State != "active" ||
 		created.BaseURL != "/v1" || created.Desired != 1 || created.Ready != 0 || created.Port != 8000 ||
+		created.Replicas.Min != 1 || created.Replicas.Max != 2 || created.Instances == nil ||
 		created.Spec.MaxPricePerHour != 1.5 || !slices.Equal(created.Spec.GPU, []string{"4090"}) {
 		t.Fatalf("created: %+v", created)
 	}
@@ -156,7 +161,8 @@ func TestServiceTools(t *testing.T) {
 	res = call("update_service", map[string]any{"service": "llama-8b", "replicas": map[string]any{"max": 3},
 		"scale": map[string]any{"up_delay": "10s"}})
 	upd := structured[serviceOut](t, res)
-	if upd.Scale.UpDelay != "10s" || upd.Scale.DownDely != "5m" || upd.Image != created.Image {
+	if upd.Scale.UpDelay != "10s" || upd.Scale.DownDely != "5m" || upd.Image != created.Image ||
+		upd.Replicas.Min != 1 || upd.Replicas.Max != 3 {
 		t.Fatalf("update merged: %+v", upd)
 	}
 	v, err := s.svcs.Get(context.Background(), p.AccountID, "llama-8b")
