@@ -63,7 +63,7 @@ func newServiceRow(v services.View) serviceRow {
 			r.SpecText += ", in " + strings.Join(sp.Locations, " or ")
 		}
 	}
-	for _, rep := range v.Replicas {
+	for _, rep := range v.Instances {
 		if rep.State != string(gpuproxy.ReplicaGone) {
 			r.Cost += rep.PricePerHour
 		}
@@ -155,7 +155,7 @@ func (c *Console) service(q *req) error {
 		d.Events, d.More = evs[:maxServiceEvents], true
 	}
 	var prices []gpuproxy.Micros
-	for _, r := range v.Replicas {
+	for _, r := range v.Instances {
 		prices = append(prices, r.PricePerHour)
 	}
 	d.PricePlaces = amountPlaces(prices...)

@@ -266,10 +266,10 @@ func TestServicesInBrowser(t *testing.T) {
 	}
 	reps := eval[[]map[string]string](b, `[...document.querySelectorAll("#replicas tr[data-instance]")].map(r => ({
 		id: r.dataset.instance, state: r.querySelector("[data-field=state]").innerText, price: r.querySelector("[data-field=price]").innerText}))`)
-	if len(reps) != len(v.Replicas) || len(reps) != 1 {
-		t.Fatalf("replicas shown %v, manager %+v", reps, v.Replicas)
+	if len(reps) != len(v.Instances) || len(reps) != 1 {
+		t.Fatalf("replicas shown %v, manager %+v", reps, v.Instances)
 	}
-	if r := v.Replicas[0]; reps[0]["id"] != r.InstanceID || reps[0]["state"] != r.State || shownUSD(t, reps[0]["price"]) != r.PricePerHour {
+	if r := v.Instances[0]; reps[0]["id"] != r.InstanceID || reps[0]["state"] != r.State || shownUSD(t, reps[0]["price"]) != r.PricePerHour {
 		t.Errorf("replica shown %v, manager %+v", reps[0], r)
 	}
 	evs, err := s.svcs.Events(ctx, s.demo.ID, seed.llama.ID, 100)

@@ -32,11 +32,9 @@ type servicesOutput struct {
 	Services []services.View `json:"services" jsonschema:"your services, by name"`
 }
 
-// viewSchema is the output schema of a services.View. The schema is
-// inferred from Go fields, where View's Replicas (JSON "instances")
-// hides the definition's Replicas (JSON "replicas": the bounds), which
-// encoding/json writes all the same: a client validating the result would
-// refuse it without this property.
+// viewSchema is the output schema of a services.View, with the
+// definition's bounds ("replicas") made sure of: a client validating the
+// result refuses any property the schema lacks.
 func viewSchema() *jsonschema.Schema {
 	s := outputSchema[services.View]()
 	if _, ok := s.Properties["replicas"]; !ok {
@@ -295,8 +293,8 @@ func (s *Server) deleteService(ctx context.Context, c call, in serviceInput) (re
 	out := serviceOutput{View: v}
 	out.Message = fmt.Sprintf("Service %s is being deleted: it takes no new requests; its %s finish the "+
 		"requests in flight and are then destroyed, which stops their billing. get_service %s shows it until it "+
-		"is gone.", v.Name, plainPlural(len(v.Replicas), "replica", "replicas"), v.ID)
-	if len(v.Replicas) == 0 {
+		"is gone.", v.Name, plainPlural(len(v.Instances), "replica", "replicas"), v.ID)
+	if len(v.Instances) == 0 {
 		out.Message = fmt.Sprintf("Service %s is being deleted: it takes no new requests and has no replica to "+
 			"drain. get_service %s shows it until it is gone.", v.Name, v.ID)
 	}
@@ -388,10 +386,10 @@ func serviceText(verb string, o serviceOutput) string {
 		fmt.Fprintf(&b, "Replica lifetime: idle_timeout %s, max_duration %s.\n", l.IdleTimeout, l.MaxDuration)
 	}
 	b.WriteString("\n")
-	if len(v.Replicas) == 0 {
+	if len(v.Instances) == 0 {
 		b.WriteString("No replicas.\n")
 	} else {
-		replicasTable(&b, v.Replicas)
+		replicasTable(&b, v.Instances)
 	}
 	if len(v.Events) > 0 {
 		b.WriteString("\nLatest events, newest first:\n")

@@ -102,7 +102,7 @@ func TestOpenAIEndpointOverTheLimit(t *testing.T) {
 		limits: []guardrails.Window{{Minutes: 60, Limit: 50 * gpuproxy.MicrosPerUSD}}})
 	v := s.create(`{"name":"llama","model":"llama",` + anyGPU + `,"image":"img","port":8000}`)
 	v = s.waitReady("llama", 1, 20*time.Second)
-	inf := s.sim.InstanceInference(s.simID(v.Replicas[0].InstanceID))
+	inf := s.sim.InstanceInference(s.simID(v.Instances[0].InstanceID))
 	before := inf.Requests()
 	res, e := do(t, "POST", s.bases[0]+"/v1/chat/completions", s.key, `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`)
 	if res.StatusCode != 402 || e.Error.Type != "insufficient_quota" || e.Error.Code != gpuproxy.ELIMIT ||

@@ -90,11 +90,11 @@ func TestServiceScalesToZeroAndWakes(t *testing.T) {
 			s := newStack(t, k, stackOpts{replicas: 2})
 			v := s.create(`{"name":"zero","model":"z",` + spec + `,"image":"img","port":8000,"replicas":{"min":0,"max":1},` +
 				`"lifetime":{"idle_timeout":"10s"},"queue_timeout":"20s"}`)
-			if v.Desired != 0 || len(v.Replicas) != 0 {
+			if v.Desired != 0 || len(v.Instances) != 0 {
 				t.Fatalf("a min 0 service starts with replicas: %s", mustJSON(v))
 			}
 			time.Sleep(300 * time.Millisecond)
-			if v = s.get("zero"); len(v.Replicas) != 0 {
+			if v = s.get("zero"); len(v.Instances) != 0 {
 				t.Fatalf("rented with no request: %s", mustJSON(v))
 			}
 			start := time.Now()
@@ -105,7 +105,7 @@ func TestServiceScalesToZeroAndWakes(t *testing.T) {
 			// Idle: destroyed by the idle rule after 10 s, the service at zero.
 			if !testpoll.Wait(25*time.Second, func() bool {
 				v = s.get("zero")
-				return len(v.Replicas) == 0 && v.Desired == 0
+				return len(v.Instances) == 0 && v.Desired == 0
 			}) {
 				t.Fatalf("not at zero: %s", mustJSON(v))
 			}
@@ -174,7 +174,7 @@ func TestServiceScaleBlockedByTheLimit(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			for time.Now().Before(deadline) {
 				v := s.get("capped")
-				most = max(most, len(v.Replicas))
+				most = max(most, len(v.Instances))
 				snap, err := s.apps[0].Guard.Spending(context.Background(), s.acct.ID)
 				if err != nil {
 					t.Fatal(err)

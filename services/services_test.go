@@ -50,7 +50,7 @@ func TestServiceServesAndHeals(t *testing.T) {
 					t.Fatalf("chat %d: %d %s", i, st, b)
 				}
 			}
-			for _, r := range v.Replicas {
+			for _, r := range v.Instances {
 				if n := s.sim.InstanceInference(s.simID(r.InstanceID)).Requests(); n < 3 {
 					t.Errorf("replica %s served %d requests of 24 (a probe each second aside)", r.InstanceID, n)
 				}
@@ -78,7 +78,7 @@ func TestServiceServesAndHeals(t *testing.T) {
 				})
 			}
 			time.Sleep(300 * time.Millisecond)
-			dead := v.Replicas[0].InstanceID
+			dead := v.Instances[0].InstanceID
 			if err := s.sim.SetInstanceStatus(s.simID(dead), "exited"); err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestServiceServesAndHeals(t *testing.T) {
 			deadline := time.Now().Add(30 * time.Second)
 			for time.Now().Before(deadline) {
 				nv = s.get("llama")
-				if nv.Ready == 2 && len(nv.Replicas) == 2 && nv.Replicas[0].InstanceID != dead && nv.Replicas[1].InstanceID != dead {
+				if nv.Ready == 2 && len(nv.Instances) == 2 && nv.Instances[0].InstanceID != dead && nv.Instances[1].InstanceID != dead {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)

@@ -162,7 +162,7 @@ func (s *stack) waitReady(name string, n int, within time.Duration) services.Vie
 	var v services.View
 	if !testpoll.Wait(within, func() bool {
 		v = s.get(name)
-		return v.Ready == n && len(v.Replicas) == n
+		return v.Ready == n && len(v.Instances) == n
 	}) {
 		s.t.Fatalf("service %s has not %d ready replicas after %s: %s", name, n, within, mustJSON(v))
 	}

@@ -19,9 +19,9 @@ type View struct {
 	BaseURL string `json:"base_url"`
 	Desired int    `json:"desired_replicas"`
 	Ready   int    `json:"ready_replicas"`
-	// Replicas are the service's replicas (JSON "instances": "replicas"
-	// is the definition's bounds).
-	Replicas  []ReplicaView `json:"instances"`
+	// Instances are the service's replicas not gone, oldest first
+	// ("replicas" is the definition's bounds).
+	Instances []ReplicaView `json:"instances"`
 	Events    []EventView   `json:"events,omitempty"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
@@ -53,7 +53,7 @@ const BaseURL = "/v1"
 
 func (m *Manager) view(ctx context.Context, s gpuproxy.Service) (View, error) {
 	v := View{ID: s.ID, State: string(s.State), Definition: DefinitionOf(s), BaseURL: BaseURL, Desired: s.Desired,
-		Replicas: []ReplicaView{}, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
+		Instances: []ReplicaView{}, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt}
 	reps, err := m.store.Replicas(ctx, s.ID)
 	if err != nil {
 		return View{}, err
@@ -70,7 +70,7 @@ func (m *Manager) view(ctx context.Context, s gpuproxy.Service) (View, error) {
 		if r.State == gpuproxy.ReplicaReady {
 			v.Ready++
 		}
-		v.Replicas = append(v.Replicas, rv)
+		v.Instances = append(v.Instances, rv)
 	}
 	return v, nil
 }
