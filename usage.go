@@ -20,6 +20,9 @@ type Usage struct {
 	Cost      Micros
 	At        time.Time // when the request arrived
 	RequestID string
+	// KeyID is the API key that made the request ("" for a JWT or OAuth
+	// caller without one).
+	KeyID string
 	// ServiceID is the service whose endpoint took the request ("" for
 	// the instance proxy).
 	ServiceID string
