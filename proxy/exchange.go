@@ -47,6 +47,7 @@ type exchange struct {
 	data       []byte        // an in-memory body (or none)
 	stream     *countingBody // a streamed body instead, of length (-1: unknown)
 	length     int64
+	addedUsage bool // the body asks for the stream's usage because we added it (askStreamUsage)
 }
 
 // prepare is the step ServeHTTP and Call share once each has checked what

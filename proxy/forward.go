@@ -104,7 +104,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, rest := splitProxyPath(r.URL.EscapedPath())
 	u := &gpuproxy.Usage{AccountID: pr.AccountID, InstanceID: id, Method: r.Method, Path: trimPath(rest), At: p.opts.Now(),
-		RequestID: rid}
+		RequestID: rid, KeyID: pr.KeyID}
 	// Deferred so a cut stream (which aborts the handler) is recorded too.
 	defer func() {
 		if u.Status == statusDetached {
@@ -137,6 +137,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 	if err != nil {
 		return p.refuse(w, r, nil, err)
 	}
+	p.askStreamUsage(&x)
 	ctx := r.Context()
 	if p.opts.MaxDuration > 0 {
 		var cancel context.CancelFunc
@@ -160,9 +161,22 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 	if err := p.checkAnswer(resp, &x, true); err != nil {
 		return writeError(w, r, p.log, err)
 	}
-	status := p.relay(ctx, w, r, resp, body, u, start)
+	status := p.relay(ctx, w, r, resp, body, u, start, newTap(r.Method, resp, x.addedUsage))
 	detached = status == statusDetached
 	return status
+}
+
+// askStreamUsage makes a streamed completion that does not ask for its
+// usage ask for it (Options.StreamUsage "add"): the tap then reads the
+// usage chunk and keeps it from the caller.
+func (p *Proxy) askStreamUsage(x *exchange) {
+	if p.opts.StreamUsage != StreamUsageAdd || x.method != http.MethodPost || len(x.data) == 0 ||
+		!strings.HasSuffix(x.path, "completions") {
+		return
+	}
+	if b, ok := askUsage(x.data); ok {
+		x.data, x.length, x.addedUsage = b, int64(len(b)), true
+	}
 }
 
 // checkRoute checks what the reverse proxy's route gives: an instance id,
@@ -246,16 +260,21 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, body *countingBod
 // status. An answer that fails mid-body (or passes MaxResponseBody) is
 // cut, so the caller cannot mistake it for a complete one.
 func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
-	body *countingBody, u *gpuproxy.Usage, start time.Time) int {
+	body *countingBody, u *gpuproxy.Usage, start time.Time, tap answerTap) int {
 	copyResponseHeader(w.Header(), resp.Header)
+	if tap != nil {
+		// A filtered body's length may change (a usage chunk taken out).
+		w.Header().Del("Content-Length")
+	}
 	w.WriteHeader(resp.StatusCode)
 	u.Status = resp.StatusCode
-	if body == nil && resp.StatusCode == http.StatusOK && isEventStream(resp.Header) && p.detach(ctx, w, r, resp, u, start) {
+	if body == nil && resp.StatusCode == http.StatusOK && isEventStream(resp.Header) && p.detach(ctx, w, r, resp, u, start, tap) {
 		return statusDetached
 	}
 	flush := resp.ContentLength < 0 || isEventStream(resp.Header)
-	n, err := p.copyBody(w, resp.Body, flush)
+	n, err := p.copyBody(w, resp.Body, flush, tap)
 	u.BytesOut = n
+	applyTap(u, tap)
 	if body != nil {
 		u.BytesIn = body.n.Load()
 	}
@@ -278,11 +297,15 @@ var errResponseTooLarge = errors.New("response body over the limit")
 // next bytes without a buffer (Ready), so a pooled buffer is taken only
 // to move bytes that are there; other bodies read into a small buffer of
 // their own first and switch to a pooled one while reads fill it.
-func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
+func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool, tap answerTap) (int64, error) {
 	rb, _ := body.(interface{ Ready() })
 	var f http.Flusher
 	if flush {
 		f, _ = w.(http.Flusher)
+	}
+	var we *writerEmitter
+	if tap != nil {
+		we = &writerEmitter{w: w, max: p.opts.MaxResponseBody}
 	}
 	var small []byte
 	var written int64
@@ -307,7 +330,14 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 		n, rerr := body.Read(buf)
 		full = n == len(buf)
 		var werr error
-		if n > 0 {
+		switch {
+		case n > 0 && we != nil:
+			werr = tap.Filter(buf[:n], we)
+			written = we.written
+			if werr == nil && f != nil {
+				f.Flush()
+			}
+		case n > 0:
 			if written+int64(n) > p.opts.MaxResponseBody {
 				werr = errResponseTooLarge
 			} else {
@@ -327,6 +357,9 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int
 		switch {
 		case werr != nil:
 			return written, werr
+		case rerr == io.EOF && we != nil:
+			err := tap.Flush(we)
+			return we.written, err
 		case rerr == io.EOF:
 			return written, nil
 		case rerr != nil:

@@ -96,7 +96,8 @@ func (o openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"%s is not served: use POST /v1/chat/completions, /v1/completions, /v1/embeddings or GET /v1/models", truncate(path, 200)))
 		return
 	}
-	u := &gpuproxy.Usage{AccountID: pr.AccountID, Method: r.Method, Path: path, At: p.opts.Now(), RequestID: rid}
+	u := &gpuproxy.Usage{AccountID: pr.AccountID, Method: r.Method, Path: path, At: p.opts.Now(), RequestID: rid,
+		KeyID: pr.KeyID}
 	defer func() {
 		if u.Status == statusDetached {
 			return // the stream's own goroutine records it
@@ -179,6 +180,7 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return writeOpenAIErr(w, p, err), false
 	}
 	x.data, x.length = body, int64(len(body))
+	p.askStreamUsage(&x)
 	p.activity.begin(u.RequestID, id, p.opts.Now()) // ended by finish, a stream's when it ends
 	x.header["X-Forwarded-For"] = forwardedFor(r)
 	resp, err := p.send(ctx, &x)
@@ -209,7 +211,7 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if err := p.checkAnswer(resp, &x, false); err != nil {
 		return writeOpenAIErr(w, p, err), false
 	}
-	status = p.relay(ctx, w, r, resp, nil, u, start)
+	status = p.relay(ctx, w, r, resp, nil, u, start, newTap(http.MethodPost, resp, x.addedUsage))
 	detached = status == statusDetached
 	return status, false
 }

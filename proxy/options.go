@@ -125,6 +125,12 @@ type Options struct {
 	// ActivityFlush is how often the instances' activity this replica saw
 	// is reported to the store (default DefaultActivityFlush).
 	ActivityFlush time.Duration
+	// StreamUsage is what a streamed completion that does not ask for
+	// its usage gets (StreamUsageAdd, the default: the request asks for
+	// it and the usage chunk is kept from the caller, so the usage record
+	// has the stream's tokens; StreamUsageOff: the stream is left as it
+	// is and only streams that ask for usage are counted).
+	StreamUsage string
 	// Metrics, when set, observes requests, breakers and lost records.
 	Metrics Metrics
 	// Logger (default slog.Default()).
@@ -138,6 +144,9 @@ type Options struct {
 func (o Options) Validate() error {
 	if o.Cost < 0 {
 		return fmt.Errorf("proxy.Options.Cost: must not be negative, got %s", o.Cost)
+	}
+	if o.StreamUsage != "" && o.StreamUsage != StreamUsageAdd && o.StreamUsage != StreamUsageOff {
+		return fmt.Errorf("proxy.Options.StreamUsage: must be %q or %q, got %q", StreamUsageAdd, StreamUsageOff, o.StreamUsage)
 	}
 	for _, f := range []struct {
 		name string
@@ -175,6 +184,9 @@ func (o Options) Validate() error {
 // as before Validate existed, a negative one where New is given one
 // unvalidated).
 func (o Options) withDefaults() Options {
+	if o.StreamUsage == "" {
+		o.StreamUsage = StreamUsageAdd
+	}
 	if o.MaxRequestBody <= 0 {
 		o.MaxRequestBody = DefaultMaxRequestBody
 	}

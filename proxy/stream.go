@@ -27,15 +27,20 @@ const statusDetached = -1
 // goroutine of its own, if the lean client can, and reports whether it
 // did. The stream's end writes u's record.
 func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, u *gpuproxy.Usage,
-	start time.Time) bool {
+	start time.Time, tap answerTap) bool {
 	rec := *u
-	return p.lean.Detach(ctx, w, r, resp, p.opts.MaxResponseBody, func(end h1client.StreamEnd) {
+	var f h1client.Filter
+	if tap != nil {
+		f = tap
+	}
+	return p.lean.Detach(ctx, w, r, resp, p.opts.MaxResponseBody, f, func(end h1client.StreamEnd) {
 		if end.Err != nil {
 			p.log.Warn("proxy response cut", "request_id", rec.RequestID, "instance_id", rec.InstanceID,
 				"bytes", end.Written, "err", end.Err)
 		}
 		rec.BytesOut = end.Written
 		rec.Latency = time.Since(start)
+		applyTap(&rec, tap)
 		p.finish(&rec)
 	})
 }

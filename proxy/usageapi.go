@@ -27,6 +27,13 @@ type UsageJSON struct {
 	Cost       gpuproxy.Micros `json:"cost"`
 	At         time.Time       `json:"at"`
 	RequestID  string          `json:"request_id"`
+	// ServiceID is the service whose endpoint took the request (absent
+	// for the instance proxy); Model and the token counts are the
+	// answer's (absent when it reported none).
+	ServiceID        string `json:"service_id,omitempty"`
+	Model            string `json:"model,omitempty"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
 }
 
 // UsageTotalsJSON sums the records a query matches.
@@ -117,7 +124,8 @@ func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
 	for _, u := range recs {
 		out.Records = append(out.Records, UsageJSON{ID: u.ID, InstanceID: u.InstanceID, Method: u.Method, Path: u.Path,
 			Status: u.Status, BytesIn: u.BytesIn, BytesOut: u.BytesOut, LatencyMS: ms(u.Latency), TTFBMS: ms(u.TTFB),
-			Cost: u.Cost, At: u.At, RequestID: u.RequestID})
+			Cost: u.Cost, At: u.At, RequestID: u.RequestID, ServiceID: u.ServiceID, Model: u.Model,
+			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens})
 	}
 	out.Totals = UsageTotalsJSON{Requests: tot.Requests, Errors: tot.Errors, BytesIn: tot.BytesIn, BytesOut: tot.BytesOut,
 		Cost: tot.Cost}

@@ -47,8 +47,24 @@ type StreamEnd struct {
 	Err error
 }
 
+// Filter sees a detached stream's body as it is relayed (the proxy reads
+// token counts from it, and may take events out): Filter gets each piece
+// of decoded body and passes what the caller gets to e, in order, before
+// it returns; Flush, at the body's end, passes what it still holds.
+type Filter interface {
+	Filter(p []byte, e Emitter) error
+	Flush(e Emitter) error
+}
+
+// Emitter takes body bytes for the caller (a Filter's output).
+type Emitter interface {
+	Emit(p []byte) error
+}
+
 type detachedStream struct {
 	uc      *Client
+	filter  Filter
+	out     []byte // the chunk-framed bytes of the current piece (process)
 	nc      net.Conn
 	pending []byte // read from the caller but not consumed (a next request)
 	body    *body
@@ -84,8 +100,10 @@ type detachedStream struct {
 // the request's, which ends with the handler). done is called once, from
 // the stream's goroutine, when the stream has ended and before the
 // connection goes back to net/http.
+//
+// filter, when not nil, sees the body as it is relayed (see Filter).
 func (uc *Client) Detach(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
-	maxBody int64, done func(StreamEnd)) bool {
+	maxBody int64, filter Filter, done func(StreamEnd)) bool {
 	ub, ok := resp.Body.(*body)
 	if !ok || ub.src == nil || ub.stop == nil ||
 		r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Method == http.MethodHead || w.Header().Get("Content-Length") != "" {
@@ -114,7 +132,7 @@ func (uc *Client) Detach(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return false
 	}
 	d := &detachedStream{uc: uc, nc: nc, body: ub, maxBody: maxBody, ended: done, hs: hs, keep: !r.Close,
-		watched: make(chan struct{})}
+		watched: make(chan struct{}), filter: filter}
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
 		d.pending = append([]byte(nil), b...)
@@ -231,6 +249,9 @@ func (d *detachedStream) relay() (int64, bool, error) {
 	}
 	if !d.idleAt.IsZero() && err == nil && d.done && d.clean {
 		_ = pc.c.SetReadDeadline(time.Time{}) // the connection goes back to the pool
+	}
+	if err == nil && d.done && d.filter != nil {
+		err = d.flushFilter()
 	}
 	if err == nil && d.done {
 		if _, werr := d.nc.Write(lastChunk); werr != nil {
@@ -352,7 +373,8 @@ func (d *detachedStream) eof() error {
 func (d *detachedStream) process(in []byte) (done bool, err error) {
 	bp := d.uc.Buffers.Get()
 	defer d.uc.Buffers.Put(bp)
-	out := (*bp)[:0]
+	d.out = (*bp)[:0]
+	defer func() { d.out = nil }()
 	for len(in) > 0 && !d.done {
 		var data []byte
 		switch {
@@ -378,33 +400,64 @@ func (d *detachedStream) process(in []byte) (done bool, err error) {
 		default:
 			data, in = in, nil
 		}
-		for len(data) > 0 {
-			if d.written+int64(len(data)) > d.maxBody {
-				return false, ErrBodyTooLarge
-			}
-			room := cap(out) - len(out) - chunkHead - 2
-			if room <= 0 {
-				if _, err := d.nc.Write(out); err != nil {
-					return false, ErrClientGone
-				}
-				out = out[:0]
-				continue
-			}
-			k := min(len(data), room)
-			out = strconv.AppendInt(out, int64(k), 16)
-			out = append(out, "\r\n"...)
-			out = append(out, data[:k]...)
-			out = append(out, "\r\n"...)
-			d.written += int64(k)
-			data = data[k:]
+		if d.filter != nil {
+			err = d.filter.Filter(data, d)
+		} else {
+			err = d.Emit(data)
+		}
+		if err != nil {
+			return false, err
 		}
 	}
-	if len(out) > 0 {
-		if _, err := d.nc.Write(out); err != nil {
+	if len(d.out) > 0 {
+		if _, err := d.nc.Write(d.out); err != nil {
 			return false, ErrClientGone
 		}
 	}
 	return d.done, nil
+}
+
+// Emit frames data as chunks into the current piece's buffer, writing it
+// to the caller when it is full (Emitter, for the filter).
+func (d *detachedStream) Emit(data []byte) error {
+	for len(data) > 0 {
+		if d.written+int64(len(data)) > d.maxBody {
+			return ErrBodyTooLarge
+		}
+		room := cap(d.out) - len(d.out) - chunkHead - 2
+		if room <= 0 {
+			if _, err := d.nc.Write(d.out); err != nil {
+				return ErrClientGone
+			}
+			d.out = d.out[:0]
+			continue
+		}
+		k := min(len(data), room)
+		d.out = strconv.AppendInt(d.out, int64(k), 16)
+		d.out = append(d.out, "\r\n"...)
+		d.out = append(d.out, data[:k]...)
+		d.out = append(d.out, "\r\n"...)
+		d.written += int64(k)
+		data = data[k:]
+	}
+	return nil
+}
+
+// flushFilter passes on what the filter still holds at the body's end.
+func (d *detachedStream) flushFilter() error {
+	bp := d.uc.Buffers.Get()
+	defer d.uc.Buffers.Put(bp)
+	d.out = (*bp)[:0]
+	defer func() { d.out = nil }()
+	if err := d.filter.Flush(d); err != nil {
+		return err
+	}
+	if len(d.out) > 0 {
+		if _, err := d.nc.Write(d.out); err != nil {
+			return ErrClientGone
+		}
+	}
+	return nil
 }
 
 var lastChunk = []byte("0\r\n\r\n")
