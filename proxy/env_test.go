@@ -321,6 +321,7 @@ type fakeMetrics struct {
 	mu       sync.Mutex
 	requests map[int]int
 	breakers map[string]string
+	tokens   map[string][2]int64 // model → prompt, completion
 	dropped  atomic.Int64
 }
 

@@ -380,6 +380,9 @@ func (p *Proxy) finish(u *gpuproxy.Usage) {
 	p.usage.record(*u)
 	if p.opts.Metrics != nil {
 		p.opts.Metrics.ObserveProxyRequest(u.Status, u.BytesIn, u.BytesOut, u.Latency, u.TTFB)
+		if u.PromptTokens > 0 || u.CompletionTokens > 0 {
+			p.opts.Metrics.ObserveTokens(u.Model, u.PromptTokens, u.CompletionTokens)
+		}
 	}
 }
 

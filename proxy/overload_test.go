@@ -29,6 +29,16 @@ var overloads struct {
 }
 
 // ProxyOverloaded completes fakeMetrics: it counts overloads by limit.
+func (m *fakeMetrics) ObserveTokens(model string, prompt, completion int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tokens == nil {
+		m.tokens = map[string][2]int64{}
+	}
+	t := m.tokens[model]
+	m.tokens[model] = [2]int64{t[0] + prompt, t[1] + completion}
+}
+
 func (m *fakeMetrics) ProxyOverloaded(limit string) {
 	overloads.mu.Lock()
 	defer overloads.mu.Unlock()

@@ -43,6 +43,9 @@ type Metrics interface {
 	// them past the retries, or closing ran out of time (each is also
 	// logged with its request id).
 	ProxyUsageDropped(n int)
+	// ObserveTokens counts an answer's tokens by model (its usage
+	// record's).
+	ObserveTokens(model string, prompt, completion int64)
 	// ProxyOverloaded counts an exchange that failed on a limit of
 	// gpuproxy's own ("open files", "local ports", …), answered 503
 	// overloaded and not held against the instance.

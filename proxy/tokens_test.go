@@ -133,6 +133,12 @@ func TestUsageRecordsCarryTokens(t *testing.T) {
 					}
 				}
 				_ = want
+				e.metrics.mu.Lock()
+				counted := e.metrics.tokens[upstreamModel]
+				e.metrics.mu.Unlock()
+				if counted != [2]int64{43, 19} {
+					t.Errorf("token metrics: %v, want 43 in, 19 out", counted)
+				}
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,9 @@ type Metrics struct {
 	proxyBreaker  *prometheus.GaugeVec
 	proxyDropped  prometheus.Counter
 	proxyOverload *prometheus.CounterVec
+	tokens        *prometheus.CounterVec
+	tokenModels   sync.Map     // model → struct{}: the models with series
+	tokenModelsN  atomic.Int64 // how many
 
 	ops *opsCollector // instances running, window usage, metering lag
 
@@ -101,13 +105,42 @@ func NewMetrics() *Metrics {
 	m.proxyOverload = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_proxy_overloaded_total",
 		Help: "Proxied requests answered 503 overloaded because gpuproxy hit a limit of its own, by limit (open files, local ports, …)."},
 		[]string{"limit"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_tokens_total",
+		Help: "Tokens of proxied answers (instance proxy and services) by direction (input, output) and model " +
+			"(the first 200 models seen; later ones are \"other\")."}, []string{"direction", "model"})
 	m.ops = newOpsCollector()
 	m.reg.MustRegister(m.ops, m.ops.errs,
 		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss, m.rents, m.lifeActs,
 		m.proxyRequests, m.proxyLatency, m.proxyTTFB, m.proxyBytes, m.proxyBreaker, m.proxyDropped,
-		m.proxyOverload,
+		m.proxyOverload, m.tokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// maxTokenModels bounds gpuproxy_tokens_total's model label values.
+const maxTokenModels = 200
+
+// ObserveTokens counts one answer's tokens (proxy.Metrics).
+func (m *Metrics) ObserveTokens(model string, prompt, completion int64) {
+	if prompt <= 0 && completion <= 0 {
+		return
+	}
+	if model == "" {
+		model = "unknown"
+	}
+	if _, ok := m.tokenModels.Load(model); !ok {
+		if m.tokenModelsN.Load() >= maxTokenModels {
+			model = "other"
+		} else if _, loaded := m.tokenModels.LoadOrStore(model, struct{}{}); !loaded {
+			m.tokenModelsN.Add(1)
+		}
+	}
+	if prompt > 0 {
+		m.tokens.WithLabelValues("input", model).Add(float64(prompt))
+	}
+	if completion > 0 {
+		m.tokens.WithLabelValues("output", model).Add(float64(completion))
+	}
 }
 
 // ObserveProxyRequest records one proxied request.
