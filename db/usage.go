@@ -15,7 +15,7 @@ import (
 // usageCols are the columns InsertUsage writes, in order.
 var usageCols = []string{"account_id", "instance_id", "method", "path", "status", "bytes_in", "bytes_out",
 	"latency_us", "ttfb_us", "cost_micros", "at_us", "request_id", "service_id", "model", "prompt_tokens",
-	"completion_tokens"}
+	"completion_tokens", "key_id"}
 
 var usageColList = strings.Join(usageCols, ", ")
 
@@ -26,7 +26,7 @@ func appendUsageRow(args []any, u gpuproxy.Usage) []any {
 	return append(args, u.AccountID, u.InstanceID, u.Method, u.Path, int64(u.Status), max(u.BytesIn, 0),
 		max(u.BytesOut, 0), max(u.Latency.Microseconds(), 0), max(u.TTFB.Microseconds(), 0),
 		int64(max(u.Cost, 0)), us(u.At), u.RequestID, u.ServiceID, u.Model, max(u.PromptTokens, 0),
-		max(u.CompletionTokens, 0))
+		max(u.CompletionTokens, 0), u.KeyID)
 }
 
 // usageChunk is how many rows one SQLite INSERT carries.
@@ -197,7 +197,8 @@ func (s *Store) ListUsage(ctx context.Context, f gpuproxy.UsageFilter) ([]gpupro
 		var u gpuproxy.Usage
 		var status, lat, ttfb, cost, at int64
 		err := r.Scan(&u.ID, &u.AccountID, &u.InstanceID, &u.Method, &u.Path, &status, &u.BytesIn, &u.BytesOut,
-			&lat, &ttfb, &cost, &at, &u.RequestID, &u.ServiceID, &u.Model, &u.PromptTokens, &u.CompletionTokens)
+			&lat, &ttfb, &cost, &at, &u.RequestID, &u.ServiceID, &u.Model, &u.PromptTokens, &u.CompletionTokens,
+			&u.KeyID)
 		u.Status, u.Latency, u.TTFB = int(status), time.Duration(lat)*time.Microsecond, time.Duration(ttfb)*time.Microsecond
 		u.Cost, u.At = gpuproxy.Micros(cost), fromUS(at)
 		return u, err
