@@ -1,0 +1,411 @@
+package economics
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Service answers summaries and series over a Store (see the package
+// documentation for the rules).
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// New returns a Service over store; now is the clock (nil: time.Now),
+// which ends the running time of instances still running and defaults a
+// query's period.
+func New(store Store, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, now: now}
+}
+
+// Summary returns q's rows and totals. q takes its defaults first
+// (Query.WithDefaults); a query Validate refuses is an invalid error
+// naming the field.
+func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
+	q = q.WithDefaults(s.now())
+	if err := q.Validate(); err != nil {
+		return Summary{Query: q}, err
+	}
+	p, err := s.load(ctx, q)
+	if err != nil {
+		return Summary{Query: q}, err
+	}
+	usage, err := s.store.UsageGroups(ctx, q.AccountID, q.From, q.To, 0)
+	if err != nil {
+		return Summary{Query: q}, err
+	}
+	charges, err := s.store.InstanceCharges(ctx, q.AccountID, q.From, q.To, 0)
+	if err != nil {
+		return Summary{Query: q}, err
+	}
+
+	rows := map[string]*Row{}
+	row := func(g string) *Row {
+		r := rows[g]
+		if r == nil {
+			r = &Row{Group: g, Label: p.label(g)}
+			rows[g] = r
+		}
+		return r
+	}
+	// uses: the instances each group's running time counts.
+	uses := map[string]map[string]bool{}
+	use := func(g, inst string) {
+		if uses[g] == nil {
+			uses[g] = map[string]bool{}
+		}
+		uses[g][inst] = true
+	}
+	used := map[string]bool{} // instances some request used
+	for _, u := range usage {
+		g := p.groupOf(u)
+		r := row(g)
+		r.Requests += u.Requests
+		r.Errors += u.Errors
+		r.PromptTokens += u.PromptTokens
+		r.CompletionTokens += u.CompletionTokens
+		r.ProxyCharges += u.Cost
+		use(g, u.InstanceID)
+		used[u.InstanceID] = true
+	}
+	for g, c := range p.allocate(usage, charges) {
+		row(g).GPUCost += c
+	}
+	// Every instance of the period: those that ran in it, were charged in
+	// it or served its requests. One no request used counts for the group
+	// its GPU time went to.
+	insts := map[string]bool{}
+	for id := range p.runs {
+		if _, _, ok := p.window(id); ok {
+			insts[id] = true
+		}
+	}
+	for _, c := range charges {
+		insts[c.InstanceID] = true
+	}
+	for id := range used {
+		insts[id] = true
+	}
+	for id := range insts {
+		if !used[id] {
+			g := p.unusedGroup(id)
+			row(g)
+			use(g, id)
+		}
+	}
+
+	bm := newBusyMeter(p.window, p.spanGroup)
+	if err := s.store.EachUsageSpan(ctx, q.AccountID, q.From, q.To, q.GroupBy, bm.add); err != nil {
+		return Summary{Query: q}, err
+	}
+	bm.done()
+
+	out := Summary{Query: q, Rows: make([]Row, 0, len(rows))}
+	for g, r := range rows {
+		var running int64
+		for id := range uses[g] {
+			running += p.runningIn(id)
+		}
+		r.finish(bm.Busy[g], running)
+		out.Rows = append(out.Rows, *r)
+		t := &out.Totals
+		t.Requests += r.Requests
+		t.Errors += r.Errors
+		t.PromptTokens += r.PromptTokens
+		t.CompletionTokens += r.CompletionTokens
+		t.GPUCost += r.GPUCost
+		t.ProxyCharges += r.ProxyCharges
+	}
+	var running int64
+	for id := range insts {
+		running += p.runningIn(id)
+	}
+	out.Totals.finish(bm.Total, running)
+	slices.SortFunc(out.Rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(b.GPUCost, a.GPUCost), cmp.Compare(a.Group, b.Group))
+	})
+	return out, nil
+}
+
+// Series returns q's GPU cost and completion tokens per bucket of the
+// period ([From + k·bucket, From + (k+1)·bucket), the last one cut at
+// To) and per group, allocated in each bucket as a summary of that
+// bucket would: one point per bucket and group with requests or GPU cost
+// in it (a bucket without any has no point), by time then group. bucket
+// must be at least a second and cut the period in at most MaxBuckets.
+func (s *Service) Series(ctx context.Context, q Query, bucket time.Duration) ([]Point, error) {
+	q = q.WithDefaults(s.now())
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	if err := q.validBucket(bucket); err != nil {
+		return nil, err
+	}
+	p, err := s.load(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	usage, err := s.store.UsageGroups(ctx, q.AccountID, q.From, q.To, bucket)
+	if err != nil {
+		return nil, err
+	}
+	charges, err := s.store.InstanceCharges(ctx, q.AccountID, q.From, q.To, bucket)
+	if err != nil {
+		return nil, err
+	}
+	var out []Point
+	for len(usage) > 0 || len(charges) > 0 {
+		// Both lists are ordered by bucket: take the next bucket's rows.
+		k := int64(-1)
+		if len(usage) > 0 {
+			k = usage[0].Bucket
+		}
+		if len(charges) > 0 && (k < 0 || charges[0].Bucket < k) {
+			k = charges[0].Bucket
+		}
+		nu := 0
+		for nu < len(usage) && usage[nu].Bucket == k {
+			nu++
+		}
+		nc := 0
+		for nc < len(charges) && charges[nc].Bucket == k {
+			nc++
+		}
+		bu, bc := usage[:nu], charges[:nc]
+		usage, charges = usage[nu:], charges[nc:]
+
+		pts := map[string]*Point{}
+		at := q.From.Add(time.Duration(k) * bucket)
+		point := func(g string) *Point {
+			pt := pts[g]
+			if pt == nil {
+				pt = &Point{At: at, Group: g}
+				pts[g] = pt
+			}
+			return pt
+		}
+		for _, u := range bu {
+			point(p.groupOf(u)).CompletionTokens += u.CompletionTokens
+		}
+		for g, c := range p.allocate(bu, bc) {
+			point(g).GPUCost += c
+		}
+		for _, g := range slices.Sorted(maps.Keys(pts)) {
+			pt := pts[g]
+			pt.PerMillionOutput = perMillion(pt.GPUCost, pt.CompletionTokens)
+			out = append(out, *pt)
+		}
+	}
+	return out, nil
+}
+
+// finish sets r's figures computed from its sums: the costs per million
+// tokens and utilization, with busy and running in microseconds.
+func (r *Row) finish(busy, running int64) {
+	r.PerMillionOutput = perMillion(r.GPUCost, r.CompletionTokens)
+	r.PerMillionTokens = perMillion(r.GPUCost, r.PromptTokens+r.CompletionTokens)
+	r.Busy, r.Running = micros(busy), micros(running)
+	if running > 0 {
+		r.Utilization = float64(busy) / float64(running)
+	}
+}
+
+// period is what a query reads besides its sums: the instances and the
+// names of services and keys.
+type period struct {
+	q        Query
+	from, to int64 // microseconds
+	now      int64
+	runs     map[string]InstanceRun
+	services map[string]ServiceName
+	names    []ServiceName // in the store's order (by id), for labels
+	keys     map[string]string
+}
+
+func (s *Service) load(ctx context.Context, q Query) (*period, error) {
+	p := &period{q: q, from: q.From.UnixMicro(), to: q.To.UnixMicro(), now: s.now().UnixMicro(),
+		runs: map[string]InstanceRun{}, services: map[string]ServiceName{}}
+	runs, err := s.store.InstanceRuns(ctx, q.AccountID, q.From, q.To)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		p.runs[r.ID] = r
+	}
+	names, err := s.store.ServiceNames(ctx, q.AccountID)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		p.services[n.ID] = n
+	}
+	p.names = names
+	if q.GroupBy == ByKey {
+		if p.keys, err = s.store.KeyNames(ctx, q.AccountID); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// window is the part of the period in which instance id ran, in
+// microseconds; ok is false when it did not run in it.
+func (p *period) window(id string) (lo, hi int64, ok bool) {
+	r, found := p.runs[id]
+	if !found || r.Started.IsZero() {
+		return 0, 0, false
+	}
+	end := p.now
+	if !r.Ended.IsZero() {
+		end = r.Ended.UnixMicro()
+	}
+	lo, hi = max(p.from, r.Started.UnixMicro()), min(p.to, end)
+	return lo, hi, hi > lo
+}
+
+// runningIn is how long instance id ran in the period, in microseconds.
+func (p *period) runningIn(id string) int64 {
+	lo, hi, ok := p.window(id)
+	if !ok {
+		return 0
+	}
+	return hi - lo
+}
+
+// serviceGroup is a service's group: its name ("" for none; its id when
+// the account has no such service).
+func (p *period) serviceGroup(id string) string {
+	if n, ok := p.services[id]; ok {
+		return n.Name
+	}
+	return id
+}
+
+// groupOf is the group of a usage group.
+func (p *period) groupOf(u UsageGroup) string {
+	switch p.q.GroupBy {
+	case ByModel:
+		return u.Model
+	case ByKey:
+		return u.KeyID
+	case ByService:
+		return p.serviceGroup(u.ServiceID)
+	}
+	return u.InstanceID
+}
+
+// spanGroup is the group of a span (EachUsageSpan's Group is the
+// grouping's column).
+func (p *period) spanGroup(sp Span) string {
+	if p.q.GroupBy == ByService {
+		return p.serviceGroup(sp.Group)
+	}
+	return sp.Group
+}
+
+// unusedGroup is the group an instance's GPU time goes to when no
+// request used it: the instance itself, its service (by service; "" for
+// an instance that is no replica), or "".
+func (p *period) unusedGroup(id string) string {
+	switch p.q.GroupBy {
+	case ByInstance:
+		return id
+	case ByService:
+		return p.serviceGroup(p.runs[id].ServiceID)
+	}
+	return ""
+}
+
+// allocate splits each instance's charges over the groups of its
+// requests (usage and charges of one bucket): by instance, its own; else
+// by the groups' tokens on it, or without tokens their requests, or
+// without requests to unusedGroup. The result sums exactly to the
+// charges.
+func (p *period) allocate(usage []UsageGroup, charges []InstanceCharge) map[string]gpuproxy.Micros {
+	type weight struct{ tokens, requests int64 }
+	on := map[string]map[string]*weight{}
+	for _, u := range usage {
+		g := p.groupOf(u)
+		if on[u.InstanceID] == nil {
+			on[u.InstanceID] = map[string]*weight{}
+		}
+		w := on[u.InstanceID][g]
+		if w == nil {
+			w = &weight{}
+			on[u.InstanceID][g] = w
+		}
+		w.tokens += u.PromptTokens + u.CompletionTokens
+		w.requests += u.Requests
+	}
+	out := map[string]gpuproxy.Micros{}
+	for _, c := range charges {
+		if p.q.GroupBy == ByInstance {
+			out[c.InstanceID] += c.Amount
+			continue
+		}
+		groups := slices.Sorted(maps.Keys(on[c.InstanceID]))
+		var tokens, requests int64
+		for _, g := range groups {
+			tokens += on[c.InstanceID][g].tokens
+			requests += on[c.InstanceID][g].requests
+		}
+		if requests == 0 {
+			out[p.unusedGroup(c.InstanceID)] += c.Amount
+			continue
+		}
+		ws := make([]int64, len(groups))
+		for i, g := range groups {
+			if tokens > 0 {
+				ws[i] = on[c.InstanceID][g].tokens
+			} else {
+				ws[i] = on[c.InstanceID][g].requests
+			}
+		}
+		for i, share := range split(c.Amount, ws) {
+			out[groups[i]] += share
+		}
+	}
+	return out
+}
+
+// label names group g for people.
+func (p *period) label(g string) string {
+	switch p.q.GroupBy {
+	case ByInstance:
+		if g == "" {
+			return "requests without an instance"
+		}
+		if r, ok := p.runs[g]; ok && r.GPUName != "" {
+			return fmt.Sprintf("%d× %s on %s", max(r.NumGPUs, 1), r.GPUName, r.Provider)
+		}
+	case ByModel:
+		if g == "" {
+			return "unused GPU time; requests without a model"
+		}
+	case ByKey:
+		if g == "" {
+			return "unused GPU time; requests without an API key"
+		}
+		return p.keys[g]
+	case ByService:
+		if g == "" {
+			return "unused GPU time outside services; requests not through a service"
+		}
+		for _, n := range p.names {
+			if n.Name == g {
+				return n.Model
+			}
+		}
+	}
+	return ""
+}
