@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
 	"github.com/aiserve/gpuproxy/db"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
@@ -101,10 +102,13 @@ type App struct {
 	// Services keeps services: one OpenAI-compatible endpoint per model
 	// over replicas rented by spec (the proxy serves the endpoint).
 	Services *services.Manager
-	MCP      *mcp.Server
-	Console  *console.Console
-	OAuth    *oauth.Server // nil when Config.NoOAuth
-	Server   *server.Server
+	// Economics answers unit economics: tokens and GPU cost per
+	// instance, model, key and service.
+	Economics *economics.Service
+	MCP       *mcp.Server
+	Console   *console.Console
+	OAuth     *oauth.Server // nil when Config.NoOAuth
+	Server    *server.Server
 	// RateLimiter is the one per-key limiter of REST, MCP, the proxy and
 	// the console.
 	RateLimiter *auth.RateLimiter
@@ -158,6 +162,7 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.Proxy = a.proxy(c)
 	a.Services = services.New(a.Store, a.Fleet, a.Proxy, a.servicesOptions(c.Services))
 	a.Proxy.SetServices(a.Services)
+	a.Economics = economics.New(a.Store, a.Guard.Now)
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
 	// One limiter, applied by the server's pipeline: REST, MCP, the proxy
 	// and the console count against the same per-key limit.
@@ -354,6 +359,7 @@ func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 		Ledger:      a.Ledger,
 		Fleet:       a.Fleet,
 		Services:    a.Services,
+		Economics:   a.Economics,
 		Alerts:      a.Alerts,
 		Meterer:     a.Meterer,
 		Store:       a.Store,

@@ -1,6 +1,7 @@
 package economics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -60,8 +61,8 @@ func (q Query) Validate() error {
 	case !q.To.After(q.From):
 		return gpuproxy.Invalid("to", "must be after from")
 	case q.To.Sub(q.From) > MaxPeriod:
-		return gpuproxy.Invalid("to", "must be at most %d days after from (got %s)", int(MaxPeriod/(24*time.Hour)),
-			q.To.Sub(q.From).Round(time.Second))
+		return gpuproxy.Invalid("to", "must be at most %d days after from (got %s days)", int(MaxPeriod/(24*time.Hour)),
+			strconv.FormatFloat(q.To.Sub(q.From).Hours()/24, 'f', -1, 64))
 	case !ValidGroup(q.GroupBy):
 		return gpuproxy.Invalid("group_by", "must be %s", GroupNames)
 	}

@@ -28,6 +28,7 @@ var queryParams = map[string][]string{
 		func(p string) bool { return p == "limit" || p == "cursor" }), "group_by"),
 	"/api/v1/alerts/deliveries":   {"account", "status", "limit", "before"},
 	"/api/v1/services/:id/events": {"limit"},
+	"/api/v1/usage/summary":       usageSummaryQuery,
 }
 
 // knownQuery refuses GET and HEAD requests whose query has a parameter

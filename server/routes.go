@@ -69,6 +69,12 @@ func (s *Server) routes() {
 	api.HEAD("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
 	api.POST("/billing/credits", s.addCredit, need(gpuproxy.ScopeAdmin))
 
+	if s.svc.Economics != nil {
+		// Unit economics: finance (billing:read) reads what tokens cost.
+		api.GET("/usage/summary", s.usageSummary, need(gpuproxy.ScopeBillingRead))
+		api.HEAD("/usage/summary", s.usageSummary, need(gpuproxy.ScopeBillingRead))
+	}
+
 	api.GET("/accounts", s.listAccounts, need(gpuproxy.ScopeAdmin))
 	api.POST("/accounts", s.createAccount, need(gpuproxy.ScopeAdmin))
 	api.PUT("/accounts/:account/limits", s.setLimits, need(gpuproxy.ScopeAdmin))

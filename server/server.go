@@ -19,6 +19,7 @@ import (
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
@@ -46,11 +47,12 @@ type Services struct {
 	Auth        *auth.Service
 	Guard       *guardrails.Service
 	Ledger      *billing.Ledger
-	Fleet       *fleet.Service    // nil: no GPU routes
-	Services    *services.Manager // nil: no service routes
-	Alerts      *alerts.Service   // nil: no budget alert routes
-	Meterer     *billing.Meterer  // nil: no metering lag gauge
-	Store       Store             // /ready's ping; the accounts' lifetime policies
+	Fleet       *fleet.Service     // nil: no GPU routes
+	Services    *services.Manager  // nil: no service routes
+	Economics   *economics.Service // nil: no usage summary route
+	Alerts      *alerts.Service    // nil: no budget alert routes
+	Meterer     *billing.Meterer   // nil: no metering lag gauge
+	Store       Store              // /ready's ping; the accounts' lifetime policies
 	RateLimiter *auth.RateLimiter
 	Metrics     *Metrics
 	ReadyChecks []ReadyCheck
