@@ -286,3 +286,35 @@ func (m Micros) MulMillis(ms int64) Micros {
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// TokenPrice charges proxied requests per token (chargeback): USD per
+// million prompt (input) and completion (output) tokens. The zero value
+// charges nothing.
+type TokenPrice struct {
+	InputPer1M  Micros
+	OutputPer1M Micros
+}
+
+// On reports whether the price charges anything.
+func (p TokenPrice) On() bool { return p.InputPer1M > 0 || p.OutputPer1M > 0 }
+
+// maxPricedTokens bounds the tokens Cost multiplies (no int64 overflow at
+// any price up to MaxMicros).
+const maxPricedTokens = 1 << 30
+
+// Cost is what prompt and completion tokens cost at p, each part rounded
+// up to the micro-dollar.
+func (p TokenPrice) Cost(prompt, completion int64) Micros {
+	return perMillion(p.InputPer1M, prompt) + perMillion(p.OutputPer1M, completion)
+}
+
+func perMillion(price Micros, tokens int64) Micros {
+	if price <= 0 || tokens <= 0 {
+		return 0
+	}
+	tokens = min(tokens, maxPricedTokens)
+	// price·tokens can pass int64: split price into millions and the rest.
+	whole, rest := int64(price)/1_000_000, int64(price)%1_000_000
+	c := whole*tokens + (rest*tokens+999_999)/1_000_000
+	return Micros(min(c, int64(MaxMicros)))
+}

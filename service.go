@@ -38,6 +38,9 @@ type Service struct {
 	// duration); an idle replica is destroyed, which is how a service
 	// with MinReplicas 0 scales to zero.
 	Lifetime Lifetime
+	// TokenPrice, when set, charges the service's requests per token
+	// instead of the proxy-wide price (proxy.token_price).
+	TokenPrice *TokenPrice
 	// Desired is the controller's target number of replicas.
 	Desired int
 	State   ServiceState
@@ -47,6 +50,15 @@ type Service struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	DeletedAt time.Time
+}
+
+// ServiceRoute is where the services' endpoint sends a request: the
+// service whose model it names and one of its ready replicas.
+type ServiceRoute struct {
+	ServiceID  string
+	InstanceID string
+	// TokenPrice is the service's own per-token price, if it has one.
+	TokenPrice *TokenPrice
 }
 
 // Readiness is how the controller decides a replica can take requests:

@@ -50,6 +50,37 @@ func (s *Store) SettleLease(ctx context.Context, accountID, holdID int64, charge
 	})
 }
 
+// AmendLease refunds a call charged at its admitted cost when its lease
+// was settled before it ended (booked without an instance, as the
+// settlement's "outcome unknown" charge) and charges what it actually
+// cost to its instance, idempotently by the call's ref, in one
+// transaction serialized with admissions.
+func (s *Store) AmendLease(ctx context.Context, accountID, holdID int64, a guardrails.LeaseAmend, now time.Time) error {
+	return s.inTx(ctx, func(c conn) error {
+		if err := s.lockAccount(ctx, c, accountID); err != nil {
+			return err
+		}
+		key := "lease:" + strconv.FormatInt(holdID, 10) + ":amend:" + a.Ref
+		if a.Admitted > 0 {
+			e := billing.Entry{AccountID: accountID, Type: billing.Refund, Amount: a.Admitted, At: now, KeyID: a.KeyID,
+				ByCaller: true, Basis: billing.Metered, Description: "proxy request " + a.Ref + ": admitted cost returned (it ended after its lease)",
+				IdempotencyKey: key + ":refund"}
+			if _, _, err := appendEntry(ctx, c, e); err != nil {
+				return err
+			}
+		}
+		if a.Amount > 0 {
+			e := billing.Entry{AccountID: accountID, Type: billing.Charge, Amount: a.Amount, At: now,
+				InstanceID: a.InstanceID, KeyID: a.KeyID, ByCaller: true, Basis: billing.Metered,
+				Description: "proxy requests: 1 (settled at its end)", IdempotencyKey: key + ":charge"}
+			if _, _, err := appendEntry(ctx, c, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // ExpireLeases releases every open proxy lease hold created before before
 // (a replica that crashed, or lost the database for longer than the
 // expiry, left it), each under its account's lock. It returns how many it

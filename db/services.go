@@ -23,7 +23,7 @@ import (
 const serviceCols = `id, account_id, name, model, COALESCE(key_id, ''), spec, image, env, port, min_replicas,
 	max_replicas, readiness_path, readiness_timeout_ms, readiness_initial_delay_ms, target_inflight, up_delay_ms,
 	down_delay_ms, queue_timeout_ms, max_duration_ms, idle_timeout_ms, idle_action, idle_grace_ms, spend_cap_micros,
-	desired, state, demand_us, created_us, updated_us, deleted_us`
+	desired, state, demand_us, created_us, updated_us, deleted_us, token_input_micros, token_output_micros`
 
 // The unique indexes on services, by which a Postgres violation is told
 // apart (pgconn.PgError.ConstraintName).
@@ -46,13 +46,16 @@ func scanService(r row) (gpuproxy.Service, error) {
 	var spec, env, action, state string
 	var readTimeout, readDelay, up, down, queue, maxDur, idle, grace int64
 	var created, updated int64
-	var demand, deleted *int64
+	var demand, deleted, tokIn, tokOut *int64
 	err := r.Scan(&s.ID, &s.AccountID, &s.Name, &s.Model, &s.KeyID, &spec, &s.Image, &env, &s.Port,
 		&s.MinReplicas, &s.MaxReplicas, &s.Readiness.Path, &readTimeout, &readDelay, &s.Scale.TargetInflight,
 		&up, &down, &queue, &maxDur, &idle, &action, &grace, &s.Lifetime.SpendCap, &s.Desired, &state,
-		&demand, &created, &updated, &deleted)
+		&demand, &created, &updated, &deleted, &tokIn, &tokOut)
 	if err != nil {
 		return s, err
+	}
+	if tokIn != nil && tokOut != nil {
+		s.TokenPrice = &gpuproxy.TokenPrice{InputPer1M: gpuproxy.Micros(*tokIn), OutputPer1M: gpuproxy.Micros(*tokOut)}
 	}
 	s.Spec = json.RawMessage(spec)
 	if env != "" && env != "{}" {
@@ -162,6 +165,16 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// setServicePrice records a service's own token price (nil: none).
+func setServicePrice(ctx context.Context, c conn, id string, p *gpuproxy.TokenPrice) error {
+	var in, out any
+	if p != nil {
+		in, out = int64(p.InputPer1M), int64(p.OutputPer1M)
+	}
+	_, err := c.exec(ctx, "UPDATE services SET token_input_micros = $2, token_output_micros = $3 WHERE id = $1", id, in, out)
+	return err
+}
+
 // serviceNotFound turns a not-found driver error into the caller's message.
 func serviceNotFound(err error, idOrName string) error {
 	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
@@ -211,6 +224,10 @@ func (s *Store) CreateService(ctx context.Context, svc gpuproxy.Service) (gpupro
 			svc.Lifetime.IdleTimeout.Milliseconds(), string(svc.Lifetime.IdleAction), svc.Lifetime.IdleGrace.Milliseconds(),
 			int64(svc.Lifetime.SpendCap), svc.Desired, string(svc.State), nullUS(svc.DemandAt), us(svc.CreatedAt),
 			us(svc.UpdatedAt)))
+		if err == nil {
+			err = setServicePrice(ctx, c, svc.ID, svc.TokenPrice)
+			out.TokenPrice = svc.TokenPrice
+		}
 		return serviceWriteErr(err, svc)
 	})
 	if err != nil {
@@ -282,6 +299,10 @@ func (s *Store) UpdateService(ctx context.Context, svc gpuproxy.Service) (gpupro
 			svc.QueueTimeout.Milliseconds(), svc.Lifetime.MaxDuration.Milliseconds(),
 			svc.Lifetime.IdleTimeout.Milliseconds(), string(svc.Lifetime.IdleAction),
 			svc.Lifetime.IdleGrace.Milliseconds(), int64(svc.Lifetime.SpendCap), svc.Desired, us(svc.UpdatedAt)))
+		if err == nil {
+			err = setServicePrice(ctx, c, svc.ID, svc.TokenPrice)
+			out.TokenPrice = svc.TokenPrice
+		}
 		if gpuproxy.ErrorCode(translate(err)) == gpuproxy.ENOTFOUND {
 			return serviceNotFound(err, svc.ID)
 		}

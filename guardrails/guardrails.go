@@ -34,6 +34,12 @@ type Store interface {
 	// open) and appends one charge per LeaseCharge, idempotently, in one
 	// transaction serialized with admissions.
 	SettleLease(ctx context.Context, accountID, holdID int64, charges []LeaseCharge, now time.Time) error
+	// AmendLease corrects, once per call (by amend.Ref), a settled lease
+	// whose call had no outcome at settlement and was charged at its
+	// admitted cost: it refunds that cost (booked without an instance)
+	// and charges what the call actually cost to its instance, in one
+	// transaction.
+	AmendLease(ctx context.Context, accountID, holdID int64, amend LeaseAmend, now time.Time) error
 	// ExpireLeases releases open proxy lease holds created before before.
 	ExpireLeases(ctx context.Context, before, now time.Time) (int, error)
 	// CurrentLimits returns the own windows of those of accountIDs and

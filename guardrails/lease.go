@@ -24,6 +24,15 @@ type LeaseCharge struct {
 	Amount     gpuproxy.Micros
 }
 
+// LeaseAmend is a call settled after its lease (see Store.AmendLease).
+type LeaseAmend struct {
+	Ref        string // the call's request id
+	InstanceID string
+	KeyID      string
+	Admitted   gpuproxy.Micros // charged at settlement, refunded now
+	Amount     gpuproxy.Micros // what it cost
+}
+
 // Pass is one proxy call admitted against a lease. Done must be called
 // once, with whether the call is charged (the instance answered); an
 // uncharged call's cost goes back to the lease. The zero Pass (a call that
@@ -31,6 +40,47 @@ type LeaseCharge struct {
 type Pass struct {
 	l    *lease
 	cost gpuproxy.Micros
+}
+
+// Settle reports the call's outcome to its lease with what it actually
+// cost (per-token prices: the counted tokens), at most what it was
+// admitted for: that much is charged and the rest goes back to the lease.
+// A call whose lease was settled before it ended (it was charged at its
+// admitted cost then) is amended by the gate's Run: refunded that cost
+// and charged this amount. Settle or Done must be called once; ref
+// names the call (its request id).
+func (p Pass) Settle(instanceID, ref string, amount gpuproxy.Micros) {
+	if p.l == nil {
+		return
+	}
+	amount = min(max(amount, 0), p.cost)
+	la := p.l.acct
+	la.mu.Lock()
+	defer la.mu.Unlock()
+	if p.l.settled {
+		la.amends = append(la.amends, pendingAmend{holdID: p.l.holdID, LeaseAmend: LeaseAmend{Ref: ref,
+			InstanceID: instanceID, KeyID: la.key, Admitted: p.cost, Amount: amount}})
+		return
+	}
+	p.l.pending--
+	p.l.used -= p.cost - amount
+	if amount == 0 {
+		return
+	}
+	u := p.l.uses[instanceID]
+	if u == nil {
+		u = &LeaseCharge{InstanceID: instanceID}
+		p.l.uses[instanceID] = u
+	}
+	u.Requests++
+	u.Amount += amount
+}
+
+// pendingAmend is a LeaseAmend of one of an account's leases, to be
+// written.
+type pendingAmend struct {
+	holdID int64
+	LeaseAmend
 }
 
 // Done reports the call's outcome to its lease.
@@ -57,6 +107,9 @@ func (p Pass) Done(instanceID string, charged bool) {
 	u.Requests++
 	u.Amount += p.cost
 }
+
+// Cost is what the pass was admitted for (its most expensive outcome).
+func (p Pass) Cost() gpuproxy.Micros { return p.cost }
 
 // lease is a hold this replica took through the atomic admission, spent
 // down in memory by proxy calls. Fields other than the first four are
@@ -85,6 +138,7 @@ type leaseAcct struct {
 	cur     *lease
 	retired []*lease
 	flight  *leaseFlight
+	amends  []pendingAmend  // calls settled after their lease, to be written
 	rate    gpuproxy.Micros // recent spend per second on this replica
 	snap    *Snapshot       // the last lease admission's snapshot (for sizing)
 	refusal *gateSnap       // the last refusal, reused for MaxAge
@@ -370,11 +424,24 @@ func (g *ProxyGate) settleDue(all bool) error {
 			due = append(due, l)
 			charges = append(charges, l.charges())
 		}
+		amends := la.amends
+		la.amends = nil
 		la.mu.Unlock()
 		for i, l := range due {
 			err := g.settle(la, l, charges[i], now)
 			if err != nil && first == nil {
 				first = err
+			}
+		}
+		for i, a := range amends {
+			if err := g.amend(la, a, now); err != nil {
+				la.mu.Lock()
+				la.amends = append(la.amends, amends[i:]...) // tried again at the next tick
+				la.mu.Unlock()
+				if first == nil {
+					first = err
+				}
+				break
 			}
 		}
 		return true
@@ -418,6 +485,18 @@ func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now t
 		}
 	}
 	la.mu.Unlock()
+	return nil
+}
+
+// amend writes a call settled after its lease (idempotent by its ref).
+func (g *ProxyGate) amend(la *leaseAcct, a pendingAmend, now time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	if err := g.svc.store.AmendLease(ctx, la.id, a.holdID, a.LeaseAmend, now); err != nil {
+		g.svc.opts.Logger.Error("amending a settled proxy lease; will retry", "account_id", la.id, "hold_id", a.holdID,
+			"ref", a.Ref, "err", err)
+		return fmt.Errorf("amending lease %d for %s: %w", a.holdID, a.Ref, err)
+	}
 	return nil
 }
 

@@ -58,6 +58,8 @@ func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.Lea
 	s.settles.Add(1)
 	return nil
 }
+
+func (s *spendStore) AmendLease(context.Context, int64, int64, guardrails.LeaseAmend, time.Time) error { return nil }
 func (s *spendStore) SetKeyLimits(context.Context, int64, string, []guardrails.Window) error {
 	return nil
 }

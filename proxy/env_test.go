@@ -189,6 +189,7 @@ type envOpts struct {
 	windows  []guardrails.Window
 	gateAge  time.Duration
 	lease    time.Duration // the gate's lease span (default the gate's)
+	settle   time.Duration // how long a retired lease waits for its calls (default the guard rails')
 	maxBody  int64
 	noLoopOK bool
 	authTTL  time.Duration // auth's key cache (default: off, so revocations are immediate)
@@ -211,7 +212,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.gateAge == 0 {
 		o.gateAge = -1 // tests change spend between requests
 	}
-	e.gate = guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge, LeaseSpan: o.lease})
+	e.gate = guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge, LeaseSpan: o.lease,
+		LeaseSettleWait: o.settle})
 	po := o.proxy
 	if po.AllowNetworks == nil && !o.noLoopOK {
 		po.AllowNetworks = proxy.LoopbackNetworks()

@@ -48,6 +48,11 @@ type exchange struct {
 	stream     *countingBody // a streamed body instead, of length (-1: unknown)
 	length     int64
 	addedUsage bool // the body asks for the stream's usage because we added it (askStreamUsage)
+	rid        string
+	// cost is what a token-priced request is admitted for (reserve), with
+	// price its pending settlement; both unset otherwise (Options.Cost).
+	cost  gpuproxy.Micros
+	price *pricedCall
 }
 
 // prepare is the step ServeHTTP and Call share once each has checked what
@@ -75,6 +80,7 @@ func (p *Proxy) prepare(ctx context.Context, t *target, u *gpuproxy.Usage) (exch
 		}
 	}
 	x.header["X-Request-Id"] = []string{t.rid}
+	x.rid = t.rid
 	return x, nil
 }
 
@@ -117,7 +123,11 @@ func headerOf(fields map[string]string) (http.Header, error) {
 // an in-memory body take the lean client; the rest (https, streamed bodies)
 // the tuned http.Transport.
 func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
-	pass, err := p.gate.AdmitKey(ctx, x.acct, x.key, p.opts.Cost)
+	cost := p.opts.Cost
+	if x.price != nil {
+		cost = x.cost
+	}
+	pass, err := p.gate.AdmitKey(ctx, x.acct, x.key, cost)
 	if err != nil {
 		return nil, err
 	}
@@ -133,8 +143,15 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 	} else {
 		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
 	}
-	// Only a call the instance answered is charged (as in finish).
-	pass.Done(x.instanceID, err == nil)
+	// Only a call the instance answered is charged (as in finish); a
+	// token-priced one when its answer ends, at its counted tokens.
+	if x.price != nil && err == nil {
+		x.price.pass = pass
+		p.pricedN.Add(1)
+		p.priced.Store(x.rid, x.price)
+	} else {
+		pass.Done(x.instanceID, err == nil)
+	}
 	switch {
 	case err != nil && (x.stream.failed() || ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)):
 		// The caller went away or sent a bad body: says nothing about

@@ -138,6 +138,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 		return p.refuse(w, r, nil, err)
 	}
 	p.askStreamUsage(&x)
+	if err := p.reserve(&x, p.opts.TokenPrice); err != nil {
+		return writeError(w, r, p.log, err)
+	}
 	ctx := r.Context()
 	if p.opts.MaxDuration > 0 {
 		var cancel context.CancelFunc
@@ -202,7 +205,7 @@ func (p *Proxy) checkRoute(id, rest string, length int64) error {
 // hanging up mid-body is context.Canceled.
 func (p *Proxy) attachBody(x *exchange, r *http.Request, u *gpuproxy.Usage) (*countingBody, error) {
 	switch {
-	case r.ContentLength > 0 && r.ContentLength <= smallBody:
+	case r.ContentLength > 0 && (r.ContentLength <= smallBody || p.opts.TokenPrice.On()):
 		// A small body is read whole first: the transport then writes
 		// headers and body in one packet (it flushes headers separately
 		// for a streamed body) and can replay it on a stale keep-alive
@@ -376,6 +379,9 @@ func (p *Proxy) finish(u *gpuproxy.Usage) {
 	}
 	if u.Status >= 100 && u.Status < 600 && u.TTFB > 0 {
 		u.Cost = p.opts.Cost // only requests the instance answered are charged
+	}
+	if p.pricedN.Load() > 0 {
+		p.settlePriced(u)
 	}
 	p.usage.record(*u)
 	if p.opts.Metrics != nil {

@@ -21,7 +21,7 @@ type Services interface {
 	// its ready replicas (never exclude), waiting up to the service's
 	// queue timeout when none is ready; unknown model: not found. Each
 	// pick is ended by Done.
-	Pick(ctx context.Context, accountID int64, model, exclude string) (serviceID, instanceID string, err error)
+	Pick(ctx context.Context, accountID int64, model, exclude string) (gpuproxy.ServiceRoute, error)
 	Done(serviceID, instanceID string)
 	// Models lists the account's active services.
 	Models(ctx context.Context, accountID int64) ([]gpuproxy.Service, error)
@@ -141,19 +141,19 @@ func (o openAI) serve(w http.ResponseWriter, r *http.Request, acct int64, key st
 	}
 	exclude := ""
 	for try := 0; ; try++ {
-		svc, id, err := p.services.Pick(ctx, acct, *mo.Model, exclude)
+		rt, err := p.services.Pick(ctx, acct, *mo.Model, exclude)
 		if err != nil {
 			if ctx.Err() != nil && r.Context().Err() != nil {
 				return statusClientClosed
 			}
 			return writeOpenAIErr(w, p, err)
 		}
-		u.ServiceID, u.InstanceID = svc, id
-		status, retry := o.exchange(ctx, w, r, acct, key, svc, id, body, u, start, try == 0)
+		u.ServiceID, u.InstanceID = rt.ServiceID, rt.InstanceID
+		status, retry := o.exchange(ctx, w, r, acct, key, rt, body, u, start, try == 0)
 		if !retry {
 			return status
 		}
-		exclude = id
+		exclude = rt.InstanceID
 	}
 }
 
@@ -162,9 +162,10 @@ func (o openAI) serve(w http.ResponseWriter, r *http.Request, acct int64, key st
 // or answered a 5xx without a body, and may be retried elsewhere; the
 // pick is then ended here. Otherwise finish ends it with the usage record
 // (a detached stream's when the stream ends).
-func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, acct int64, key, svc, id string,
+func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, acct int64, key string, rt gpuproxy.ServiceRoute,
 	body []byte, u *gpuproxy.Usage, start time.Time, canRetry bool) (status int, retry bool) {
 	p := o.p
+	svc, id := rt.ServiceID, rt.InstanceID
 	again := func() (int, bool) {
 		p.services.Done(svc, id)
 		u.ServiceID, u.InstanceID = "", ""
@@ -181,6 +182,15 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	x.data, x.length = body, int64(len(body))
 	p.askStreamUsage(&x)
+	price := p.opts.TokenPrice
+	if rt.TokenPrice != nil {
+		price = *rt.TokenPrice
+	}
+	if err := p.reserve(&x, price); err != nil {
+		p.services.Done(svc, id)
+		u.ServiceID, u.InstanceID = "", ""
+		return writeOpenAIErr(w, p, err), false
+	}
 	p.activity.begin(u.RequestID, id, p.opts.Now()) // ended by finish, a stream's when it ends
 	x.header["X-Forwarded-For"] = forwardedFor(r)
 	resp, err := p.send(ctx, &x)
@@ -199,6 +209,7 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if canRetry && resp.StatusCode >= 500 && resp.ContentLength == 0 {
 		resp.Body.Close()
 		p.activity.end(u.RequestID, p.opts.Now())
+		p.unprice(u.RequestID, id)
 		return again()
 	}
 	detached := false

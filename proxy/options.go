@@ -125,6 +125,12 @@ type Options struct {
 	// ActivityFlush is how often the instances' activity this replica saw
 	// is reported to the store (default DefaultActivityFlush).
 	ActivityFlush time.Duration
+	// TokenPrice charges requests per token on top of Cost (a service's
+	// own price replaces it on its endpoint): see price.go. DefaultMaxTokens,
+	// when set, is the max_tokens given to a token-priced request without
+	// one (else such a request is refused, naming max_tokens).
+	TokenPrice       gpuproxy.TokenPrice
+	DefaultMaxTokens int
 	// StreamUsage is what a streamed completion that does not ask for
 	// its usage gets (StreamUsageAdd, the default: the request asks for
 	// it and the usage chunk is kept from the caller, so the usage record
@@ -144,6 +150,13 @@ type Options struct {
 func (o Options) Validate() error {
 	if o.Cost < 0 {
 		return fmt.Errorf("proxy.Options.Cost: must not be negative, got %s", o.Cost)
+	}
+	if o.TokenPrice.InputPer1M < 0 || o.TokenPrice.OutputPer1M < 0 {
+		return fmt.Errorf("proxy.Options.TokenPrice: must not be negative, got %s in, %s out", o.TokenPrice.InputPer1M,
+			o.TokenPrice.OutputPer1M)
+	}
+	if o.DefaultMaxTokens < 0 {
+		return fmt.Errorf("proxy.Options.DefaultMaxTokens: must not be negative, got %d", o.DefaultMaxTokens)
 	}
 	if o.StreamUsage != "" && o.StreamUsage != StreamUsageAdd && o.StreamUsage != StreamUsageOff {
 		return fmt.Errorf("proxy.Options.StreamUsage: must be %q or %q, got %q", StreamUsageAdd, StreamUsageOff, o.StreamUsage)

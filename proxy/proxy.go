@@ -64,6 +64,8 @@ type Proxy struct {
 	usage     *recorder
 	activity  *activity
 	services  Services // the OpenAI-compatible endpoint's router (SetServices), or nil
+	priced    sync.Map     // request id → *pricedCall: token-priced requests awaiting their answer's end
+	pricedN   atomic.Int64 // how many are in priced
 	log       *slog.Logger
 
 	idPrefix string

@@ -44,6 +44,16 @@ type Definition struct {
 	Scale        *ScaleJSON        `json:"scale,omitempty"`
 	QueueTimeout Duration          `json:"queue_timeout,omitempty"`
 	Lifetime     *LifetimeJSON     `json:"lifetime,omitempty"`
+	TokenPrice   *TokenPriceJSON   `json:"token_price,omitempty"`
+}
+
+// TokenPriceJSON is a service's own per-token price, USD per million
+// prompt (input) and completion (output) tokens: its callers are charged
+// per token on its endpoint (admitted for their most expensive outcome,
+// settled at the counted tokens), instead of proxy.token_price.
+type TokenPriceJSON struct {
+	InputPer1M  json.Number `json:"input_per_1m"`
+	OutputPer1M json.Number `json:"output_per_1m"`
 }
 
 // SpecJSON is the replicas' rent spec (fleet.Spec), as the instance
@@ -145,8 +155,10 @@ func jsonError(err error) error {
 	case errors.As(err, &se):
 		return gpuproxy.Invalid("body", "is not valid JSON: %v", err)
 	case strings.Contains(err.Error(), "into Number"):
-		// json.Number refuses a string that is not a number.
-		return gpuproxy.Invalid("spec.max_price_per_hour", "must be a number of USD per hour (e.g. 1.50)")
+		// json.Number refuses a string that is not a number (its error
+		// names no field).
+		return gpuproxy.Invalid("body", "prices (spec.max_price_per_hour, token_price.input_per_1m, "+
+			"token_price.output_per_1m) must be numbers of USD, e.g. 1.50")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return gpuproxy.Invalid(f, "is not a field of a service")
@@ -280,6 +292,24 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 			"with min %d the service keeps its replicas, and scales down on load after scale.down_delay", s.MinReplicas)
 	}
 	s.Lifetime.IdleAction = gpuproxy.IdleDestroy
+	if tp := d.TokenPrice; tp != nil {
+		price := gpuproxy.TokenPrice{}
+		for _, f := range []struct {
+			name string
+			in   json.Number
+			out  *gpuproxy.Micros
+		}{{"token_price.input_per_1m", tp.InputPer1M, &price.InputPer1M}, {"token_price.output_per_1m", tp.OutputPer1M, &price.OutputPer1M}} {
+			if f.in == "" {
+				continue
+			}
+			v, err := gpuproxy.ParseUSD(f.in.String())
+			if err != nil || v < 0 {
+				return s, fleet.Spec{}, gpuproxy.InvalidUSD(f.name, err, 0, gpuproxy.MaxMicros, "USD per million tokens")
+			}
+			*f.out = v
+		}
+		s.TokenPrice = &price
+	}
 	return s, sp, nil
 }
 
@@ -332,6 +362,9 @@ func DefinitionOf(s gpuproxy.Service) Definition {
 		Scale:        &ScaleJSON{TargetInflightPerReplica: s.Scale.TargetInflight, UpDelay: durationOf(s.Scale.UpDelay), DownDelay: durationOf(s.Scale.DownDelay)},
 		QueueTimeout: durationOf(s.QueueTimeout),
 		Lifetime:     &LifetimeJSON{IdleTimeout: durationOf(s.Lifetime.IdleTimeout), MaxDuration: durationOf(s.Lifetime.MaxDuration)},
+	}
+	if p := s.TokenPrice; p != nil {
+		d.TokenPrice = &TokenPriceJSON{InputPer1M: json.Number(p.InputPer1M.String()), OutputPer1M: json.Number(p.OutputPer1M.String())}
 	}
 	return d
 }

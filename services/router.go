@@ -53,7 +53,7 @@ func newRouter(m *Manager) *router {
 // service's queue timeout, noting the demand (which wakes a service
 // scaled to zero); a retry (exclude set) does not wait. Unknown model:
 // not found. The caller must call Done with what Pick returned.
-func (m *Manager) Pick(ctx context.Context, accountID int64, model, exclude string) (serviceID, instanceID string, err error) {
+func (m *Manager) Pick(ctx context.Context, accountID int64, model, exclude string) (gpuproxy.ServiceRoute, error) {
 	return m.router.pick(ctx, accountID, model, exclude)
 }
 
@@ -69,25 +69,25 @@ func (m *Manager) Models(ctx context.Context, accountID int64) ([]gpuproxy.Servi
 	return t.services, nil
 }
 
-func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (string, string, error) {
+func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (gpuproxy.ServiceRoute, error) {
 	var deadline time.Time
 	for {
 		t, err := r.table(ctx, acct)
 		if err != nil {
-			return "", "", err
+			return gpuproxy.ServiceRoute{}, err
 		}
 		rt := t.byModel[model]
 		if rt == nil {
-			return "", "", &gpuproxy.Error{Code: gpuproxy.ENOTFOUND,
+			return gpuproxy.ServiceRoute{}, &gpuproxy.Error{Code: gpuproxy.ENOTFOUND,
 				Message: "the model `" + truncate(model, 200) + "` does not exist: no service of yours serves it (GET /v1/models lists them)",
 				Details: map[string]any{"field": "model"}}
 		}
 		if id := r.choose(rt, exclude); id != "" {
-			return rt.svc.ID, id, nil
+			return gpuproxy.ServiceRoute{ServiceID: rt.svc.ID, InstanceID: id, TokenPrice: rt.svc.TokenPrice}, nil
 		}
 		now := r.m.opts.Now()
 		if exclude != "" {
-			return "", "", unavailable(rt.svc, "no other ready replica to retry on", time.Second)
+			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no other ready replica to retry on", time.Second)
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(rt.svc.QueueTimeout)
@@ -95,12 +95,12 @@ func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (s
 		r.noteDemand(ctx, rt.svc, now)
 		wait := min(queuePoll, time.Until(deadline))
 		if wait <= 0 {
-			return "", "", unavailable(rt.svc, "no replica became ready within its queue timeout ("+
+			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no replica became ready within its queue timeout ("+
 				fmtDuration(rt.svc.QueueTimeout)+")", 5*time.Second)
 		}
 		select {
 		case <-ctx.Done():
-			return "", "", ctx.Err()
+			return gpuproxy.ServiceRoute{}, ctx.Err()
 		case <-time.After(wait):
 		}
 		r.expire(acct)

@@ -1,0 +1,197 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/proxy"
+)
+
+// pricedUpstream answers like tokenUpstream and records the max_tokens
+// each request asked.
+type pricedUpstream struct {
+	tokenUpstream
+	maxTokens atomic.Int64
+}
+
+func (u *pricedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var m struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	_ = json.Unmarshal(b, &m)
+	u.maxTokens.Store(m.MaxTokens)
+	r.Body = io.NopCloser(strings.NewReader(string(b)))
+	u.tokenUpstream.ServeHTTP(w, r)
+}
+
+// ledgerCharges sums the account's charges minus refunds.
+func ledgerCharges(t *testing.T, e *env) gpuproxy.Micros {
+	t.Helper()
+	entries, err := e.store.ListEntries(context.Background(), billing.Filter{AccountID: e.acct.ID, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum gpuproxy.Micros
+	for _, en := range entries {
+		switch en.Type {
+		case billing.Charge:
+			sum += en.Amount
+		case billing.Refund:
+			sum -= en.Amount
+		}
+	}
+	return sum
+}
+
+// TestTokenPricesChargeCountedTokens: with token prices on, a request
+// without max_tokens is refused naming it (or, with a default, is given
+// it); a priced request is charged the per-request cost plus its counted
+// tokens (usage record and ledger, once the gate settles), a stream the
+// same, and a request whose most expensive outcome does not fit the
+// window is refused naming the window and the reserved cost.
+func TestTokenPricesChargeCountedTokens(t *testing.T) {
+	price := gpuproxy.TokenPrice{InputPer1M: 2 * gpuproxy.MicrosPerUSD, OutputPer1M: 10 * gpuproxy.MicrosPerUSD}
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			up := &pricedUpstream{}
+			hs := httptest.NewServer(up)
+			defer hs.Close()
+			e := newEnv(t, envOpts{kind: k, lease: 50 * time.Millisecond,
+				proxy: proxy.Options{TokenPrice: price, Cost: 100}})
+			e.fleet.add(e.acct.ID, "gpi_tok", hs.URL)
+			path := "/api/v1/proxy/gpi_tok/v1/chat/completions"
+			r := e.do(e.key, "POST", path, []byte(`{"model":"x","messages":[]}`), nil)
+			if r.Status != 400 || !strings.HasPrefix(r.ErrMessage(), "max_tokens: ") {
+				t.Fatalf("no max_tokens: %d %s", r.Status, r.Body)
+			}
+			r = e.do(e.key, "POST", path, []byte(`{"model":"x","max_tokens":50,"messages":[]}`), nil)
+			if r.Status != 200 {
+				t.Fatalf("priced: %d %s", r.Status, r.Body)
+			}
+			r = e.do(e.key, "POST", path, []byte(`{"model":"x","max_tokens":50,"stream":true,"messages":[]}`), nil)
+			if r.Status != 200 || strings.Contains(string(r.Body), `"usage"`) {
+				t.Fatalf("priced stream: %d %s", r.Status, r.Body)
+			}
+			page := e.usage(e.key, "", 3)
+			want := []gpuproxy.Micros{100 + price.Cost(11, 5), 100 + price.Cost(21, 9)} // newest first
+			var sum gpuproxy.Micros
+			for i, w := range want {
+				if got := page.Records[i].Cost; got != w {
+					t.Errorf("record %d cost %s, want %s", i, got, w)
+				}
+				sum += w
+			}
+			// The gate settles its lease: the ledger holds exactly the
+			// counted tokens' charges.
+			deadline := time.Now().Add(5 * time.Second)
+			for ledgerCharges(t, e) != sum && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := ledgerCharges(t, e); got != sum {
+				t.Fatalf("ledger charges %s, want %s", got, sum)
+			}
+			// A window that cannot fit the most expensive outcome: 402
+			// naming it and the reserved cost, nothing sent.
+			if err := e.guard.SetLimits(context.Background(), e.acct.ID,
+				[]guardrails.Window{{Minutes: 60, Limit: sum + 1000}}, ""); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // the gate sees the new limit
+			r = e.do(e.key, "POST", path, []byte(`{"model":"x","max_tokens":4000,"messages":[]}`), nil)
+			if r.Status != 402 || !strings.Contains(r.ErrMessage(), "60-minute window") || !strings.Contains(r.ErrMessage(), "0.040") {
+				t.Fatalf("over the limit: %d %s", r.Status, r.Body)
+			}
+		})
+	}
+}
+
+// TestTokenPriceDefaultMaxTokens: with DefaultMaxTokens a request
+// without max_tokens is given it (the instance sees it) and admitted.
+func TestTokenPriceDefaultMaxTokens(t *testing.T) {
+	up := &pricedUpstream{}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	e := newEnv(t, envOpts{proxy: proxy.Options{TokenPrice: gpuproxy.TokenPrice{OutputPer1M: gpuproxy.MicrosPerUSD},
+		DefaultMaxTokens: 256}})
+	e.fleet.add(e.acct.ID, "gpi_tok", hs.URL)
+	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_tok/v1/chat/completions", []byte(`{"model":"x","messages":[]}`), nil)
+	if r.Status != 200 || up.maxTokens.Load() != 256 {
+		t.Fatalf("%d, upstream saw max_tokens %d: %s", r.Status, up.maxTokens.Load(), r.Body)
+	}
+}
+
+// slowStream is an upstream whose stream pauses mid-way for pause.
+type slowStream struct {
+	pause time.Duration
+}
+
+func (s slowStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	f := w.(http.Flusher)
+	write := func(ev string) { _, _ = io.WriteString(w, "data: "+ev+"\n\n"); f.Flush() }
+	write(`{"model":"m","choices":[{"delta":{"content":"one"}}]}`)
+	time.Sleep(s.pause)
+	write(`{"model":"m","choices":[{"delta":{"content":" two"}}]}`)
+	write(`{"model":"m","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}`)
+	write("[DONE]")
+}
+
+// TestTokenPriceLateSettlement: a priced stream that outlives its lease
+// (settled meanwhile, the stream counted at its admitted cost) is
+// amended when it ends: the admitted cost refunded, the counted tokens
+// charged; the ledger ends exactly at the counted tokens.
+func TestTokenPriceLateSettlement(t *testing.T) {
+	price := gpuproxy.TokenPrice{InputPer1M: 2 * gpuproxy.MicrosPerUSD, OutputPer1M: 10 * gpuproxy.MicrosPerUSD}
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			hs := httptest.NewServer(slowStream{pause: 800 * time.Millisecond})
+			defer hs.Close()
+			e := newEnv(t, envOpts{kind: k, lease: 30 * time.Millisecond, settle: 50 * time.Millisecond,
+				proxy: proxy.Options{TokenPrice: price}})
+			e.fleet.add(e.acct.ID, "gpi_slow", hs.URL)
+			body := `{"model":"x","max_tokens":1000,"stream":true,"messages":[]}`
+			// At least the output reservation (the prompt estimate counts
+			// the body as sent, stream_options added).
+			reserved := price.Cost(0, 1000)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r := e.do(e.key, "POST", "/api/v1/proxy/gpi_slow/v1/chat/completions", []byte(body), nil)
+				if r.Status != 200 {
+					t.Errorf("stream: %d %s", r.Status, r.Body)
+				}
+			}()
+			// Mid-stream the lease is settled, the stream charged its
+			// admitted cost.
+			deadline := time.Now().Add(3 * time.Second)
+			for ledgerCharges(t, e) < reserved && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := ledgerCharges(t, e); got < reserved {
+				t.Fatalf("mid-stream charges %s, want at least the admitted %s", got, reserved)
+			}
+			<-done
+			want := price.Cost(7, 2)
+			deadline = time.Now().Add(3 * time.Second)
+			for ledgerCharges(t, e) != want && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if got := ledgerCharges(t, e); got != want {
+				t.Fatalf("after the stream: charges %s, want the counted %s", got, want)
+			}
+		})
+	}
+}
