@@ -59,7 +59,9 @@ func (s *spendStore) SettleLease(context.Context, int64, int64, []guardrails.Lea
 	return nil
 }
 
-func (s *spendStore) AmendLease(context.Context, int64, int64, guardrails.LeaseAmend, time.Time) error { return nil }
+func (s *spendStore) AmendLease(context.Context, int64, int64, guardrails.LeaseAmend, time.Time) error {
+	return nil
+}
 func (s *spendStore) SetKeyLimits(context.Context, int64, string, []guardrails.Window) error {
 	return nil
 }

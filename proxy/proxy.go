@@ -63,7 +63,7 @@ type Proxy struct {
 	lean      *h1client.Client // plain HTTP with the body in memory
 	usage     *recorder
 	activity  *activity
-	services  Services // the OpenAI-compatible endpoint's router (SetServices), or nil
+	services  Services     // the OpenAI-compatible endpoint's router (SetServices), or nil
 	priced    sync.Map     // request id → *pricedCall: token-priced requests awaiting their answer's end
 	pricedN   atomic.Int64 // how many are in priced
 	log       *slog.Logger
