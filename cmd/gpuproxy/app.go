@@ -35,6 +35,10 @@ func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
 	if err != nil {
 		return app.Config{}, fmt.Errorf("proxy.request_cost: %w", err)
 	}
+	price, err := c.Proxy.tokenPrice()
+	if err != nil {
+		return app.Config{}, fmt.Errorf("proxy.token_price.%w", err)
+	}
 	fc, pc := c.Fleet, c.Proxy
 	ao := c.Alerts.options()
 	// Webhooks reach the proxy's allowed networks too.
@@ -62,7 +66,7 @@ func (c config) appConfig(sandbox bool, log *slog.Logger) (app.Config, error) {
 		Services: services.Options{Interval: c.Services.Interval, ProbeInterval: c.Services.ProbeInterval,
 			StartTimeout: c.Services.StartTimeout, UnreadyTimeout: c.Services.UnreadyTimeout,
 			DrainTimeout: c.Services.DrainTimeout, BlockedRetry: c.Services.BlockedRetry},
-		Proxy: proxy.Options{Cost: cost, MaxRequestBody: pc.MaxRequestBody, MaxResponseBody: pc.MaxResponseBody,
+		Proxy: proxy.Options{Cost: cost, TokenPrice: price, DefaultMaxTokens: pc.DefaultMaxTokens, StreamUsage: pc.StreamUsage, MaxRequestBody: pc.MaxRequestBody, MaxResponseBody: pc.MaxResponseBody,
 			UpstreamTimeout: pc.UpstreamTimeout, AllowNetworks: pc.networks(sandbox)},
 		Console: console.Options{Secret: []byte(c.ConsoleSecret)},
 		OAuth: oauth.Options{Issuer: c.OAuth.Issuer, AccessTokenTTL: c.OAuth.AccessTokenTTL,

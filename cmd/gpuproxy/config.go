@@ -62,11 +62,19 @@ type metricsConf struct {
 
 // proxyConf configures the inference proxy.
 type proxyConf struct {
-	RequestCost     usdText       `yaml:"request_cost"`      // USD per proxied request, default 0
-	MaxRequestBody  int64         `yaml:"max_request_body"`  // bytes, default 1 MiB (the server's body limit)
-	MaxResponseBody int64         `yaml:"max_response_body"` // bytes, default 64 MiB
-	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`  // default 60s
-	SnapshotMaxAge  time.Duration `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
+	RequestCost usdText `yaml:"request_cost"` // USD per proxied request, default 0
+	// TokenPrice charges proxied requests per token, USD per million
+	// prompt (input_per_1m) and completion (output_per_1m) tokens
+	// (proxy.Options.TokenPrice); DefaultMaxTokens is the max_tokens a
+	// token-priced request without one gets (0: such a request is
+	// refused). StreamUsage is "add" (default) or "off".
+	TokenPrice       tokenPriceConf `yaml:"token_price"`
+	DefaultMaxTokens int            `yaml:"default_max_tokens"`
+	StreamUsage      string         `yaml:"stream_usage"`
+	MaxRequestBody   int64          `yaml:"max_request_body"`  // bytes, default 1 MiB (the server's body limit)
+	MaxResponseBody  int64          `yaml:"max_response_body"` // bytes, default 64 MiB
+	UpstreamTimeout  time.Duration  `yaml:"upstream_timeout"`  // default 60s
+	SnapshotMaxAge   time.Duration  `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
 	// LeaseSpan is how long a replica's proxy budget lease admits calls
 	// before it is settled (default 2s); LeaseExpiry is the age after which
 	// the reconciler releases a lease a crashed replica left (default 2m).
@@ -390,6 +398,35 @@ func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 	}
 	if err := guardrails.ValidateWindows(out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// tokenPriceConf is proxy.token_price: USD per million tokens.
+type tokenPriceConf struct {
+	InputPer1M  usdText `yaml:"input_per_1m"`
+	OutputPer1M usdText `yaml:"output_per_1m"`
+}
+
+// tokenPrice parses proxy.token_price exactly; unset parts are 0.
+func (p proxyConf) tokenPrice() (gpuproxy.TokenPrice, error) {
+	var out gpuproxy.TokenPrice
+	for _, f := range []struct {
+		name string
+		in   usdText
+		out  *gpuproxy.Micros
+	}{{"input_per_1m", p.TokenPrice.InputPer1M, &out.InputPer1M}, {"output_per_1m", p.TokenPrice.OutputPer1M, &out.OutputPer1M}} {
+		if f.in == "" {
+			continue
+		}
+		m, err := gpuproxy.ParseUSD(string(f.in))
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", f.name, err)
+		}
+		if m < 0 || m > 1_000_000*gpuproxy.MicrosPerUSD {
+			return out, fmt.Errorf("%s: must be between 0 and 1000000 USD per million tokens", f.name)
+		}
+		*f.out = m
 	}
 	return out, nil
 }
