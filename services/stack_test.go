@@ -49,6 +49,7 @@ type stackOpts struct {
 	start    time.Duration // the simulator's start delay (default 100 ms)
 	chunk    time.Duration // the inference servers' pause between streamed chunks
 	cost     gpuproxy.Micros
+	price    gpuproxy.TokenPrice // proxy-wide per-token price
 	// alertsLoopback lets alert webhooks reach loopback (a test's hook).
 	alertsLoopback bool
 }
@@ -89,7 +90,8 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 			Guard:  guardrails.Options{Defaults: o.limits},
 			Fleet: fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1, LifetimeInterval: 200 * time.Millisecond,
 				ReconcileInterval: time.Second},
-			Proxy:    proxy.Options{AllowNetworks: proxy.LoopbackNetworks(), Cost: o.cost},
+			Proxy:    proxy.Options{AllowNetworks: proxy.LoopbackNetworks(), Cost: o.cost, TokenPrice: o.price},
+			Gate:     guardrails.ProxyGateOptions{LeaseSpan: 100 * time.Millisecond, LeaseSettleWait: 200 * time.Millisecond},
 			Services: so,
 			Alerts:   alertsOpts(o.alertsLoopback),
 		})
