@@ -1,7 +1,7 @@
 // Package mcp is gpuproxy's Model Context Protocol surface (docs/mcp.md):
-// fifteen tools and four resources over the same services as REST —
-// guardrails, billing, fleet, services and the inference proxy — served
-// on every MCP transport:
+// sixteen tools and four resources over the same services as REST —
+// guardrails, billing, fleet, services, unit economics and the inference
+// proxy — served on every MCP transport:
 //
 //   - stdio (ServeStdio, behind `gpuproxy mcp`): newline-delimited JSON-RPC
 //     acting as one principal, Options.MaxMessage (1 MiB) per message,

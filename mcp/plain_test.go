@@ -190,7 +190,7 @@ func TestPlainPipelineAuth(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	key, _ := s.key("acme", "finance")
 	a := s.post(mcp.PlainPath, key, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
-	if a.status != 200 || len(a.result()["tools"].([]any)) != 3 || a.result()["cacheScope"] != "private" {
+	if a.status != 200 || len(a.result()["tools"].([]any)) != 4 || a.result()["cacheScope"] != "private" {
 		t.Fatalf("tools/list: %d %s", a.status, a.raw)
 	}
 	if a := s.post(mcp.PlainPath, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`); a.status != 401 ||

@@ -27,7 +27,7 @@ func TestScopes(t *testing.T) {
 		hidden           []string
 	}{
 		{"finance", finance,
-			[]string{"check_spending_limit", "get_billing_transactions", "get_spending_info"},
+			[]string{"check_spending_limit", "get_billing_transactions", "get_spending_info", "get_unit_economics"},
 			[]string{mcp.BillingURI, mcp.SpendingURI},
 			[]string{"create_gpu_instance", "create_service", "delete_service", "destroy_gpu_instance", "get_service",
 				"keep_gpu_instance_alive", "list_gpu_instances", "list_my_instances", "list_services",

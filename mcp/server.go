@@ -19,6 +19,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
@@ -43,6 +44,8 @@ type Services struct {
 	Proxy  InferenceProxy
 	// Services, when set, serves the service tools.
 	Services *services.Manager
+	// Economics, when set, serves get_unit_economics.
+	Economics *economics.Service
 }
 
 // Options configure a Server. Zero values take the defaults below;
@@ -205,6 +208,7 @@ Typical flow: list_gpu_instances (offers, cheapest first) → check_spending_lim
 create_gpu_instance with an offer's instance_id → proxy_inference_request to the running instance →
 destroy_gpu_instance when done. For a lasting OpenAI-compatible endpoint over several GPUs, create_service
 (a model over replicas gpuproxy rents by spec, keeps ready and scales within the limits), then get_service.
+get_unit_economics says what tokens cost per instance, model, key or service (GPU cost per million tokens).
 Refusals (spending limit, provider down, offer gone) come back as tool errors that say what to do. The
 resource spending://current can be subscribed to.`
 

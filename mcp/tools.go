@@ -81,8 +81,9 @@ func readOnly(title string, openWorld bool) *sdk.ToolAnnotations {
 }
 
 // toolSpecs defines the tools of docs/mcp.md (names and argument names
-// are fixed: clients already use them): the service tools with a
-// services.Manager, the GPU tools with a fleet.
+// are fixed: clients already use them): get_unit_economics with an
+// economics.Service, the service tools with a services.Manager, the GPU
+// tools with a fleet.
 func (s *Server) toolSpecs() []toolSpec {
 	specs := []toolSpec{
 		newTool(s, &sdk.Tool{
@@ -143,6 +144,9 @@ func (s *Server) toolSpecs() []toolSpec {
 			Annotations: &sdk.ToolAnnotations{Title: "Call a running instance", DestructiveHint: boolPtr(false),
 				OpenWorldHint: boolPtr(true)},
 		}, gpuproxy.ScopeProxyInvoke, s.proxyRequest),
+	}
+	if s.svc.Economics != nil {
+		specs = append(specs, s.economicsTools()...)
 	}
 	if s.svc.Fleet != nil {
 		specs = append(specs, s.fleetTools()...)

@@ -18,9 +18,9 @@ import (
 )
 
 var allTools = []string{"check_spending_limit", "create_gpu_instance", "create_service", "delete_service",
-	"destroy_gpu_instance", "get_billing_transactions", "get_service", "get_spending_info", "keep_gpu_instance_alive",
-	"list_gpu_instances", "list_my_instances", "list_services", "proxy_inference_request", "update_gpu_instance",
-	"update_service"}
+	"destroy_gpu_instance", "get_billing_transactions", "get_service", "get_spending_info", "get_unit_economics",
+	"keep_gpu_instance_alive", "list_gpu_instances", "list_my_instances", "list_services", "proxy_inference_request",
+	"update_gpu_instance", "update_service"}
 
 func toolNames(t testing.TB, cs *sdk.ClientSession) []string {
 	t.Helper()

@@ -7,8 +7,8 @@
 // spending://current, is refused when renting past the spending limit,
 // destroys the instance, rents one by spec (attempts in the result) and is
 // told no_matching_offer with the nearest miss for a spec under every
-// offer, and creates, lists, shows, updates and deletes a service. Any
-// failure exits non-zero.
+// offer, creates, lists, shows, updates and deletes a service, and reads
+// the unit economics of what it rented. Any failure exits non-zero.
 //
 // Environment:
 //   GPUPROXY_URL        base URL of the server (default http://127.0.0.1:8080)
@@ -38,8 +38,9 @@ const deadline = Number(process.env.E2E_TIMEOUT_MS || 180000);
 // An assistant key has every tool, its own account's billing included.
 const assistantTools = [
   'check_spending_limit', 'create_gpu_instance', 'create_service', 'delete_service', 'destroy_gpu_instance',
-  'get_billing_transactions', 'get_service', 'get_spending_info', 'keep_gpu_instance_alive', 'list_gpu_instances',
-  'list_my_instances', 'list_services', 'proxy_inference_request', 'update_gpu_instance', 'update_service',
+  'get_billing_transactions', 'get_service', 'get_spending_info', 'get_unit_economics', 'keep_gpu_instance_alive',
+  'list_gpu_instances', 'list_my_instances', 'list_services', 'proxy_inference_request', 'update_gpu_instance',
+  'update_service',
 ];
 
 class CheckFailed extends Error {}
@@ -175,6 +176,16 @@ async function exercise(name) {
     const deleted = await callOK(client, 'delete_service', { service: svcName });
     check(deleted.state === 'deleting', `delete_service: ${JSON.stringify(deleted)}`);
     log(`service ${svc.id} created, listed, shown, updated, refused a bad update, deleted`);
+
+    // Unit economics over the last 7 days: the instance rented and
+    // destroyed above ran, so the summary by instance shows its running
+    // time; asking about one model answers with a sentence.
+    const econ = await callOK(client, 'get_unit_economics', {});
+    check(econ.group_by === 'instance' && econ.rows.some((r) => r.group === inst.id && r.running_seconds > 0) &&
+      typeof econ.totals.gpu_cost === 'number', `get_unit_economics: ${JSON.stringify(econ)}`);
+    const oneModel = await callOK(client, 'get_unit_economics', { model: `e2e-model-${name}` });
+    check(oneModel.group_by === 'model' && oneModel.rows.length === 0, `one model: ${JSON.stringify(oneModel)}`);
+    log(`unit economics: ${econ.rows.length} instances, GPU cost $${econ.totals.gpu_cost}`);
   } finally {
     await client.close();
   }
