@@ -150,12 +150,12 @@ func TestAttack(t *testing.T) {
 	})
 
 	cfgPath := filepath.Join(dir, "gpuproxy.yaml")
-	env := cleanEnv(append(renv, "DATABASE_URL="+replicaDBURL(dbURL),
+	env := cleanEnv(append(append(renv, "DATABASE_URL="+replicaDBURL(dbURL),
 		"GPUPROXY_LIFETIME_INTERVAL="+lifetimeInterval.String(),
 		"GPUPROXY_PROXY_ALLOW_NETWORKS=127.0.0.0/8",
 		fmt.Sprintf("GPUPROXY_PROXY_REQUEST_COST=%g", requestCost),
 		"GPUPROXY_PROXY_LEASE_EXPIRY="+leaseExpiry.String(),
-		"GPUPROXY_RATE_LIMIT=0")...)
+		"GPUPROXY_RATE_LIMIT=0"), svcEnv()...)...)
 	keys, dropped, err := migrateWithConfig(ctx, bin, cfgPath, env, []cfgKey{
 		{"", "metering_interval", meteringInt.String()},
 		{"", "rate_limit_per_minute", "0"},
@@ -294,6 +294,23 @@ func TestAttack(t *testing.T) {
 		t.Fatalf("need offers of both providers under $1/h, got %d vast.ai and %d io.net", len(vast), len(ionet))
 	}
 	sort.Slice(ionet, func(i, j int) bool { return ionet[i].PricePerHour < ionet[j].PricePerHour })
+	// The service (issue 22), if the build has services: created now, so
+	// that the load scales it while the proxy instance starts, before the
+	// waves' herd takes offers.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watchWG sync.WaitGroup
+	var svc *serviceLoad
+	if ok, r, err := probeServices(ctx, a, apiKeys[createAccount]); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		if svc, err = startService(ctx, wctx, a, run, dbURL, senv, allOffers, apiKeys[createAccount], &watchWG); err != nil {
+			t.Fatal(err)
+		}
+		rep.svc = svc
+	} else {
+		t.Logf("this build has no services (%s): the services phase left out", r)
+	}
 	proxyInst := prepareProxyInstance(ctx, t, a, apiKeys[proxyAccount], ionet[0])
 	st, err := readState(ctx, dbURL)
 	if err != nil {
@@ -306,9 +323,6 @@ func TestAttack(t *testing.T) {
 	}
 	rep.proxyLimit = st.byName[proxyAccount].limits[0].limit
 	var il *idleLoad
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	var watchWG sync.WaitGroup
 	if idleKey != "" {
 		il = &idleLoad{key: idleKey, trafficFor: sz.idleTraffic, vast: vast, ionet: ionet, watch: &actWatch{}}
 		rep.idle = il
@@ -317,6 +331,12 @@ func TestAttack(t *testing.T) {
 	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
 		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, raises[proxyAccount])
+
+	if svc != nil {
+		svc.waitRamp(ctx)
+		t.Logf("service %s: %d live replicas and %d refusals by the window %s after it was created", svc.id,
+			svc.watch.maxLive(), svc.watch.windowBlocked(), svc.ramp.Round(time.Millisecond))
+	}
 
 	// The attack: waves of concurrent creates and proxy bursts across the
 	// replicas, destroys in between, metering and reconciling all along,
@@ -430,6 +450,9 @@ func TestAttack(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // destroys, metering and reconciling between waves
 	}
 	chaosWG.Wait()
+	if svc != nil {
+		svc.stopLoad()
+	}
 	close(destroyCh)
 	destroyWG.Wait()
 	rep.attackTime = time.Since(attackStart)
@@ -510,6 +533,15 @@ func TestAttack(t *testing.T) {
 	if il != nil {
 		rep.lifetime = lifetimeRun{insts: il.insts, s: final, pis: pis, calls: recordedCalls(relays),
 			seen: il.watch.histories(), chaos: rep.marks, logActs: loggedActs(dir), metric: metric}.check(&v)
+	}
+	if svc != nil {
+		rows, err := readServiceRows(ctx, dbURL, svc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples, errs := svc.watch.all()
+		rep.svcFigures = serviceRun{id: svc.id, keyID: svc.svcKeyID, limit: svc.limit, s: final, rows: rows, pis: pis,
+			samples: samples, sampleErrs: errs, reqs: svc.requests(), chaos: rep.marks, replicas: len(replicas)}.check(&v)
 	}
 	rep.peak, rep.confirmed, rep.samples, rep.sampleErrs = samp.worst()
 	for _, c := range rep.confirmed {

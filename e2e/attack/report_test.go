@@ -39,6 +39,8 @@ type report struct {
 	specFigures                 *specFigures
 	idle                        *idleLoad // nil: the build has no lifetimes
 	lifetime                    *lifetimeFigures
+	svc                         *serviceLoad // nil: the build has no services
+	svcFigures                  *serviceFigures
 
 	lifetimeWait time.Duration
 
@@ -152,6 +154,10 @@ func (r *report) String() string {
 	}
 	if r.idle != nil && r.lifetime != nil {
 		r.lifetime.report(p, r.sz, r.idle, r.idle.watch)
+		p("")
+	}
+	if r.svc != nil && r.svcFigures != nil {
+		r.svcFigures.report(p, r.svc)
 		p("")
 	}
 	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],
