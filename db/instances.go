@@ -255,12 +255,18 @@ func (s *Store) InstancesInStatus(ctx context.Context, statuses ...gpuproxy.Inst
 	return out, nil
 }
 
-// CostToDate sums the account's ledger for the instance: charges and
-// adjustments add, refunds subtract, credits do not count.
+// notLease leaves out the proxy's lease charges (and their amends): what
+// an instance's callers were charged for requests is not what the
+// instance cost, and the provider's bill (truth-up) knows nothing of it.
+const notLease = "(idempotency_key IS NULL OR idempotency_key NOT LIKE 'lease:%')"
+
+// CostToDate sums the account's ledger for the instance — charges and
+// adjustments add, refunds subtract, credits do not count — without the
+// proxy's charges for requests to it (notLease).
 func (s *Store) CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error) {
 	var sum gpuproxy.Micros
 	err := s.pool().queryRow(ctx,
-		"SELECT COALESCE(sum(spend_micros), 0) FROM ledger WHERE account_id = $1 AND instance_id = $2",
+		"SELECT COALESCE(sum(spend_micros), 0) FROM ledger WHERE account_id = $1 AND instance_id = $2 AND "+notLease,
 		accountID, id).Scan(&sum)
 	if err != nil {
 		return 0, fmt.Errorf("summing instance cost: %w", translate(err))
@@ -276,7 +282,7 @@ func (s *Store) CostsToDate(ctx context.Context, accountID int64) (map[string]gp
 		sum gpuproxy.Micros
 	}
 	r, err := s.pool().query(ctx, `SELECT instance_id, COALESCE(sum(spend_micros), 0) FROM ledger
-		WHERE account_id = $1 AND instance_id <> '' GROUP BY instance_id`, accountID)
+		WHERE account_id = $1 AND instance_id <> '' AND `+notLease+` GROUP BY instance_id`, accountID)
 	rs, err := scanAll(r, err, func(r rows) (row, error) {
 		var v row
 		return v, r.Scan(&v.id, &v.sum)

@@ -549,3 +549,34 @@ func TestInstancesTenantIsolation(t *testing.T) {
 		wantCost(t, s, a.ID, "gpi_a2", 0)
 	})
 }
+
+// TestCostToDateLeavesProxyChargesOut: what an instance cost is its own
+// ledger entries, not the proxy's charges for requests to it (lease
+// charges and their amends): the reconciler's truth-up compares it with
+// the provider's bill, which knows nothing of them.
+func TestCostToDateLeavesProxyChargesOut(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			s := dbtest.Open(t, k)
+			ctx := context.Background()
+			a, err := s.CreateAccount(ctx, "acme", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := billing.NewLedger(s, nil)
+			now := time.Now()
+			for _, e := range []billing.Entry{
+				{Type: billing.Charge, Amount: 1_000_000, IdempotencyKey: "meter:gpi_c:1", Description: "GPU time"},
+				{Type: billing.Charge, Amount: 300_000, IdempotencyKey: "lease:7:gpi_c", Description: "proxy requests: 3", ByCaller: true},
+				{Type: billing.Refund, Amount: 50_000, IdempotencyKey: "lease:7:amend:r1:refund", ByCaller: true},
+				{Type: billing.Adjustment, Amount: 20_000, IdempotencyKey: "truthup:gpi_c:1020000", Description: "provider"},
+			} {
+				e.AccountID, e.InstanceID, e.At, e.Basis = a.ID, "gpi_c", now, billing.Metered
+				if _, err := l.Append(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantCost(t, s, a.ID, "gpi_c", 1_020_000)
+		})
+	}
+}

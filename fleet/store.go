@@ -66,7 +66,8 @@ type Store interface {
 	// meter at `at` (never charged after), releases any open hold and
 	// appends refund if not nil — one transaction, idempotent.
 	MarkTerminated(ctx context.Context, id string, at time.Time, refund *billing.Entry) (gpuproxy.Instance, error)
-	// CostToDate sums the ledger for the instance (charges + adjustments − refunds).
+	// CostToDate sums the ledger for the instance (charges + adjustments −
+	// refunds), without the proxy's charges for requests to it.
 	CostToDate(ctx context.Context, accountID int64, id string) (gpuproxy.Micros, error)
 	// CostsToDate is CostToDate for every instance of the account at once.
 	CostsToDate(ctx context.Context, accountID int64) (map[string]gpuproxy.Micros, error)
