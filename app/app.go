@@ -297,6 +297,9 @@ func (a *App) proxy(c Config) *proxy.Proxy {
 	if o.Metrics == nil {
 		o.Metrics = a.Metrics
 	}
+	if o.AccountPrices == nil {
+		o.AccountPrices = a.Store
+	}
 	var endpoints proxy.Fleet = a.Fleet
 	if c.Endpoints != nil {
 		endpoints = c.Endpoints

@@ -222,6 +222,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		po.Dial = e.dials.dial
 	}
 	po.Resolver = e.resolver
+	if po.AccountPrices == nil {
+		po.AccountPrices = st
+	}
 	po.Logger = log
 	po.Metrics = e.metrics
 	if po.EndpointTTL == 0 {

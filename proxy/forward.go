@@ -133,12 +133,16 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, acct int64, key, i
 	}
 	p.activity.begin(u.RequestID, id, p.opts.Now()) // ended by finish, a stream's when it ends
 	x.header["X-Forwarded-For"] = forwardedFor(r)
-	body, err := p.attachBody(&x, r, u)
+	price, err := p.priceFor(r.Context(), acct, nil)
+	if err != nil {
+		return writeError(w, r, p.log, err)
+	}
+	body, err := p.attachBody(&x, r, u, price.On())
 	if err != nil {
 		return p.refuse(w, r, nil, err)
 	}
 	p.askStreamUsage(&x)
-	if err := p.reserve(&x, p.opts.TokenPrice); err != nil {
+	if err := p.reserve(&x, price); err != nil {
 		return writeError(w, r, p.log, err)
 	}
 	ctx := r.Context()
@@ -203,9 +207,9 @@ func (p *Proxy) checkRoute(id, rest string, length int64) error {
 // bound: 413, nothing sent); a larger one streamed, bounded and counted
 // (returned). The caller
 // hanging up mid-body is context.Canceled.
-func (p *Proxy) attachBody(x *exchange, r *http.Request, u *gpuproxy.Usage) (*countingBody, error) {
+func (p *Proxy) attachBody(x *exchange, r *http.Request, u *gpuproxy.Usage, whole bool) (*countingBody, error) {
 	switch {
-	case r.ContentLength > 0 && (r.ContentLength <= smallBody || p.opts.TokenPrice.On()):
+	case r.ContentLength > 0 && (r.ContentLength <= smallBody || whole):
 		// A small body is read whole first: the transport then writes
 		// headers and body in one packet (it flushes headers separately
 		// for a streamed body) and can replay it on a stale keep-alive

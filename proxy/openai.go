@@ -182,11 +182,11 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	x.data, x.length = body, int64(len(body))
 	p.askStreamUsage(&x)
-	price := p.opts.TokenPrice
-	if rt.TokenPrice != nil {
-		price = *rt.TokenPrice
+	price, err := p.priceFor(ctx, acct, rt.TokenPrice)
+	if err == nil {
+		err = p.reserve(&x, price)
 	}
-	if err := p.reserve(&x, price); err != nil {
+	if err != nil {
 		p.services.Done(svc, id)
 		u.ServiceID, u.InstanceID = "", ""
 		return writeOpenAIErr(w, p, err), false

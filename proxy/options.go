@@ -131,6 +131,9 @@ type Options struct {
 	// one (else such a request is refused, naming max_tokens).
 	TokenPrice       gpuproxy.TokenPrice
 	DefaultMaxTokens int
+	// AccountPrices, when set, gives accounts' own per-token prices,
+	// which replace TokenPrice for their requests.
+	AccountPrices AccountPrices
 	// StreamUsage is what a streamed completion that does not ask for
 	// its usage gets (StreamUsageAdd, the default: the request asks for
 	// it and the usage chunk is kept from the caller, so the usage record

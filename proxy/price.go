@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/guardrails"
@@ -20,6 +22,52 @@ import (
 // chunk: the content events delivered, and the estimated prompt). A
 // charge never passes what the request was admitted for, so no window
 // passes its limit whatever the answer holds.
+
+// AccountPrices gives an account's own per-token price, nil when it has
+// none (db.Store implements it).
+type AccountPrices interface {
+	AccountTokenPrice(ctx context.Context, accountID int64) (*gpuproxy.TokenPrice, error)
+}
+
+// accountPriceTTL is how long an account's price is reused: a price set
+// on any replica applies within it.
+const accountPriceTTL = time.Second
+
+type accountPrice struct {
+	price   *gpuproxy.TokenPrice
+	expires time.Time
+}
+
+// priceFor is the per-token price of a request of the account: the
+// service's own (svc, on its endpoint), else the account's, else
+// Options.TokenPrice.
+func (p *Proxy) priceFor(ctx context.Context, acct int64, svc *gpuproxy.TokenPrice) (gpuproxy.TokenPrice, error) {
+	if svc != nil {
+		return *svc, nil
+	}
+	if p.opts.AccountPrices == nil {
+		return p.opts.TokenPrice, nil
+	}
+	now := time.Now()
+	if v, ok := p.acctPrices.Load(acct); ok {
+		if e := v.(accountPrice); now.Before(e.expires) {
+			if e.price != nil {
+				return *e.price, nil
+			}
+			return p.opts.TokenPrice, nil
+		}
+	}
+	price, err := p.opts.AccountPrices.AccountTokenPrice(ctx, acct)
+	if err != nil {
+		return gpuproxy.TokenPrice{}, &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE, Cause: err,
+			Message: "the account's token price could not be read; try again", Details: map[string]any{"retry_after_seconds": 1}}
+	}
+	p.acctPrices.Store(acct, accountPrice{price: price, expires: now.Add(accountPriceTTL)})
+	if price != nil {
+		return *price, nil
+	}
+	return p.opts.TokenPrice, nil
+}
 
 // promptBytesPerToken is the prompt estimate's divisor.
 const promptBytesPerToken = 3

@@ -195,3 +195,49 @@ func TestTokenPriceLateSettlement(t *testing.T) {
 		})
 	}
 }
+
+// TestAccountTokenPrice: an account's own price replaces the proxy-wide
+// one for its requests (within a second of being set), and removing it
+// brings the proxy-wide one back.
+func TestAccountTokenPrice(t *testing.T) {
+	up := &pricedUpstream{}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	e := newEnv(t, envOpts{})
+	e.fleet.add(e.acct.ID, "gpi_tok", hs.URL)
+	sent := 0
+	send := func() (int, gpuproxy.Micros) {
+		t.Helper()
+		sent++
+		r := e.do(e.key, "POST", "/api/v1/proxy/gpi_tok/v1/chat/completions", []byte(`{"model":"x","max_tokens":9,"messages":[]}`), nil)
+		if r.Status != 200 && r.Status != 400 {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+		if r.Status != 200 {
+			return r.Status, 0
+		}
+		page := e.usage(e.key, "", sent)
+		return r.Status, page.Records[0].Cost
+	}
+	if _, cost := send(); cost != 0 {
+		t.Fatalf("no price: charged %s", cost)
+	}
+	price := gpuproxy.TokenPrice{InputPer1M: 5 * gpuproxy.MicrosPerUSD, OutputPer1M: 7 * gpuproxy.MicrosPerUSD}
+	if err := e.store.SetAccountTokenPrice(context.Background(), e.acct.ID, &price); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the proxy reads it again after a second
+	// The upstream counts 21 prompt tokens, more than the body's 42
+	// bytes / 3 it was admitted for: the charge stops at the admission.
+	want := min(price.Cost(21, 9), price.Cost(14, 9))
+	if _, cost := send(); cost != want {
+		t.Fatalf("the account's price: charged %s, want %s", cost, want)
+	}
+	if err := e.store.SetAccountTokenPrice(context.Background(), e.acct.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, cost := send(); cost != 0 {
+		t.Fatalf("the price removed: charged %s", cost)
+	}
+}

@@ -54,19 +54,20 @@ type Metrics interface {
 
 // Proxy is the inference proxy. It is safe for concurrent use.
 type Proxy struct {
-	opts      Options
-	gate      Gate
-	store     UsageStore
-	endpoints *endpointCache
-	breakers  *breakers
-	transport *http.Transport
-	lean      *h1client.Client // plain HTTP with the body in memory
-	usage     *recorder
-	activity  *activity
-	services  Services     // the OpenAI-compatible endpoint's router (SetServices), or nil
-	priced    sync.Map     // request id → *pricedCall: token-priced requests awaiting their answer's end
-	pricedN   atomic.Int64 // how many are in priced
-	log       *slog.Logger
+	opts       Options
+	gate       Gate
+	store      UsageStore
+	endpoints  *endpointCache
+	breakers   *breakers
+	transport  *http.Transport
+	lean       *h1client.Client // plain HTTP with the body in memory
+	usage      *recorder
+	activity   *activity
+	services   Services     // the OpenAI-compatible endpoint's router (SetServices), or nil
+	priced     sync.Map     // request id → *pricedCall: token-priced requests awaiting their answer's end
+	pricedN    atomic.Int64 // how many are in priced
+	acctPrices sync.Map     // account id → accountPrice
+	log        *slog.Logger
 
 	idPrefix string
 	idSeq    atomic.Uint64

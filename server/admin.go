@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,8 +147,9 @@ func (s *Server) setKeyLimits(c echo.Context) error {
 // is written.
 func (s *Server) setLimits(c echo.Context) error {
 	var req struct {
-		Windows  *windowsBody `json:"windows"`
-		OnExceed string       `json:"on_exceed"`
+		Windows    *windowsBody    `json:"windows"`
+		OnExceed   string          `json:"on_exceed"`
+		TokenPrice json.RawMessage `json:"token_price"`
 		policyBody
 	}
 	if err := bind(c, &req); err != nil {
@@ -157,8 +159,12 @@ func (s *Server) setLimits(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if req.Windows == nil && req.OnExceed == "" && change.Empty() {
-		return gpuproxy.Invalid("windows", "give windows, on_exceed, a lifetime policy field "+
+	price, setPrice, err := parseTokenPrice(req.TokenPrice)
+	if err != nil {
+		return err
+	}
+	if req.Windows == nil && req.OnExceed == "" && change.Empty() && !setPrice {
+		return gpuproxy.Invalid("windows", "give windows, on_exceed, token_price, a lifetime policy field "+
 			"(default_idle_timeout, default_max_duration, max_idle_timeout, max_max_duration) or several")
 	}
 	ctx := c.Request().Context()
@@ -183,12 +189,72 @@ func (s *Server) setLimits(c echo.Context) error {
 			return err
 		}
 	}
+	if setPrice {
+		if err := s.svc.Store.SetAccountTokenPrice(ctx, a.ID, price); err != nil {
+			return err
+		}
+	}
 	snap, err := s.svc.Guard.Spending(ctx, a.ID)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(a.Name, snap),
-		LifetimePolicy: ptr(NewLifetimePolicyJSON(policy))})
+	out := limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(a.Name, snap), LifetimePolicy: ptr(NewLifetimePolicyJSON(policy))}
+	if out.TokenPrice, err = s.tokenPriceJSON(ctx, a.ID); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// TokenPriceJSON is an account's own per-token price: USD per million
+// prompt (input) and completion (output) tokens.
+type TokenPriceJSON struct {
+	InputPer1M  gpuproxy.Micros `json:"input_per_1m"`
+	OutputPer1M gpuproxy.Micros `json:"output_per_1m"`
+}
+
+func (s *Server) tokenPriceJSON(ctx context.Context, accountID int64) (*TokenPriceJSON, error) {
+	p, err := s.svc.Store.AccountTokenPrice(ctx, accountID)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return &TokenPriceJSON{InputPer1M: p.InputPer1M, OutputPer1M: p.OutputPer1M}, nil
+}
+
+// parseTokenPrice reads the limits body's token_price: absent (not set),
+// null (removed: proxy.token_price applies) or
+// {"input_per_1m": USD, "output_per_1m": USD}.
+func parseTokenPrice(raw json.RawMessage) (*gpuproxy.TokenPrice, bool, error) {
+	if len(raw) == 0 {
+		return nil, false, nil
+	}
+	if string(raw) == "null" {
+		return nil, true, nil
+	}
+	var j struct {
+		InputPer1M  *amount `json:"input_per_1m"`
+		OutputPer1M *amount `json:"output_per_1m"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return nil, false, gpuproxy.Invalid("token_price", "must be null or {\"input_per_1m\": USD, \"output_per_1m\": USD}")
+	}
+	var p gpuproxy.TokenPrice
+	for _, f := range []struct {
+		name string
+		in   *amount
+		out  *gpuproxy.Micros
+	}{{"token_price.input_per_1m", j.InputPer1M, &p.InputPer1M}, {"token_price.output_per_1m", j.OutputPer1M, &p.OutputPer1M}} {
+		if f.in == nil {
+			return nil, false, gpuproxy.Invalid(f.name, "is required: USD per million tokens (0 for none)")
+		}
+		v, err := f.in.parse(f.name, true, false)
+		if err != nil {
+			return nil, false, err
+		}
+		*f.out = v
+	}
+	return &p, true, nil
 }
 
 // limitsJSON is an account's spending with its lifetime policy: the
@@ -196,6 +262,8 @@ func (s *Server) setLimits(c echo.Context) error {
 type limitsJSON struct {
 	httpapi.SpendingJSON
 	LifetimePolicy *LifetimePolicyJSON `json:"lifetime_policy,omitempty"`
+	// TokenPrice is the account's own per-token price (absent: none).
+	TokenPrice *TokenPriceJSON `json:"token_price,omitempty"`
 }
 
 func ptr[T any](v T) *T { return &v }

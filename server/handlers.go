@@ -105,6 +105,9 @@ func (s *Server) getSpending(c echo.Context) error {
 			return err
 		}
 		out.LifetimePolicy = ptr(NewLifetimePolicyJSON(p))
+		if out.TokenPrice, err = s.tokenPriceJSON(ctx, id); err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -308,3 +308,39 @@ func TestLifetimePolicyBindsKeys(t *testing.T) {
 			e.do("PATCH", "/api/v1/gpu/instances/"+id, eng, `{"idle_timeout":"45m"}`), "idle_timeout")
 	})
 }
+
+// TestAccountTokenPriceOnLimits: PUT …/limits sets an account's own
+// per-token price (in its answer, valid against the API document), null
+// removes it, and a bad one is refused naming the field.
+func TestAccountTokenPriceOnLimits(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e := newEnv(t, k, opts{})
+		d := loadAPIDoc(t)
+		admin, _ := e.key("root", "admin")
+		_, acme := e.key("acme", "engineer")
+		const path, tmpl = "/api/v1/accounts/acme/limits", "/api/v1/accounts/{account}/limits"
+		ctx := context.Background()
+		r := e.do("PUT", path, admin, `{"token_price":{"input_per_1m":0.5,"output_per_1m":1.5}}`)
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"token_price":{"input_per_1m":0.5,"output_per_1m":1.5}`) {
+			t.Fatalf("set: %d %s", r.Status, r.Body)
+		}
+		d.check("PUT", tmpl, r)
+		p, err := e.store.AccountTokenPrice(ctx, acme.ID)
+		if err != nil || p == nil || p.InputPer1M != 500_000 || p.OutputPer1M != 1_500_000 {
+			t.Fatalf("stored: %+v %v", p, err)
+		}
+		for body, field := range map[string]string{
+			`{"token_price":{"input_per_1m":-1,"output_per_1m":1}}`: "token_price.input_per_1m",
+			`{"token_price":{"input_per_1m":1}}`:                     "token_price.output_per_1m",
+			`{"token_price":"cheap"}`:                                "token_price",
+		} {
+			wantField(t, body, e.do("PUT", path, admin, body), field)
+		}
+		if r := e.do("PUT", path, admin, `{"token_price":null}`); r.Status != 200 || strings.Contains(string(r.Body), "token_price") {
+			t.Fatalf("remove: %d %s", r.Status, r.Body)
+		}
+		if p, _ := e.store.AccountTokenPrice(ctx, acme.ID); p != nil {
+			t.Fatalf("removed, but %+v", p)
+		}
+	})
+}

@@ -22,11 +22,19 @@ type LifetimePolicies interface {
 		change func(gpuproxy.LifetimePolicy) (gpuproxy.LifetimePolicy, error)) (gpuproxy.LifetimePolicy, error)
 }
 
+// TokenPrices reads and sets accounts' own per-token prices; db.Store
+// implements it.
+type TokenPrices interface {
+	AccountTokenPrice(ctx context.Context, accountID int64) (*gpuproxy.TokenPrice, error)
+	SetAccountTokenPrice(ctx context.Context, accountID int64, p *gpuproxy.TokenPrice) error
+}
+
 // Store is what the handlers use of the store directly: its health for
-// /ready and the accounts' lifetime policies (PUT …/limits).
+// /ready, the accounts' lifetime policies and token prices (PUT …/limits).
 type Store interface {
 	Pinger
 	LifetimePolicies
+	TokenPrices
 }
 
 // The lifetime policy's fields, as the limits body and its answer name
