@@ -331,8 +331,8 @@ func TestAccountTokenPriceOnLimits(t *testing.T) {
 		}
 		for body, field := range map[string]string{
 			`{"token_price":{"input_per_1m":-1,"output_per_1m":1}}`: "token_price.input_per_1m",
-			`{"token_price":{"input_per_1m":1}}`:                     "token_price.output_per_1m",
-			`{"token_price":"cheap"}`:                                "token_price",
+			`{"token_price":{"input_per_1m":1}}`:                    "token_price.output_per_1m",
+			`{"token_price":"cheap"}`:                               "token_price",
 		} {
 			wantField(t, body, e.do("PUT", path, admin, body), field)
 		}
