@@ -15,6 +15,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 )
 
@@ -28,6 +29,10 @@ const (
 	// sandboxLifetimeInterval: idle stops and lifetimes act within
 	// seconds of being due, so that short timeouts can be tried.
 	sandboxLifetimeInterval = 2 * time.Second
+	// sandboxMeteringInterval: running instances are charged every few
+	// seconds, so that costs (and the unit economics' $ per million
+	// tokens) show up while one tries things.
+	sandboxMeteringInterval = 5 * time.Second
 )
 
 // The sandbox's simulated vast.ai lets someone else rent this share of the
@@ -125,6 +130,9 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 	}
 	if cfg.Fleet.LifetimeInterval == 0 {
 		cfg.Fleet.LifetimeInterval = sandboxLifetimeInterval
+	}
+	if cfg.MeteringInterval == billing.DefaultMeterInterval { // the default: not configured
+		cfg.MeteringInterval = sandboxMeteringInterval
 	}
 	if sb.sims, err = startSimulators(simOptions{vastChurn: sandboxOfferChurn, vastChurnAfter: sandboxChurnAfter}); err != nil {
 		sb.Close()

@@ -84,4 +84,32 @@ func TestSandboxServiceWithOpenAISDK(t *testing.T) {
 	if n := len(v["instances"].([]any)); n != 2 {
 		t.Errorf("instances: %v", v["instances"])
 	}
+
+	// Issue 23: the summary by instance shows the replicas' tokens and,
+	// once the sandbox has metered them (every 5 s), what a million
+	// tokens cost.
+	var rows []any
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		// Metering dates a charge at the end of the minute it covers: the
+		// period runs past now to hold the current minute's.
+		to := time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)
+		st, sum := c.call("GET", "/api/v1/usage/summary?group_by=instance&to="+to, api, "")
+		if st != 200 {
+			t.Fatalf("summary: %d %v", st, sum)
+		}
+		rows, _ = sum["rows"].([]any)
+		priced := 0
+		for _, r := range rows {
+			row := r.(map[string]any)
+			if row["completion_tokens"].(float64) > 0 && row["gpu_cost_micros"].(float64) > 0 &&
+				row["cost_per_1m_output_tokens_micros"].(float64) > 0 {
+				priced++
+			}
+		}
+		if priced == 2 {
+			t.Logf("summary by instance: %v", rows)
+			return
+		}
+	}
+	t.Fatalf("the summary by instance does not show both replicas' tokens and $ per 1M tokens: %v", rows)
 }
