@@ -49,18 +49,7 @@ func spendChart(title string, bs []bucket) template.HTML {
 		return padTop + float64(plotH)*float64(top-m)/float64(top-bottom)
 	}
 	var s strings.Builder
-	fmt.Fprintf(&s, `<svg class="%s" viewBox="0 0 %d %d" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
-		chartClass, chartW, chartH, html.EscapeString(title))
-	fmt.Fprintf(&s, `<title>%s</title>`, html.EscapeString(title))
-	for v := bottom; v <= top; v += step {
-		yy := y(v)
-		cls := "grid"
-		if v == 0 {
-			cls = "axis"
-		}
-		fmt.Fprintf(&s, `<line class="%s" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, cls, padL, chartW-padR, yy, yy)
-		fmt.Fprintf(&s, `<text class="ylabel" x="%d" y="%.1f">%s</text>`, padL-6, yy+4, html.EscapeString(usdShort(v)))
-	}
+	chartHead(&s, title, bottom, top, step, y)
 	if n := len(bs); n > 0 {
 		slot := float64(plotW) / float64(n)
 		w := slot * (1 - barGapRatio)
@@ -77,6 +66,111 @@ func spendChart(title string, bs []bucket) template.HTML {
 				fmt.Fprintf(&s, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x+w/2, chartH-8, html.EscapeString(b.Label))
 			}
 		}
+	}
+	s.WriteString(`</svg>`)
+	return template.HTML(s.String()) // #nosec: built above with every text escaped
+}
+
+// chartHead opens a chart's SVG: its title, then a grid line and a dollar
+// label per step from bottom to top (the zero line as the axis).
+func chartHead(s *strings.Builder, title string, bottom, top, step gpuproxy.Micros, y func(gpuproxy.Micros) float64) {
+	fmt.Fprintf(s, `<svg class="%s" viewBox="0 0 %d %d" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
+		chartClass, chartW, chartH, html.EscapeString(title))
+	fmt.Fprintf(s, `<title>%s</title>`, html.EscapeString(title))
+	for v := bottom; v <= top; v += step {
+		yy := y(v)
+		cls := "grid"
+		if v == 0 {
+			cls = "axis"
+		}
+		fmt.Fprintf(s, `<line class="%s" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, cls, padL, chartW-padR, yy, yy)
+		fmt.Fprintf(s, `<text class="ylabel" x="%d" y="%.1f">%s</text>`, padL-6, yy+4, html.EscapeString(usdShort(v)))
+	}
+}
+
+// chartSlot is one x position of a line chart: a bucket of time.
+type chartSlot struct {
+	Label string // x-axis label ("" to skip)
+	Title string // its time span, in the points' tooltips
+}
+
+// chartLine is one series of a line chart: a value per slot, nil where it
+// has none (the line breaks there). Class colours it (lineClass).
+type chartLine struct {
+	Name   string
+	Class  string
+	Values []*gpuproxy.Micros
+}
+
+// lineColors is how many colours the line chart's series cycle through
+// (classes s0 … s7 in the stylesheet).
+const lineColors = 8
+
+// lineClass is the colour class of the i-th series.
+func lineClass(i int) string { return fmt.Sprintf("s%d", i%lineColors) }
+
+// pointRadius is a line chart's point, in SVG user units.
+const pointRadius = 3.5
+
+// lineChart draws lines over slots as an SVG line chart with a dollar
+// axis: each series a polyline through its consecutive values and a
+// point per value, whose tooltip says the series, the slot's span and the
+// amount followed by unit ("per 1M output tokens"). Like spendChart it is
+// text built here with every label escaped.
+func lineChart(title, unit string, slots []chartSlot, lines []chartLine) template.HTML {
+	lo, hi := gpuproxy.Micros(0), gpuproxy.Micros(0)
+	for _, l := range lines {
+		for _, v := range l.Values {
+			if v != nil {
+				lo, hi = min(lo, *v), max(hi, *v)
+			}
+		}
+	}
+	step := tickStep(hi - lo)
+	top := ceilTo(hi, step)
+	bottom := -ceilTo(-lo, step)
+	if top == bottom {
+		top = bottom + step
+	}
+	y := func(m gpuproxy.Micros) float64 {
+		return padTop + float64(plotH)*float64(top-m)/float64(top-bottom)
+	}
+	var s strings.Builder
+	chartHead(&s, title, bottom, top, step, y)
+	slot := float64(plotW) / float64(max(len(slots), 1))
+	x := func(i int) float64 { return padL + slot*(float64(i)+0.5) }
+	for i, sl := range slots {
+		if sl.Label != "" {
+			fmt.Fprintf(&s, `<text class="xlabel" x="%.1f" y="%d">%s</text>`, x(i), chartH-8, html.EscapeString(sl.Label))
+		}
+	}
+	for _, l := range lines {
+		fmt.Fprintf(&s, `<g class="series %s" data-series="%s">`, l.Class, html.EscapeString(l.Name))
+		// A polyline per run of consecutive values; a gap breaks it.
+		var run []string
+		flush := func() {
+			if len(run) > 1 {
+				fmt.Fprintf(&s, `<polyline class="line" points="%s"/>`, strings.Join(run, " "))
+			}
+			run = run[:0]
+		}
+		for i, v := range l.Values {
+			if v == nil {
+				flush()
+				continue
+			}
+			run = append(run, fmt.Sprintf("%.1f,%.1f", x(i), y(*v)))
+		}
+		flush()
+		for i, v := range l.Values {
+			if v == nil || i >= len(slots) {
+				continue
+			}
+			fmt.Fprintf(&s, `<circle class="pt" cx="%.1f" cy="%.1f" r="%g" data-micros="%d"><title>%s, %s: %s %s</title></circle>`,
+				x(i), y(*v), pointRadius, int64(*v), html.EscapeString(l.Name), html.EscapeString(slots[i].Title),
+				html.EscapeString(usd(*v)), html.EscapeString(unit))
+		}
+		s.WriteString(`</g>`)
 	}
 	s.WriteString(`</svg>`)
 	return template.HTML(s.String()) // #nosec: built above with every text escaped

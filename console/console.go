@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
@@ -30,6 +31,9 @@ type Services struct {
 	Fleet  *fleet.Service // nil: no instance pages
 	// Services, when set, serves the services pages.
 	Services *services.Manager
+	// Economics, when set, serves the unit economics page: what tokens
+	// cost per instance, model, key or service.
+	Economics *economics.Service
 	// Alerts, when set, shows each account's budget-alert settings on the
 	// accounts page (read-only: webhook host, thresholds, last delivery).
 	Alerts *alerts.Service

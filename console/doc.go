@@ -3,8 +3,9 @@
 // — where each spend window stands against its limit, spend over time as
 // an SVG chart, the ledger with the API's filters, paging, totals and CSV,
 // instances with their cost to date, services with their replicas and
-// event history, and, for admin keys, every account's windows with a form
-// to change its limits.
+// event history, unit economics (what a million tokens cost per model,
+// instance, key or service, with a chart per model over time) and, for
+// admin keys, every account's windows with a form to change its limits.
 //
 // A person signs in by pasting an API key at /console/login. The key is
 // checked once and never stored: the session cookie (HttpOnly,

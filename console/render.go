@@ -54,6 +54,7 @@ var funcs = template.FuncMap{
 	"acctLink":  accountLink,
 	"list":      func(xs ...string) []string { return xs },
 	"scopeText": func(s gpuproxy.Scope) string { return scopeText[s] },
+	"count":     groupDigits,
 }
 
 func parsePages() map[string]*template.Template {
@@ -92,6 +93,7 @@ type page struct {
 	Instances bool
 	Provision bool // instances:write: destroy buttons
 	Services  bool // instances:read on a server with services: the services pages
+	Economics bool // billing:read on a server with unit economics: the unit economics page
 	Admin     bool
 	OAuth     bool // the OAuth server is on: the connected apps page
 
@@ -110,6 +112,7 @@ func (c *Console) newPage(q *req, title, nav string) *page {
 		Instances: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesRead),
 		Provision: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesWrite),
 		Services:  c.svc.Services != nil && p.Has(gpuproxy.ScopeInstancesRead),
+		Economics: c.svc.Economics != nil && p.Has(gpuproxy.ScopeBillingRead),
 		Admin:     p.Has(gpuproxy.ScopeAdmin), OAuth: c.svc.OAuth != nil, Now: c.opts.Now().UTC()}
 }
 

@@ -35,6 +35,8 @@ func (c *Console) Routes() []httpapi.Route {
 		c.page(http.MethodPost, "/console/instances/:id/keepalive", takes(c.keepAlive, "account")),
 		c.page(http.MethodGet, "/console/services", takes(c.services, "account")),
 		c.page(http.MethodGet, "/console/services/:id", takes(c.service, "account")),
+		c.page(http.MethodGet, "/console/economics", takes(c.economics, economicsParams...)),
+		c.page(http.MethodGet, "/console/economics.csv", takes(c.economicsCSV, economicsParams...)),
 		c.page(http.MethodGet, "/console/accounts", takes(c.accounts, "saved")),
 		c.page(http.MethodPost, "/console/accounts/:account/limits", takes(c.setLimits)),
 		c.page(http.MethodGet, "/console/oauth/authorize", takes(c.oauthConsent, "id")),
