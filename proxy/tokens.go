@@ -63,9 +63,10 @@ type answerUsage struct {
 // adds to the others) out of it.
 type sseTap struct {
 	tokenCounts
-	drop     bool
-	held     []byte // the current event's bytes so far (drop: not yet passed on)
-	overflow bool   // the current event passed maxHeldEvent: passed on as it comes, not read
+	drop       bool
+	held       []byte // the current event's bytes so far (drop: not yet passed on)
+	overflow   bool   // the current event passed maxHeldEvent: passed on as it comes, not read
+	modelTried bool   // the first data event was read for its model
 }
 
 var (
@@ -234,7 +235,8 @@ func (t *sseTap) event(ev []byte) bool {
 	if bytes.Contains(data, contentKey) && !bytes.Contains(data, emptyDelta) {
 		t.content++
 	}
-	needModel := t.model == ""
+	needModel := !t.modelTried // the first chunk names the model (every chunk does)
+	t.modelTried = true
 	hasUsage := bytes.Contains(data, usageObject)
 	if !needModel && !hasUsage {
 		return true

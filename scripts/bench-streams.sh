@@ -28,6 +28,10 @@
 #   scripts/bench-streams.sh                       # 1000 streams, 10 events/s each
 #   STREAMS=9900 scripts/bench-streams.sh          # needs ulimit -n >= 2*STREAMS+200
 #   PROFILE=/tmp/gp.pprof ROUNDS=1 scripts/bench-streams.sh
+#   POST=1 scripts/bench-streams.sh                # streamed chat completions: POST /v1/chat/completions
+#                                                  # with a body, as OpenAI clients send them (gpuproxy
+#                                                  # then asks for the usage chunk and counts tokens)
+#   GPUPROXY_BENCH_BIN=/path/to/old/benchproxy POST=1 scripts/bench-streams.sh   # measure another build
 #
 # Environment: STREAMS (1000), EVENT_RATE (events/s per stream, 10), RAMP
 # (5s), SETTLE (2s), HOLD (10s), ROUNDS (2), LOGS=on|off (request logs in
@@ -73,18 +77,28 @@ stop() {
 
 echo "== building"
 go build -o "$tmp/streambench" ./tools/streambench
-go build -o "$tmp/benchproxy" ./tools/benchproxy
+if [ -n "${GPUPROXY_BENCH_BIN:-}" ]; then
+  cp "$GPUPROXY_BENCH_BIN" "$tmp/benchproxy"
+else
+  go build -o "$tmp/benchproxy" ./tools/benchproxy
+fi
 
 "$tmp/streambench" upstream -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
 pids+=($!)
 UP=$(wait_ready "$tmp/upstream.out" | awk '{print $2}')
 
 loadargs=(-streams "$STREAMS" -rate "$EVENT_RATE" -ramp "$RAMP" -settle "$SETTLE" -hold "$HOLD")
+STREAM_PATH=/v1/stream
+if [ -n "${POST:-}" ]; then
+  STREAM_PATH=/v1/chat/completions
+  loadargs+=(-post)
+fi
 
 # probe URL [KEY]: one short stream must answer 200 with an event.
 probe() {
   local until=$(($(date +%s%3N) + 300))
-  curl -sN -m 10 ${2:+-H "X-API-Key: $2"} -o "$tmp/probe" "$1?every=100&until=$until" || true
+  curl -sN -m 10 ${2:+-H "X-API-Key: $2"} ${POST:+-H 'Content-Type: application/json' --data '{"model":"bench","stream":true,"max_tokens":9}'} \
+    -o "$tmp/probe" "$1?every=100&until=$until" || true
   if ! grep -q '^data: ' "$tmp/probe"; then echo "probe of $1 failed: $(head -c 300 "$tmp/probe")" >&2; exit 1; fi
 }
 
@@ -94,7 +108,7 @@ result() { sed -n 's/.* '"$3"'=\([^ ]*\).*/\1/p' "$tmp/result-$1-$2"; }
 USAGE_MISSING=0
 
 run_direct() {
-  "$tmp/streambench" load -addr "$UP" -name direct "${loadargs[@]}" >"$tmp/result-direct-$1"
+  "$tmp/streambench" load -addr "$UP" -path "$STREAM_PATH" -name direct "${loadargs[@]}" >"$tmp/result-direct-$1"
 }
 
 run_gpuproxy() {
@@ -109,7 +123,7 @@ run_gpuproxy() {
   pids+=("$gppid")
   local GP KEY
   read -r _ GP KEY < <(wait_ready "$tmp/gp.out")
-  local path=/api/v1/proxy/gpi_bench/v1/stream
+  local path=/api/v1/proxy/gpi_bench$STREAM_PATH
   probe "http://$GP$path" "$KEY"
   "$tmp/streambench" load -addr "$GP" -path "$path" -key "$KEY" -pids "$gppid" -name gpuproxy "${loadargs[@]}" \
     >"$tmp/result-gpuproxy-$r"
@@ -162,10 +176,10 @@ EOF
   local master=$!
   pids+=("$master")
   for _ in $(seq 1 100); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  probe "http://127.0.0.1:$port/v1/stream"
+  probe "http://127.0.0.1:$port$STREAM_PATH"
   local all
   all=$(echo "$master" $(pgrep -P "$master") | tr ' ' ',')
-  "$tmp/streambench" load -addr "127.0.0.1:$port" -pids "$all" -name nginx "${loadargs[@]}" >"$tmp/result-nginx-$r"
+  "$tmp/streambench" load -addr "127.0.0.1:$port" -path "$STREAM_PATH" -pids "$all" -name nginx "${loadargs[@]}" >"$tmp/result-nginx-$r"
   stop "$master"
 }
 

@@ -48,6 +48,7 @@ func runLoad(args []string) error {
 	f := flag.NewFlagSet("load", flag.ContinueOnError)
 	addr := f.String("addr", "", "host:port to connect to")
 	path := f.String("path", "/v1/stream", "path of the stream (before the query)")
+	post := f.Bool("post", false, "POST a streamed chat completion's body (as OpenAI clients do) instead of a GET")
 	key := f.String("key", "", "X-API-Key to send (gpuproxy)")
 	name := f.String("name", "run", "name printed in the RESULT line")
 	streams := f.Int("streams", 1000, "streams to open, one per connection")
@@ -67,12 +68,20 @@ func runLoad(args []string) error {
 	start := time.Now()
 	holdAt := start.Add(*ramp + *settle)
 	until := holdAt.Add(*hold + time.Second)
-	head := []byte("GET " + *path + "?every=" + strconv.Itoa(every) + "&until=" + strconv.FormatInt(until.UnixMilli(), 10) +
+	method, body := "GET ", ""
+	if *post {
+		method = "POST "
+		body = `{"model":"bench","stream":true,"max_tokens":4096,"messages":[{"role":"user","content":"stream tokens"}]}`
+	}
+	head := []byte(method + *path + "?every=" + strconv.Itoa(every) + "&until=" + strconv.FormatInt(until.UnixMilli(), 10) +
 		" HTTP/1.1\r\nHost: " + *addr + "\r\nAccept: text/event-stream\r\nUser-Agent: streambench\r\n")
 	if *key != "" {
 		head = append(head, "X-API-Key: "+*key+"\r\n"...)
 	}
-	head = append(head, "\r\n"...)
+	if body != "" {
+		head = append(head, "Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n"...)
+	}
+	head = append(head, "\r\n"+body...)
 
 	rssBefore := rssKB(pids)
 	st := &loadStats{ttfb: make([]time.Duration, 0, *streams)}

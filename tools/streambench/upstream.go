@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,7 +15,9 @@ import (
 )
 
 // The upstream is an SSE server shaped like an inference server's token
-// stream: GET /v1/stream?until=<unix ms>&every=<ms> answers 200
+// stream: GET /v1/stream?until=<unix ms>&every=<ms> (or POST
+// /v1/chat/completions?…, whose body asking for include_usage gets a
+// usage chunk at the end) answers 200
 // text/event-stream, chunked, with one event at once and one every
 // `every` ms until `until`, then ends the body and keeps the connection
 // for the next request (keep-alive). Streams are not a goroutine each
@@ -39,7 +42,13 @@ type stream struct {
 	every int // in ticks
 	slot  int
 	until time.Time
+	usage bool // a POST that asked for the stream's usage: a usage chunk ends it
 }
+
+// usageEvent is the usage chunk a stream that asked for it ends with.
+var usageEvent = []byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":100}}\n\n")
+
+var usageChunk = append(append([]byte(strconv.FormatInt(int64(len(usageEvent)), 16)+"\r\n"), usageEvent...), "\r\n"...)
 
 type hub struct {
 	mu      sync.Mutex
@@ -69,7 +78,11 @@ func (h *hub) run() {
 		for _, s := range list {
 			switch {
 			case !now.Before(s.until):
-				if _, err := io.WriteString(s.c, "0\r\n\r\n"); err != nil {
+				end := "0\r\n\r\n"
+				if s.usage {
+					end = string(usageChunk) + end
+				}
+				if _, err := io.WriteString(s.c, end); err != nil {
 					_ = s.c.Close()
 					continue
 				}
@@ -98,11 +111,11 @@ func serveConn(h *hub, c net.Conn, br *bufio.Reader) {
 		_ = c.Close()
 		return
 	}
-	_, _ = io.Copy(io.Discard, req.Body)
+	body, _ := io.ReadAll(req.Body)
 	q := req.URL.Query()
 	every, _ := strconv.Atoi(q.Get("every"))
 	untilMs, _ := strconv.ParseInt(q.Get("until"), 10, 64)
-	if req.URL.Path != "/v1/stream" || every <= 0 {
+	if (req.URL.Path != "/v1/stream" && req.URL.Path != "/v1/chat/completions") || every <= 0 {
 		_, _ = io.WriteString(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
 		go serveConn(h, c, br)
 		return
@@ -111,7 +124,8 @@ func serveConn(h *hub, c net.Conn, br *bufio.Reader) {
 		_ = c.Close()
 		return
 	}
-	s := &stream{c: c, br: br, every: max(1, every*int(time.Millisecond)/int(tick)), until: time.UnixMilli(untilMs)}
+	s := &stream{c: c, br: br, every: max(1, every*int(time.Millisecond)/int(tick)), until: time.UnixMilli(untilMs),
+		usage: bytes.Contains(body, []byte(`"include_usage":true`))}
 	h.add(s)
 }
 
