@@ -3,7 +3,6 @@ package mcp
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -11,6 +10,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // Rent by spec on create_gpu_instance: instead of one offer (provider and
@@ -20,34 +20,16 @@ import (
 
 // specInput is create_gpu_instance's spec argument, as REST's spec object.
 type specInput struct {
-	GPU             stringList  `json:"gpu"`
-	MinVRAMGB       float64     `json:"min_vram_gb"`
-	NumGPUs         int         `json:"num_gpus"`
-	MaxPricePerHour json.Number `json:"max_price_per_hour"`
-	Providers       stringList  `json:"providers"`
-	MinReliability  float64     `json:"min_reliability"`
-	Locations       stringList  `json:"locations"`
-	Billing         string      `json:"billing"`
-	Hours           int         `json:"hours"`
-	MaxAttempts     int         `json:"max_attempts"`
-}
-
-// stringList is a JSON string or an array of strings.
-type stringList []string
-
-// UnmarshalJSON implements json.Unmarshaler: "A100" is ["A100"].
-func (l *stringList) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*l = stringList{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return &json.UnmarshalTypeError{Value: "other", Type: reflect.TypeFor[[]string]()}
-	}
-	*l = many
-	return nil
+	GPU             services.StringList `json:"gpu"`
+	MinVRAMGB       float64             `json:"min_vram_gb"`
+	NumGPUs         int                 `json:"num_gpus"`
+	MaxPricePerHour json.Number         `json:"max_price_per_hour"`
+	Providers       services.StringList `json:"providers"`
+	MinReliability  float64             `json:"min_reliability"`
+	Locations       services.StringList `json:"locations"`
+	Billing         string              `json:"billing"`
+	Hours           int                 `json:"hours"`
+	MaxAttempts     int                 `json:"max_attempts"`
 }
 
 // spec converts the argument to the fleet's spec; the fleet validates the

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/services"
 )
 
 // OfferQueryFrom parses offer filters from query-style values.
@@ -149,16 +149,16 @@ func (s *Server) deleteInstance(c echo.Context) error {
 // specJSON is a rent-by-spec request's spec (fleet.Spec): gpu is one name
 // or a list; max_price_per_hour is USD per hour for the whole instance.
 type specJSON struct {
-	GPU             stringList `json:"gpu"`
-	MinVRAMGB       float64    `json:"min_vram_gb"`
-	NumGPUs         int        `json:"num_gpus"`
-	MaxPricePerHour amount     `json:"max_price_per_hour"`
-	Providers       stringList `json:"providers"`
-	MinReliability  float64    `json:"min_reliability"`
-	Locations       stringList `json:"locations"`
-	Billing         string     `json:"billing"`
-	Hours           int        `json:"hours"`
-	MaxAttempts     int        `json:"max_attempts"`
+	GPU             services.StringList `json:"gpu"`
+	MinVRAMGB       float64             `json:"min_vram_gb"`
+	NumGPUs         int                 `json:"num_gpus"`
+	MaxPricePerHour amount              `json:"max_price_per_hour"`
+	Providers       services.StringList `json:"providers"`
+	MinReliability  float64             `json:"min_reliability"`
+	Locations       services.StringList `json:"locations"`
+	Billing         string              `json:"billing"`
+	Hours           int                 `json:"hours"`
+	MaxAttempts     int                 `json:"max_attempts"`
 }
 
 func (j *specJSON) spec() (fleet.Spec, error) {
@@ -169,24 +169,6 @@ func (j *specJSON) spec() (fleet.Spec, error) {
 	return fleet.Spec{GPU: j.GPU, MinVRAMGB: j.MinVRAMGB, NumGPUs: j.NumGPUs, MaxPricePerHour: price,
 		Providers: j.Providers, MinReliability: j.MinReliability, Locations: j.Locations, Billing: j.Billing,
 		Hours: j.Hours, MaxAttempts: j.MaxAttempts}, nil
-}
-
-// stringList is a JSON string or array of strings.
-type stringList []string
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (l *stringList) UnmarshalJSON(b []byte) error {
-	var one string
-	if err := json.Unmarshal(b, &one); err == nil {
-		*l = stringList{one}
-		return nil
-	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
-		return &json.UnmarshalTypeError{Value: "other", Type: reflect.TypeFor[[]string]()}
-	}
-	*l = many
-	return nil
 }
 
 // lifetimeJSON is a create's or an update's lifetime rules
