@@ -23,6 +23,7 @@ type size struct {
 	createsPerWave int
 	proxyPerWave   int
 	specPerWave    int            // by-spec creates (issue 20)
+	tokensPerWave  int            // token-priced requests (issue 23, tokens_test.go)
 	chaos          map[int]string // wave → "kill" | "pg" | "kill0"
 	budget         time.Duration  // deadline of the run after the build
 	settle         time.Duration
@@ -40,11 +41,11 @@ var sizes = map[string]size{
 	// restart and their idle deadlines fall with the others'; 4 s of
 	// traffic is more than idleEarly, so an act that ignored it (at
 	// running + idle timeout) is still caught.
-	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24,
+	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24, tokensPerWave: 40,
 		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second,
 		idle: map[int]string{0: "traffic", 1: "quiet", 2: "quiet"}, idleTraffic: 4 * time.Second},
 	// full: traffic longer than the idle timeout, across later chaos.
-	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30,
+	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30, tokensPerWave: 80,
 		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second,
 		idle: map[int]string{1: "traffic", 2: "all", 4: "all", 6: "quiet"}, idleTraffic: 15 * time.Second},
 }
@@ -260,7 +261,7 @@ func TestAttack(t *testing.T) {
 	t.Logf("setup done in %s: %d replicas, sim %s / %s", time.Since(began).Round(time.Millisecond), len(replicas),
 		senv["VASTAI_BASE_URL"], senv["IONET_BASE_URL"])
 
-	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave+2*sz.specPerWave)
+	a := newAPI(replicas, sz.proxyPerWave+sz.createsPerWave+2*sz.specPerWave+sz.tokensPerWave)
 	// Rent by spec, if the build has it: a spec under every offer names
 	// the nearest miss and rents nothing.
 	var spec *specLoad
@@ -312,6 +313,17 @@ func TestAttack(t *testing.T) {
 		t.Logf("this build has no services (%s): the services phase left out", r)
 	}
 	proxyInst := prepareProxyInstance(ctx, t, a, apiKeys[proxyAccount], ionet[0])
+	// Token prices (issue 23), if the build gives accounts their own:
+	// atk-tok's instance, its price and its tight window.
+	tl, why, err := startTokens(ctx, t, a, run, dbURL, ionet[0], tokProcs(sz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl == nil {
+		t.Logf("this build has no account token prices (%s): the token phase left out", why)
+		sz.tokensPerWave = 0
+	}
+	rep.tok = tl
 	st, err := readState(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +379,7 @@ func TestAttack(t *testing.T) {
 			t.Fatalf("out of time before wave %d (a replica that hung shows what it waits on in the goroutine dump SIGQUIT writes to its log)", wave)
 		}
 		var prog progress
-		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave)
+		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave + sz.tokensPerWave)
 		if action, ok := sz.chaos[wave]; ok {
 			chaosWG.Go(func() {
 				prog.waitFor(ctx, total/6) // mid-burst: a sixth of the wave has finished
@@ -382,6 +394,11 @@ func TestAttack(t *testing.T) {
 				r := putLimits(ctx, a, wave, "/api/v1/accounts/"+acct+"/limits", adminKeys[acct], ws)
 				if r.err != nil || r.status != http.StatusOK {
 					t.Fatalf("raising %s's windows to %v: %s", acct, ws, r)
+				}
+			}
+			if tl != nil {
+				if err := tl.setWindow(ctx, a, wave); err != nil {
+					t.Fatal(err)
 				}
 			}
 			// And some keys' own windows inside them.
@@ -444,6 +461,9 @@ func TestAttack(t *testing.T) {
 		}
 		if il != nil {
 			il.start(ctx, a, sz, wave, gate)
+		}
+		if tl != nil {
+			tl.start(ctx, a, wave, sz.tokensPerWave, gate, &waveWG, &prog)
 		}
 		close(gate)
 		waveWG.Wait()
@@ -584,6 +604,32 @@ func TestAttack(t *testing.T) {
 	if unknown := int64(rep.proxyUnknown); rep.proxyCharged < (survivors-unknown)*cost {
 		v.add("lost proxy charges: %d requests served by replica processes never killed, charged only %s (want at least %s)",
 			survivors, usd(rep.proxyCharged), usd((survivors-unknown)*cost))
+	}
+	// Token prices: the window held, every record its counted tokens, the
+	// ledger the records (but for what killed processes admitted).
+	if tl != nil {
+		recs, holds, err := readTokenRows(ctx, dbURL, tokAccount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tokenRun{keys: tl.keyNames(), instID: tl.inst.ID, price: tl.price, reqs: tl.requests(), records: recs,
+			holds: holds, killed: rep.killedProcs, chaos: rep.marks, replicas: len(replicas)}
+		for _, w := range rep.final {
+			if w.account == tokAccount && w.key == "" && w.minutes == 60 {
+				tr.final = w
+			}
+		}
+		if pk, ok := rep.peak[tokAccount+"/"+time.Hour.String()]; ok {
+			tr.peak = &pk
+		}
+		if acct := final.byName[tokAccount]; acct != nil {
+			for _, e := range final.ledger {
+				if e.account == acct.id {
+					tr.ledger = append(tr.ledger, e)
+				}
+			}
+		}
+		rep.tokFigures = tr.check(&v)
 	}
 	// The keys: attributed to their creator, refusals naming the right
 	// window, every key's own windows contested, proxy keys within room.

@@ -5,8 +5,9 @@
 // destroys and proxy bursts, while one replica is killed with SIGKILL and
 // the database is restarted, and with instances on the shortest idle
 // timeout, some proxied to for a while, to be stopped or destroyed once
-// they go idle, and with a service whose streamed chat load wants more
-// replicas than its key's window fits.
+// they go idle, with a service whose streamed chat load wants more
+// replicas than its key's window fits, and with bursts of token-priced
+// chat completions against a tight window.
 // Afterwards it checks invariants read from the database, from the
 // simulators' own APIs and from the calls the simulators received
 // (recorded by relays in front of them).

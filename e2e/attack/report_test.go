@@ -41,6 +41,8 @@ type report struct {
 	lifetime                    *lifetimeFigures
 	svc                         *serviceLoad // nil: the build has no services
 	svcFigures                  *serviceFigures
+	tok                         *tokenLoad // nil: the build has no account token prices
+	tokFigures                  *tokenFigures
 
 	lifetimeWait time.Duration
 
@@ -158,6 +160,10 @@ func (r *report) String() string {
 	}
 	if r.svc != nil && r.svcFigures != nil {
 		r.svcFigures.report(p, r.svc)
+		p("")
+	}
+	if r.tok != nil && r.tokFigures != nil {
+		r.tokFigures.report(p, r.tok, r.waves)
 		p("")
 	}
 	p("proxy (%s, limits %v raised by $%g a wave to %s, $%g per request): %d sent", proxyAccount, limits[proxyAccount],

@@ -337,15 +337,7 @@ func (sr serviceRun) killedNear(t time.Time) bool {
 }
 
 // killedReplica is the gpuproxy replica a chaos event kills (-1: none).
-func (sr serviceRun) killedReplica(m chaosMark) int {
-	switch m.what {
-	case "kill":
-		return sr.replicas - 1
-	case "kill0":
-		return 0
-	}
-	return -1
-}
+func (sr serviceRun) killedReplica(m chaosMark) int { return killedReplica(m, sr.replicas) }
 
 // checkRequests: most answered in full, by every replica; failures only
 // around chaos that struck them.
