@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/h1client"
@@ -272,47 +273,96 @@ func (t *sseTap) Flush(e h1client.Emitter) error {
 }
 
 // jsonTap keeps a JSON answer's first and last bytes, to read its model
-// and usage at the end.
+// and usage at the end. Its buffers are fixed (taps are pooled: a plain
+// answer costs no allocation).
 type jsonTap struct {
 	tokenCounts
-	head []byte
-	tail []byte // a window of the last jsonTail bytes
+	head  [jsonHead]byte
+	nhead int
+	tail  [jsonTail]byte // a ring of the last bytes
+	ntail int            // bytes written to the ring in all
 }
 
+var jsonTaps = sync.Pool{New: func() any { return new(jsonTap) }}
+
+func newJSONTap() *jsonTap {
+	t := jsonTaps.Get().(*jsonTap)
+	t.tokenCounts, t.nhead, t.ntail = tokenCounts{}, 0, 0
+	return t
+}
+
+// release returns t to the pool (after its counts were read).
+func (t *jsonTap) release() { jsonTaps.Put(t) }
+
 func (t *jsonTap) observe(p []byte) {
-	if room := jsonHead - len(t.head); room > 0 {
-		t.head = append(t.head, p[:min(room, len(p))]...)
+	if t.nhead < jsonHead {
+		t.nhead += copy(t.head[t.nhead:], p)
 	}
-	if len(p) >= jsonTail {
-		t.tail = append(t.tail[:0], p[len(p)-jsonTail:]...)
-		return
+	if len(p) > jsonTail {
+		p = p[len(p)-jsonTail:]
 	}
-	if over := len(t.tail) + len(p) - jsonTail; over > 0 {
-		t.tail = append(t.tail[:0], t.tail[over:]...)
+	for len(p) > 0 {
+		at := t.ntail % jsonTail
+		n := copy(t.tail[at:], p)
+		t.ntail += n
+		p = p[n:]
 	}
-	t.tail = append(t.tail, p...)
+}
+
+// tailBytes returns the ring's bytes in order (a copy only when the ring
+// wrapped).
+func (t *jsonTap) tailBytes() []byte {
+	if t.ntail <= jsonTail {
+		return t.tail[:t.ntail]
+	}
+	at := t.ntail % jsonTail
+	out := make([]byte, 0, jsonTail)
+	out = append(out, t.tail[at:]...)
+	return append(out, t.tail[:at]...)
 }
 
 // end reads the model from the head and the usage from the tail.
 func (t *jsonTap) end() {
-	if m := stringField(t.head, `"model"`); m != "" {
+	if m := stringField(t.head[:t.nhead], `"model"`); m != "" {
 		t.model = m
 	}
-	i := bytes.LastIndex(t.tail, []byte(`"usage"`))
+	tail := t.tailBytes()
+	i := bytes.LastIndex(tail, []byte(`"usage"`))
 	if i < 0 {
 		return
 	}
-	rest := bytes.TrimLeft(t.tail[i+len(`"usage"`):], " \t\r\n")
+	obj := tail[i+len(`"usage"`):]
+	if end := bytes.IndexByte(obj, '}'); end >= 0 {
+		obj = obj[:end]
+	}
+	prompt, ok1 := intField(obj, `"prompt_tokens"`)
+	completion, ok2 := intField(obj, `"completion_tokens"`)
+	if ok1 || ok2 {
+		t.prompt, t.completion, t.found = prompt, completion, true
+	}
+}
+
+// intField reads the non-negative integer value of key in b.
+func intField(b []byte, key string) (int64, bool) {
+	i := bytes.Index(b, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(b[i+len(key):], " \t\r\n")
 	if len(rest) == 0 || rest[0] != ':' {
-		return
+		return 0, false
 	}
-	var u struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	var n int64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' || digits > 15 {
+			break
+		}
+		n = n*10 + int64(c-'0')
+		digits++
 	}
-	if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u) == nil {
-		t.prompt, t.completion, t.found = u.PromptTokens, u.CompletionTokens, true
-	}
+	return n, digits > 0
 }
 
 // stringField reads the string value of the first key in b (a JSON
@@ -326,8 +376,19 @@ func stringField(b []byte, key string) string {
 	if len(rest) == 0 || rest[0] != ':' {
 		return ""
 	}
-	var s string
-	if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&s) != nil {
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != '"' {
+		return ""
+	}
+	end := bytes.IndexByte(rest[1:], '"')
+	if end < 0 {
+		return ""
+	}
+	if v := rest[1 : 1+end]; bytes.IndexByte(v, '\\') < 0 {
+		return string(v)
+	}
+	var s string // escapes: let the JSON decoder read it
+	if json.NewDecoder(bytes.NewReader(rest)).Decode(&s) != nil {
 		return ""
 	}
 	return s
@@ -419,7 +480,7 @@ func newTap(method string, resp *http.Response, added bool) answerTap {
 	}
 	ct := resp.Header["Content-Type"]
 	if len(ct) > 0 && strings.HasPrefix(ct[0], "application/json") {
-		return &jsonTap{}
+		return newJSONTap()
 	}
 	return nil
 }
@@ -440,6 +501,9 @@ func applyTap(u *gpuproxy.Usage, t answerTap) {
 	}
 	if u.Model == "" {
 		u.Model = truncate(c.model, 200)
+	}
+	if j, ok := t.(*jsonTap); ok {
+		j.release()
 	}
 }
 

@@ -119,3 +119,26 @@ func TestAskUsage(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkJSONTap is the tap's cost on a small answer read in one piece
+// (the proxy's hot path): no allocation.
+func BenchmarkJSONTap(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","model":"bench","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,` +
+		`"completion_tokens":1,"total_tokens":6}}`)
+	var out discard
+	b.ReportAllocs()
+	for b.Loop() {
+		t := newJSONTap()
+		_ = t.Filter(body, out)
+		_ = t.Flush(out)
+		if c := t.counts(); c.prompt != 5 || c.model != "bench" {
+			b.Fatal(c)
+		}
+		t.release()
+	}
+}
+
+type discard struct{}
+
+func (discard) Emit([]byte) error { return nil }
