@@ -261,6 +261,13 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 		}
 		if f.err != nil {
 			if gpuproxy.ErrorCode(f.err) == gpuproxy.ELIMIT {
+				if f.cost != cost {
+					// The flight was refused at another caller's cost
+					// (costs differ with token prices): this call is
+					// judged at its own, against the refusal's snapshot
+					// or a flight of its own.
+					continue
+				}
 				g.svc.observe("proxy", false)
 			}
 			return Pass{}, f.err
