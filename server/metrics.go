@@ -38,7 +38,7 @@ type Metrics struct {
 	proxyDropped  prometheus.Counter
 	proxyOverload *prometheus.CounterVec
 	tokens        *prometheus.CounterVec
-	tokenModels   sync.Map     // model → struct{}: the models with series
+	tokenModels   sync.Map     // model → *[2]prometheus.Counter (input, output): the models with series
 	tokenModelsN  atomic.Int64 // how many
 
 	ops *opsCollector // instances running, window usage, metering lag
@@ -128,18 +128,23 @@ func (m *Metrics) ObserveTokens(model string, prompt, completion int64) {
 	if model == "" {
 		model = "unknown"
 	}
-	if _, ok := m.tokenModels.Load(model); !ok {
+	v, ok := m.tokenModels.Load(model)
+	if !ok {
 		if m.tokenModelsN.Load() >= maxTokenModels {
 			model = "other"
-		} else if _, loaded := m.tokenModels.LoadOrStore(model, struct{}{}); !loaded {
+		}
+		c := &[2]prometheus.Counter{m.tokens.WithLabelValues("input", model), m.tokens.WithLabelValues("output", model)}
+		var loaded bool
+		if v, loaded = m.tokenModels.LoadOrStore(model, c); !loaded && model != "other" {
 			m.tokenModelsN.Add(1)
 		}
 	}
+	c := v.(*[2]prometheus.Counter)
 	if prompt > 0 {
-		m.tokens.WithLabelValues("input", model).Add(float64(prompt))
+		c[0].Add(float64(prompt))
 	}
 	if completion > 0 {
-		m.tokens.WithLabelValues("output", model).Add(float64(completion))
+		c[1].Add(float64(completion))
 	}
 }
 
