@@ -236,17 +236,18 @@ func (t *sseTap) event(ev []byte) bool {
 	if bytes.Contains(data, contentKey) && !bytes.Contains(data, emptyDelta) {
 		t.content++
 	}
-	needModel := !t.modelTried // the first chunk names the model (every chunk does)
-	t.modelTried = true
-	hasUsage := bytes.Contains(data, usageObject)
-	if !needModel && !hasUsage {
+	if !t.modelTried { // the first chunk names the model (every chunk does)
+		t.modelTried = true
+		t.model = stringField(data, `"model"`)
+	}
+	if !bytes.Contains(data, usageObject) {
 		return true
 	}
 	var a answerUsage
 	if json.Unmarshal(data, &a) != nil {
 		return true
 	}
-	if needModel {
+	if t.model == "" {
 		t.model = a.Model
 	}
 	if a.Usage != nil {
