@@ -60,7 +60,12 @@ func TestServiceScalesWithLoad(t *testing.T) {
 			if v.Desired != 1 {
 				t.Fatalf("desired %d after the load", v.Desired)
 			}
-			ev := s.events("ramp")
+			// The last drained replica's event follows its state by a moment.
+			var ev []string
+			testpoll.Wait(5*time.Second, func() bool {
+				ev = s.events("ramp")
+				return count(ev, "service.replica_destroyed") == 2
+			})
 			if count(ev, "service.scaled_up") != 2 || count(ev, "service.scaled_down") != 2 ||
 				count(ev, "service.replica_destroyed") != 2 || count(ev, "service.replica_rented") != 3 {
 				t.Fatalf("events: %v", ev)
