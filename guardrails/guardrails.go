@@ -285,7 +285,9 @@ func (s *Service) refusal(accountID int64, snap Snapshot, cost gpuproxy.Micros, 
 // Refusal builds the spending_limit_exceeded error for cost against snap:
 // it names the first window that does not fit and lists every window.
 // A window of the admitting key's own is named with scope "key" and the
-// key's id; the account's with scope "account".
+// key's id; the account's with scope "account". Every cost is judged by
+// the one rule (Usage.Fits); a free proxy call (proxy set, cost 0) by
+// Usage.Open.
 func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
 	var first *Usage
 	scope := "account"
@@ -293,8 +295,8 @@ func Refusal(snap Snapshot, cost gpuproxy.Micros, proxy bool) error {
 		out := make([]map[string]any, 0, len(us))
 		for i, u := range us {
 			fits := u.Fits(cost)
-			if proxy {
-				fits = u.FitsProxy(cost)
+			if proxy && cost == 0 {
+				fits = u.Open()
 			}
 			if !fits && first == nil {
 				first, scope = &us[i], sc

@@ -112,14 +112,21 @@ func (p Pass) Done(instanceID string, charged bool) {
 func (p Pass) Cost() gpuproxy.Micros { return p.cost }
 
 // lease is a hold this replica took through the atomic admission, spent
-// down in memory by proxy calls. Fields other than the first four are
+// down in memory by proxy calls. Fields other than the first five are
 // guarded by acct.mu.
 type lease struct {
 	acct   *leaseAcct
 	holdID int64
 	amount gpuproxy.Micros
 	start  time.Time
+	snap   *Snapshot // the admission's: the limits it was decided under
 
+	// checked is when the limits it was decided under were last known
+	// current: its admission began then, or a limits poll that began then
+	// found them unchanged. Past ProxyGate.limitsStale it admits nothing
+	// (fail closed: a poll that fails or lags never lets a lease go on
+	// spending under limits that may have been lowered).
+	checked time.Time
 	used    gpuproxy.Micros // admitted: charged or undecided
 	pending int             // admitted calls without an outcome yet
 	uses    map[string]*LeaseCharge
@@ -232,7 +239,7 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 		now := g.now()
 		la.mu.Lock()
 		if l := la.cur; l != nil {
-			if now.Sub(l.start) < g.lz.span && l.used+cost <= l.amount {
+			if now.Sub(l.start) < g.lz.span && now.Sub(l.checked) <= g.limitsStale && l.used+cost <= l.amount {
 				l.used += cost
 				l.pending++
 				la.mu.Unlock()
@@ -241,7 +248,7 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 			}
 			la.retire(now)
 		}
-		if r := la.refusal; r != nil && g.fresh(r) && !r.snap.fitsProxy(cost) {
+		if r := la.refusal; r != nil && g.fresh(r) && !r.snap.Fits(cost) {
 			la.mu.Unlock()
 			return Pass{}, g.refuse(r, accountID, cost)
 		}
@@ -318,17 +325,19 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 	size := g.leaseSize(la, f)
 	la.mu.Unlock()
 	var (
-		holdID int64
-		snap   Snapshot
-		err    error
+		holdID  int64
+		snap    Snapshot
+		err     error
+		checked time.Time
 	)
 	for {
+		checked = g.now() // the admission reads the limits after this
 		holdID, snap, err = g.svc.admitProxy(ctx, la.id, la.key, size, g.lz.ref)
 		if err == nil || gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT || size == f.cost {
 			break
 		}
 		// Smaller each time (whole calls below size), down to one call.
-		size = roundCalls(min(size-1, remainingProxy(snap)/leaseShare), f.cost)
+		size = roundCalls(min(size-1, remaining(snap)/leaseShare), f.cost)
 	}
 	now := g.now()
 	if la.key != "" && snap.Key == nil && (err == nil || gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT) {
@@ -339,7 +348,8 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 	la.mu.Lock()
 	switch {
 	case err == nil:
-		la.cur = &lease{acct: la, holdID: holdID, amount: size, start: now, uses: map[string]*LeaseCharge{}}
+		la.cur = &lease{acct: la, holdID: holdID, amount: size, start: now, snap: &snap, checked: checked,
+			uses: map[string]*LeaseCharge{}}
 		la.snap, la.refusal = &snap, nil
 	case gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT:
 		// Refused at one call's cost: later calls reuse the refusal for
@@ -364,7 +374,7 @@ func (g *ProxyGate) leaseSize(la *leaseAcct, f *leaseFlight) gpuproxy.Micros {
 	if la.snap != nil {
 		// The last snapshot counted that lease as held; it is settled or
 		// about to be, so its share is a fair guess of what is free.
-		size = min(size, remainingProxy(*la.snap)/leaseShare)
+		size = min(size, remaining(*la.snap)/leaseShare)
 	}
 	return roundCalls(size, f.cost)
 }
@@ -374,37 +384,19 @@ func roundCalls(size, cost gpuproxy.Micros) gpuproxy.Micros {
 	return max(size/cost, 1) * cost
 }
 
-// remainingProxy is the tightest window's limit − spent − held, the key's
-// own windows included.
-func remainingProxy(s Snapshot) gpuproxy.Micros {
+// remaining is the tightest window's limit − spent − committed − held,
+// the key's own windows included: what one more admission could take.
+func remaining(s Snapshot) gpuproxy.Micros {
 	r := gpuproxy.MaxMicros
 	for _, u := range s.Windows {
-		r = min(r, u.Limit-u.Spent-u.Held)
+		r = min(r, u.Remaining())
 	}
 	if s.Key != nil {
 		for _, u := range s.Key.Windows {
-			r = min(r, u.Limit-u.Spent-u.Held)
+			r = min(r, u.Remaining())
 		}
 	}
 	return max(r, 0)
-}
-
-// fitsProxy reports whether cost fits every window by the proxy rule, the
-// key's own windows included.
-func (s Snapshot) fitsProxy(cost gpuproxy.Micros) bool {
-	for _, u := range s.Windows {
-		if !u.FitsProxy(cost) {
-			return false
-		}
-	}
-	if s.Key != nil {
-		for _, u := range s.Key.Windows {
-			if !u.FitsProxy(cost) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // settleDue retires leases past their span and settles every retired
@@ -520,13 +512,13 @@ func (s *Service) ExpireLeases(ctx context.Context) (int, error) {
 	return n, s.storeErr(err)
 }
 
-// admitProxy admits a lease of size by the proxy rule (spent + held + cost
-// ≤ limit: running instances' committed burn is not counted), for keyID's
-// own windows too when keyID is set.
+// admitProxy admits a lease of size by the one admission rule (spent +
+// committed + held + cost ≤ limit in every window: a proxy charge spends
+// the same money a running instance was promised), for keyID's own
+// windows too when keyID is set.
 func (s *Service) admitProxy(ctx context.Context, accountID int64, keyID string, size gpuproxy.Micros, ref string) (int64, Snapshot, error) {
-	res, err := s.store.Admit(ctx, AdmitRequest{AccountID: accountID, Cost: size, Now: s.opts.Now(),
-		Defaults: s.opts.Defaults, Hold: true, Ref: ref, KeyID: keyID})
-	if err = s.storeErr(err); err != nil {
+	res, err := s.admit(ctx, accountID, keyID, size, true, ref)
+	if err != nil {
 		return 0, res.Snapshot, err
 	}
 	if !res.Admitted {

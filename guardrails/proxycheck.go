@@ -42,9 +42,9 @@ type ProxyGateOptions struct {
 	LimitsPoll time.Duration
 }
 
-// ProxyGate admits proxy calls (DESIGN.md: every window has
-// spent + held + request cost ≤ limit) without a database round trip per
-// call. A call that costs nothing is checked against a per-account spend
+// ProxyGate admits proxy calls by the one admission rule (DESIGN.md: in
+// every window spent + committed + held + cost ≤ limit) without a database
+// round trip per call. A call that costs nothing is checked against a per-account spend
 // snapshot at most MaxAge old (Check); a call with a cost is admitted
 // against a budget lease (Admit, lease.go). Concurrent callers for one
 // account share one store read or lease admission; when the store cannot
@@ -60,6 +60,11 @@ type ProxyGate struct {
 	lz       leases
 
 	limitsPoll time.Duration
+	// limitsStale is how long after its limits were last known current a
+	// lease admits calls (limitsStaleFactor × LimitsPoll): a replica whose
+	// limits poll fails or lags takes a new lease through the database,
+	// which reads the current limits, or refuses if it cannot (fail closed).
+	limitsStale time.Duration
 
 	stop      chan struct{} // closed by Close: Run returns
 	closeOnce sync.Once
@@ -94,7 +99,8 @@ func NewProxyGate(svc *Service, o ProxyGateOptions) *ProxyGate {
 		o.Now = svc.opts.Now
 	}
 	g := &ProxyGate{svc: svc, maxAge: o.MaxAge, timeout: o.RefreshTimeout, now: o.Now,
-		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll, stop: make(chan struct{})}
+		lz: newLeases(o.LeaseSpan, o.LeaseSettleWait), limitsPoll: o.LimitsPoll,
+		limitsStale: limitsStaleFactor * o.LimitsPoll, stop: make(chan struct{})}
 	svc.onLimits(g.limitsChanged)
 	return g
 }
@@ -120,7 +126,7 @@ func (g *ProxyGate) CheckKey(ctx context.Context, accountID int64, keyID string,
 	if err != nil {
 		return err
 	}
-	if !gs.snap.fitsProxy(cost) {
+	if !gs.snap.fitsCall(cost) {
 		g.svc.observe("proxy", false)
 		err := g.svc.refusal(accountID, gs.snap, cost, true)
 		// One alert per snapshot, not one per refused request.
@@ -214,6 +220,28 @@ func (g *ProxyGate) refresh(e *gateEntry, f *gateFlight, lk leaseKey) {
 	e.flight = nil
 	e.mu.Unlock()
 	close(f.done)
+}
+
+// fitsCall reports whether a call of cost may go on by snapshot s: a call
+// with a cost must fit every window by the one admission rule; a free call
+// only needs every window open (Usage.Open).
+func (s Snapshot) fitsCall(cost gpuproxy.Micros) bool {
+	if cost > 0 {
+		return s.Fits(cost)
+	}
+	for _, u := range s.Windows {
+		if !u.Open() {
+			return false
+		}
+	}
+	if s.Key != nil {
+		for _, u := range s.Key.Windows {
+			if !u.Open() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (g *ProxyGate) fresh(gs *gateSnap) bool {

@@ -124,7 +124,7 @@ func newGate(t *testing.T, maxAge time.Duration) (*guardrails.ProxyGate, *spendS
 	svc := guardrails.New(st, guardrails.Options{Now: c.Now, OnDecision: d.observe})
 	g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{MaxAge: maxAge})
 	// Its goroutines end with it (inside a synctest bubble too).
-	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	t.Cleanup(func() { closeGate(t, g) })
 	return g, st, c, d
 }
 
@@ -187,24 +187,38 @@ func TestProxyGateNegativeMaxAgeAlwaysReads(t *testing.T) {
 	}
 }
 
-// TestProxyGateRefusalDetails: the proxy rule ignores committed (DESIGN.md)
-// and the refusal names the window and its numbers.
+// TestProxyGateRefusalDetails: a priced proxy call is admitted by the one
+// admission rule, committed spend included (DESIGN.md, "One admission rule
+// for every cost"), a free call only needs the window open, and the refusal
+// names the window and its numbers, the committed amount it counted too.
 func TestProxyGateRefusalDetails(t *testing.T) {
 	t.Parallel()
 	g, st, _, _ := newGate(t, 0)
-	// 60-minute window: spent 30 + held 15 + committed 40 > 50, yet a proxy
-	// call of $5 fits (committed does not count for proxy calls).
+	// 60-minute window: spent 30 + held 15 + committed 40 > 50: no priced
+	// call fits, though spent + held leaves $5.
 	st.set(30*usd, 15*usd, nil)
-	if err := g.Check(context.Background(), 1, 5*usd); err != nil {
-		t.Fatalf("proxy rule must ignore committed: %v", err)
+	if err := g.Check(context.Background(), 1, 0); err != nil {
+		t.Fatalf("a free call needs no admission while spent + held is under the limit: %v", err)
 	}
-	err := g.Check(context.Background(), 1, 5*usd+1)
+	err := g.Check(context.Background(), 1, 1)
+	if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
+		t.Fatalf("a priced call past spent + committed + held: got %v, want spending_limit_exceeded", err)
+	}
+	if det := gpuproxy.ErrorDetails(err); det["committed"] != gpuproxy.Micros(40*usd) {
+		t.Fatalf("the refusal does not name the committed $40 it counted: %v", det)
+	}
+	st.set(5*usd, 0, nil) // spent 5 + committed 40 + held 0: $5 left
+	g.Invalidate(1)
+	if err := g.Check(context.Background(), 1, 5*usd); err != nil {
+		t.Fatalf("$5 fits exactly: %v", err)
+	}
+	err = g.Check(context.Background(), 1, 5*usd+1)
 	if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
 		t.Fatalf("got %v, want spending_limit_exceeded", err)
 	}
 	det := gpuproxy.ErrorDetails(err)
-	if det["window_minutes"] != 60 || det["limit"] != gpuproxy.Micros(50*usd) || det["spent"] != gpuproxy.Micros(30*usd) ||
-		det["held"] != gpuproxy.Micros(15*usd) || det["cost"] != gpuproxy.Micros(5*usd+1) {
+	if det["window_minutes"] != 60 || det["limit"] != gpuproxy.Micros(50*usd) || det["spent"] != gpuproxy.Micros(5*usd) ||
+		det["held"] != gpuproxy.Micros(0) || det["committed"] != gpuproxy.Micros(40*usd) || det["cost"] != gpuproxy.Micros(5*usd+1) {
 		t.Fatalf("details = %v", det)
 	}
 	ws, _ := det["windows"].([]map[string]any)

@@ -70,9 +70,12 @@ func (u Usage) Fits(cost gpuproxy.Micros) bool {
 	return u.Spent+u.Committed+u.Held+cost <= u.Limit
 }
 
-// FitsProxy is the proxy-call rule: spent + held + cost ≤ limit.
-func (u Usage) FitsProxy(cost gpuproxy.Micros) bool {
-	return u.Spent+u.Held+cost <= u.Limit
+// Open reports whether the window still serves calls that cost nothing
+// (no request cost, no token price): they need no admission, so running
+// GPUs stay usable while the window is full, and are refused only once
+// actual spend and holds pass the limit (on_exceed "block").
+func (u Usage) Open() bool {
+	return u.Spent+u.Held <= u.Limit
 }
 
 // Snapshot is an account's spend state at At.

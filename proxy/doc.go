@@ -19,10 +19,12 @@
 //     a VPN or cluster network; loopback for the sandbox, gpuproxy sim and
 //     tests) admits the addresses of the networks it lists, literal or
 //     resolved; metadata addresses never;
-//   - the spending guard rail (guardrails.ProxyGate: spent + held + request
-//     cost ≤ limit in every window, from a snapshot at most 1 s old; a
-//     limit set on any replica applies within 250 ms) — a refusal is 402
-//     with the window numbers;
+//   - the spending guard rail (guardrails.ProxyGate: a priced call is
+//     admitted against a budget lease by the one admission rule, spent +
+//     committed + held + cost ≤ limit in every window; a free call is
+//     refused only once spent + held passes a limit; a limit set on any
+//     replica applies within 250 ms) — a refusal is 402 with the window
+//     numbers;
 //   - the instance's circuit breaker (gobreaker, per instance): transport
 //     failures, timeouts and 5xx answers count as failures, 4xx do not.
 //
