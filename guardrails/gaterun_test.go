@@ -22,6 +22,20 @@ func runGate(t testing.TB, g *guardrails.ProxyGate) {
 	t.Cleanup(func() { <-done })
 }
 
+// closeDeadline bounds a test's Close of a gate: a settlement that keeps
+// failing fails the test with its error instead of hanging the package.
+const closeDeadline = 30 * time.Second
+
+// closeGate closes g within closeDeadline and fails t with the error.
+func closeGate(t testing.TB, g *guardrails.ProxyGate) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), closeDeadline)
+	defer cancel()
+	if err := g.Close(ctx); err != nil {
+		t.Errorf("closing the proxy gate: %v", err)
+	}
+}
+
 // startRun runs g.Run(ctx) and returns a channel closed when it returns.
 func startRun(ctx context.Context, g *guardrails.ProxyGate) <-chan struct{} {
 	done := make(chan struct{})
@@ -45,7 +59,7 @@ func TestProxyGateRunSettlesWhenItsContextEnds(t *testing.T) {
 			}
 			svc := guardrails.New(s, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: 50 * usd}}})
 			g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{LeaseSpan: time.Hour})
-			t.Cleanup(func() { _ = g.Close(context.Background()) })
+			t.Cleanup(func() { closeGate(t, g) })
 			rctx, stop := context.WithCancel(ctx)
 			done := startRun(rctx, g)
 			const cost = 20_000

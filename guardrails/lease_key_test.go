@@ -65,9 +65,7 @@ func TestProxyKeyLeasesNeverOverspend(t *testing.T) {
 			close(start)
 			wg.Wait()
 			for _, g := range st.gates {
-				if err := g.Close(ctx); err != nil {
-					t.Fatal(err)
-				}
+				closeGate(t, g)
 			}
 			snap, err := st.svcs[0].KeySpending(ctx, st.acct, "tight")
 			if err != nil || snap.Key == nil {

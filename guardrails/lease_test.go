@@ -27,6 +27,14 @@ type leaseStack struct {
 
 func newLeaseStack(t *testing.T, k dbtest.Kind, replicas int, limit, spent gpuproxy.Micros, o guardrails.ProxyGateOptions) *leaseStack {
 	t.Helper()
+	return newLeaseStackWith(t, k, replicas, limit, spent, o, nil)
+}
+
+// newLeaseStackWith is newLeaseStack whose replica i's service and gate
+// use wrap(i, its store) when wrap is set (a fault injected at the store).
+func newLeaseStackWith(t *testing.T, k dbtest.Kind, replicas int, limit, spent gpuproxy.Micros, o guardrails.ProxyGateOptions,
+	wrap func(i int, s guardrails.Store) guardrails.Store) *leaseStack {
+	t.Helper()
 	ctx := context.Background()
 	st := &leaseStack{stores: dbtest.Replicas(t, k, replicas)}
 	a, err := st.stores[0].CreateAccount(ctx, "lease", time.Now())
@@ -40,11 +48,15 @@ func newLeaseStack(t *testing.T, k dbtest.Kind, replicas int, limit, spent gpupr
 			t.Fatal(err)
 		}
 	}
-	for _, s := range st.stores {
-		svc := guardrails.New(s, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: limit},
+	for i, s := range st.stores {
+		var gs guardrails.Store = s
+		if wrap != nil {
+			gs = wrap(i, s)
+		}
+		svc := guardrails.New(gs, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: limit},
 			{Minutes: 1440, Limit: 1000 * usd}}, Now: o.Now})
 		g := guardrails.NewProxyGate(svc, o)
-		t.Cleanup(func() { _ = g.Close(context.Background()) })
+		t.Cleanup(func() { closeGate(t, g) })
 		runGate(t, g) // the limits poll and lease settlement, as in the app
 		st.svcs, st.gates = append(st.svcs, svc), append(st.gates, g)
 	}
@@ -106,9 +118,7 @@ func TestProxyLeasesNeverOverspend(t *testing.T) {
 				t.Fatalf("before settlement: spent %s + held %s passes the %s limit", u.Spent, u.Held, u.Limit)
 			}
 			for _, g := range st.gates {
-				if err := g.Close(ctx); err != nil {
-					t.Fatal(err)
-				}
+				closeGate(t, g)
 			}
 			u := st.spending(t)
 			t.Logf("%d calls: %d admitted, %d refused; spent %s of %s, held %s", 512, admitted.Load(), refused.Load(),
@@ -246,7 +256,7 @@ func BenchmarkProxyGate(b *testing.B) {
 			}
 			svc := guardrails.New(st, guardrails.Options{Defaults: []guardrails.Window{{Minutes: 60, Limit: gpuproxy.MaxMicros}}})
 			g := guardrails.NewProxyGate(svc, guardrails.ProxyGateOptions{})
-			defer g.Close(ctx)
+			defer closeGate(b, g)
 			runGate(b, g)
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {

@@ -60,7 +60,8 @@ func (g *ProxyGate) limitsChanged(accountID int64, keyID string) {
 
 // forget retires the current lease and forgets the refusal and the sizing
 // snapshot, when they are still l and r (nil: whatever they are); la.mu is
-// not held.
+// not held. A lease taken since l stays: it was decided under the limits
+// of its own admission, which the next poll checks (lease.snap).
 func (la *leaseAcct) forget(l *lease, r *gateSnap, now time.Time) {
 	la.mu.Lock()
 	defer la.mu.Unlock()
@@ -72,6 +73,10 @@ func (la *leaseAcct) forget(l *lease, r *gateSnap, now time.Time) {
 	}
 	la.snap = nil
 }
+
+// limitsStaleFactor times LimitsPoll is how long a lease admits calls
+// after its limits were last known current (ProxyGate.limitsStale).
+const limitsStaleFactor = 4
 
 // watched is one piece of gate state and the snapshot it was decided on.
 type watched struct {
@@ -92,8 +97,8 @@ func (g *ProxyGate) checkLimits() error {
 	g.lz.accounts.Range(func(k, v any) bool {
 		la := v.(*leaseAcct)
 		la.mu.Lock()
-		if l := la.cur; l != nil && la.snap != nil && now.Sub(l.start) < g.lz.span {
-			ws = append(ws, watched{lk: k.(leaseKey), snap: la.snap, la: la, l: l})
+		if l := la.cur; l != nil && now.Sub(l.start) < g.lz.span {
+			ws = append(ws, watched{lk: k.(leaseKey), snap: l.snap, la: la, l: l})
 		}
 		if r := la.refusal; r != nil && g.fresh(r) {
 			ws = append(ws, watched{lk: k.(leaseKey), snap: &r.snap, la: la, r: r})
@@ -118,6 +123,9 @@ func (g *ProxyGate) checkLimits() error {
 	if len(ws) == 0 && len(windowless) == 0 {
 		return nil
 	}
+	// Every lease collected above existed when this poll began; the limits
+	// read below are at least as new as that.
+	polled := now
 	acctSet, keySet := map[int64]bool{}, map[string]bool{}
 	for _, w := range ws {
 		acctSet[w.lk.acct] = true
@@ -154,6 +162,12 @@ func (g *ProxyGate) checkLimits() error {
 			}
 		}
 		switch {
+		case same && w.l != nil:
+			w.la.mu.Lock()
+			if w.l.checked.Before(polled) {
+				w.l.checked = polled
+			}
+			w.la.mu.Unlock()
 		case same:
 		case w.la != nil:
 			w.la.forget(w.l, w.r, now)
