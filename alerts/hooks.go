@@ -58,8 +58,9 @@ func (s *Service) Lifetime(n LifetimeNotice) {
 }
 
 // Refused is guardrails.Options.OnRefusal's hook: a request of cost was
-// refused against snap (proxy: a proxy call, whose rule leaves committed
-// out; else a create). One event per account and window per
+// refused against snap (proxy: a proxy call, which is judged by the one
+// admission rule, or, when free, by whether the window is open; else a
+// create). One event per account and window per
 // Options.RefusalGap across every replica; this replica also drops the
 // refusals within the gap without asking the database, so a stream of
 // refused proxy calls costs no queries.
@@ -67,7 +68,12 @@ func (s *Service) Refused(accountID int64, snap guardrails.Snapshot, cost gpupro
 	var u guardrails.Usage
 	var key string
 	found := false
-	refuses := func(w guardrails.Usage) bool { return proxy && !w.FitsProxy(cost) || !proxy && !w.Fits(cost) }
+	refuses := func(w guardrails.Usage) bool {
+		if proxy && cost == 0 {
+			return !w.Open()
+		}
+		return !w.Fits(cost)
+	}
 	for _, w := range snap.Windows {
 		if refuses(w) {
 			u, found = w, true
