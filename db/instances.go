@@ -480,14 +480,32 @@ func (s *Store) MarkFailed(ctx context.Context, id, reason string, now time.Time
 // MarkTerminating moves a live instance to terminating. Terminating,
 // terminated and failed instances are returned as they are.
 func (s *Store) MarkTerminating(ctx context.Context, id string, now time.Time) (gpuproxy.Instance, error) {
-	return s.transition(ctx, id, func(_ conn, in *gpuproxy.Instance) (bool, error) {
+	in, _, err := s.ClaimDestroy(ctx, id, now, time.Time{})
+	return in, err
+}
+
+// ClaimDestroy claims the provider destroy of an instance for its caller:
+// a live instance becomes terminating, or a terminating one whose claim
+// (its updated time) is at or before staleBefore is taken over; the claim
+// time is now. It reports true only to the one caller that claims, under
+// the instance's row lock, so that one destroy sends one provider call
+// however callers race. Terminated and failed instances are returned as
+// they are, unclaimed.
+func (s *Store) ClaimDestroy(ctx context.Context, id string, now, staleBefore time.Time) (gpuproxy.Instance, bool, error) {
+	claimed := false
+	in, err := s.transition(ctx, id, func(_ conn, in *gpuproxy.Instance) (bool, error) {
 		switch in.Status {
-		case gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
+		case gpuproxy.Terminated, gpuproxy.Failed:
 			return false, nil
+		case gpuproxy.Terminating:
+			if in.UpdatedAt.After(staleBefore) {
+				return false, nil
+			}
 		}
-		in.Status, in.UpdatedAt = gpuproxy.Terminating, now
+		in.Status, in.UpdatedAt, claimed = gpuproxy.Terminating, now, true
 		return true, nil
 	})
+	return in, claimed && err == nil, err
 }
 
 // MarkTerminated moves an instance to terminated at `at` and, in the same

@@ -11,6 +11,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
@@ -275,6 +276,9 @@ func TestKillMarginFollowsDestroyLatency(t *testing.T) {
 			if spent > limit {
 				t.Fatalf("spent %s passes the limit %s", spent, limit)
 			}
+			// The hook follows the kill switch's destroy call, which the
+			// poller's confirmation may overtake in closing the row.
+			testpoll.Until(t, 10*time.Second, "the kill switch reports its destroy", func() bool { return len(kills.list()) > 0 })
 			if ids := kills.list(); len(ids) != 1 || ids[0] != inst.ID {
 				t.Fatalf("kill switch hook: %v", ids)
 			}

@@ -125,10 +125,7 @@ func (s *Service) act(ctx context.Context, inst gpuproxy.Instance, sc Schedule, 
 		kind = EventStopped
 		out, err = s.stop(ctx, inst)
 	} else {
-		var term gpuproxy.Instance
-		if term, err = s.store.MarkTerminating(ctx, inst.ID, s.opts.Now()); err == nil {
-			out, err = s.finishDestroy(ctx, term)
-		}
+		out, err = s.destroy(ctx, inst)
 	}
 	if err != nil {
 		rep.Errors = append(rep.Errors, err)

@@ -45,6 +45,9 @@ const (
 	DefaultWarnLead = 10 * time.Minute
 	// DefaultLifetimeInterval is how often the lifetime rules are applied.
 	DefaultLifetimeInterval = 15 * time.Second
+	// DefaultDestroyRetry is how long a destroy claimed by one caller is
+	// left to it before the poller claims it and asks the provider again.
+	DefaultDestroyRetry = 30 * time.Second
 	// DefaultOrphanPolicy is what the reconciler does with a provider
 	// instance tagged as ours without a live row.
 	DefaultOrphanPolicy = OrphanDestroy
@@ -90,6 +93,12 @@ type Options struct {
 	// ReconcileInterval is how often the reconciler runs (default
 	// DefaultReconcileInterval).
 	ReconcileInterval time.Duration
+	// DestroyRetry is how long a destroy claimed by one caller (an API
+	// destroy, a lifetime rule, the kill switch) is left to it before the
+	// poller claims it and asks the provider again: the claimant died or
+	// its provider call failed (default DefaultDestroyRetry). Until then
+	// the poller only confirms, so one destroy is one provider call.
+	DestroyRetry time.Duration
 	// OrphanPolicy for provider instances tagged as ours without a live
 	// row: OrphanDestroy (the default) or OrphanLeave (leave it running
 	// and log it for an operator); OrphanAdopt is a deprecated synonym of
@@ -162,7 +171,7 @@ func (o Options) Validate() error {
 		{"SearchTimeout", o.SearchTimeout}, {"CreateTimeout", o.CreateTimeout},
 		{"PollInterval", o.PollInterval}, {"StartTimeout", o.StartTimeout},
 		{"PendingGrace", o.PendingGrace}, {"ReconcileInterval", o.ReconcileInterval},
-		{"KillMargin", o.KillMargin}, {"KillSwitchInterval", o.KillSwitchInterval},
+		{"DestroyRetry", o.DestroyRetry}, {"KillMargin", o.KillMargin}, {"KillSwitchInterval", o.KillSwitchInterval},
 		{"WarnLead", o.WarnLead}, {"LifetimeInterval", o.LifetimeInterval},
 	} {
 		if d.v < 0 {
@@ -203,6 +212,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconcileInterval <= 0 {
 		o.ReconcileInterval = DefaultReconcileInterval
+	}
+	if o.DestroyRetry <= 0 {
+		o.DestroyRetry = DefaultDestroyRetry
 	}
 	if o.KillMargin <= 0 {
 		o.KillMargin = DefaultKillMargin

@@ -13,7 +13,9 @@ import (
 )
 
 // Poll advances every starting instance (to running, with its meter) and
-// confirms every terminating one, once. It runs on one replica at a time.
+// confirms every terminating one, once; it asks the provider again only
+// for a destroy whose claim is older than DestroyRetry (see destroy). It
+// runs on one replica at a time.
 func (s *Service) Poll(ctx context.Context) error {
 	_, err := s.opts.Leader(ctx, "fleet-poll", func(ctx context.Context) error {
 		insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Starting, gpuproxy.Terminating)
@@ -26,7 +28,7 @@ func (s *Service) Poll(ctx context.Context) error {
 			if inst.Status == gpuproxy.Starting {
 				_, err = s.advance(ctx, inst)
 			} else {
-				_, err = s.finishDestroy(ctx, inst)
+				_, err = s.destroy(ctx, inst)
 			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", inst.ID, err))

@@ -278,15 +278,31 @@ func (s *Service) Destroy(ctx context.Context, accountID int64, id string) (gpup
 	if inst.Status == gpuproxy.Terminated || inst.Status == gpuproxy.Failed {
 		return inst, nil
 	}
-	ctx = context.WithoutCancel(ctx)
-	if inst, err = s.store.MarkTerminating(ctx, inst.ID, s.opts.Now()); err != nil {
-		return inst, err
-	}
-	return s.finishDestroy(ctx, inst)
+	return s.destroy(context.WithoutCancel(ctx), inst)
 }
 
-// finishDestroy destroys at the provider, confirms, and closes the row.
-func (s *Service) finishDestroy(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
+// destroy claims inst's destroy and, only if this caller claimed it, asks
+// the provider to destroy; either way it confirms and closes the row once
+// the instance is gone. A terminating row was claimed by another caller
+// (an API destroy, a lifetime rule, the kill switch, on this replica or
+// another): its destroy is left to it, and only confirmed here, until the
+// claim is older than DestroyRetry (the claimant died, or its provider
+// call failed), when one caller takes it over. Without the claim, the
+// poller and a lifetime rule both read the instance as running and both
+// sent a DELETE.
+func (s *Service) destroy(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
+	now := s.opts.Now()
+	inst, claimed, err := s.store.ClaimDestroy(ctx, inst.ID, now, now.Add(-s.opts.DestroyRetry))
+	if err != nil || inst.Status == gpuproxy.Terminated || inst.Status == gpuproxy.Failed {
+		return inst, err
+	}
+	return s.finishDestroy(ctx, inst, claimed)
+}
+
+// finishDestroy confirms a terminating instance's destroy and closes the
+// row once the provider says it is gone; claimed (the caller holds the
+// destroy's claim, see destroy) lets it ask the provider to destroy.
+func (s *Service) finishDestroy(ctx context.Context, inst gpuproxy.Instance, claimed bool) (gpuproxy.Instance, error) {
 	p, ok := s.byName[inst.Provider]
 	if !ok {
 		return inst, gpuproxy.Errorf(gpuproxy.EPROVIDER, "provider %s is not configured", inst.Provider)
@@ -306,7 +322,7 @@ func (s *Service) finishDestroy(ctx context.Context, inst gpuproxy.Instance) (gp
 		return s.markTerminated(ctx, inst.ID, s.opts.Now(), nil, "provider id reused by another instance")
 	case err != nil && providers.KindOf(err) != providers.KindGone:
 		return inst, providers.AsAppError(err)
-	case err == nil && pi.Status != providers.StatusTerminated && pi.Status != providers.StatusTerminating:
+	case err == nil && claimed && pi.Status != providers.StatusTerminated && pi.Status != providers.StatusTerminating:
 		// (Terminating: our earlier destroy is under way; the poller
 		// waits for its confirmation rather than asking again.)
 		if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {

@@ -60,8 +60,12 @@ type Store interface {
 	// MarkFailed moves a pending/starting instance to failed and releases
 	// its hold.
 	MarkFailed(ctx context.Context, id, reason string, now time.Time) (gpuproxy.Instance, error)
-	// MarkTerminating moves an instance to terminating (idempotent).
-	MarkTerminating(ctx context.Context, id string, now time.Time) (gpuproxy.Instance, error)
+	// ClaimDestroy claims an instance's provider destroy: a live instance
+	// becomes terminating, or a terminating one claimed at or before
+	// staleBefore (its updated time) is taken over, the claim time being
+	// now; true only for the one caller that claims. Only the claimant
+	// asks the provider to destroy, so one destroy is one provider call.
+	ClaimDestroy(ctx context.Context, id string, now, staleBefore time.Time) (gpuproxy.Instance, bool, error)
 	// MarkTerminated moves an instance to terminated at `at`: stops its
 	// meter at `at` (never charged after), releases any open hold and
 	// appends refund if not nil — one transaction, idempotent.
