@@ -420,6 +420,13 @@ func (g *ProxyGate) settleDue(all bool) error {
 			if l.pending > 0 && now.Sub(l.retired) < g.lz.settleWait && !all {
 				continue
 			}
+			// From this snapshot of its charges on, the lease is settled
+			// as far as its calls can tell: one that ends now is amended
+			// (Pass.Settle), not counted into charges already taken. Marked
+			// only once the write succeeded, a call ending during the
+			// write was dropped from the charges and its lease charged it
+			// at its admitted cost for good.
+			l.settled = true
 			due = append(due, l)
 			charges = append(charges, l.charges())
 		}
@@ -467,7 +474,8 @@ func (l *lease) charges() []LeaseCharge {
 
 // settle charges a retired lease's used part and releases the rest, in one
 // store transaction; on failure the lease stays retired and is tried again
-// at Run's next tick or by Close (its hold keeps counting meanwhile).
+// at Run's next tick or by Close (its hold keeps counting meanwhile), with
+// the same charges: its calls ending meanwhile are amended.
 func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
@@ -476,7 +484,6 @@ func (g *ProxyGate) settle(la *leaseAcct, l *lease, charges []LeaseCharge, now t
 		return fmt.Errorf("settling lease %d: %w", l.holdID, err)
 	}
 	la.mu.Lock()
-	l.settled = true
 	for i, r := range la.retired {
 		if r == l {
 			la.retired = append(la.retired[:i], la.retired[i+1:]...)

@@ -136,7 +136,9 @@ func (p *Proxy) reserve(x *exchange, price gpuproxy.TokenPrice) error {
 func (p *Proxy) unprice(rid, instanceID string) {
 	if v, ok := p.priced.LoadAndDelete(rid); ok {
 		p.pricedN.Add(-1)
-		v.(*pricedCall).pass.Done(instanceID, false)
+		// Settled at nothing: refunded by an amend if its lease was settled
+		// meanwhile (Done would leave it charged at its admitted cost).
+		v.(*pricedCall).pass.Settle(instanceID, rid, 0)
 	}
 }
 
