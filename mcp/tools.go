@@ -100,7 +100,8 @@ func (s *Server) toolSpecs() []toolSpec {
 			Name:  "check_spending_limit",
 			Title: "Check a cost against the limits",
 			Description: "Would a cost be admitted right now? Checks estimated_cost against every spending window " +
-				"(spent + committed + held + cost ≤ limit) without holding anything, and says per window whether it would " +
+				"(spent + committed + held + cost ≤ limit — the one rule every cost is admitted by: creates, proxy request " +
+				"costs and per-token reservations alike) without holding anything, and says per window whether it would " +
 				"exceed. For a vast.ai instance the cost is its price per hour × the 1-hour horizon; for io.net the quoted total.",
 			InputSchema: object(required("estimated_cost",
 				number("the cost to check, in US dollars (e.g. 2.5)", 0, 1e9))),
