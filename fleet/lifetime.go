@@ -60,8 +60,14 @@ func (s *Service) resolveLifetime(p gpuproxy.LifetimePolicy, cur *gpuproxy.Lifet
 		out = gpuproxy.Lifetime{IdleTimeout: bounded(defIdle, p.MaxIdleTimeout), MaxDuration: bounded(defMax, p.MaxMaxDuration),
 			IdleGrace: max(s.opts.DefaultIdleGrace, 0), IdleAction: gpuproxy.IdleStop}
 	}
+	// Only the account's own default makes a rule one a key may not
+	// remove: the service-wide default is no policy ("0" means none).
+	var polIdle time.Duration
+	if p.DefaultIdleTimeout != nil {
+		polIdle = *p.DefaultIdleTimeout
+	}
 	var err error
-	if out.IdleTimeout, err = ruleDuration("idle_timeout", req.IdleTimeout, out.IdleTimeout, defIdle, p.MaxIdleTimeout,
+	if out.IdleTimeout, err = ruleDuration("idle_timeout", req.IdleTimeout, out.IdleTimeout, polIdle, p.MaxIdleTimeout,
 		"max_idle_timeout"); err != nil {
 		return out, err
 	}

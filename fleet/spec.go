@@ -56,8 +56,9 @@ type Spec struct {
 	MaxAttempts int
 }
 
-// validate checks the spec, naming the field (as "spec.<field>"), and
-// fills its defaults.
+// validate checks the spec, naming the field (as "spec.<field>") and its
+// range from SpecRules, and fills its defaults: a zero count here is a
+// field left out (the JSON check of a create refuses an explicit 0).
 func (sp *Spec) validate(known []string) error {
 	if sp.NumGPUs == 0 {
 		sp.NumGPUs = 1
@@ -65,39 +66,31 @@ func (sp *Spec) validate(known []string) error {
 	if sp.MaxAttempts == 0 {
 		sp.MaxAttempts = DefaultMaxAttempts
 	}
-	switch {
-	case sp.MaxPricePerHour <= 0:
-		return gpuproxy.Invalid("spec.max_price_per_hour", "is required: the most you accept per hour for the whole instance, in USD (e.g. 1.50)")
-	case sp.MaxPricePerHour > 10_000*gpuproxy.MicrosPerUSD:
-		return gpuproxy.Invalid("spec.max_price_per_hour", "must be at most 10000 USD/hour, got %s", sp.MaxPricePerHour)
-	case len(sp.GPU) > 20:
-		return gpuproxy.Invalid("spec.gpu", "at most 20 names, got %d", len(sp.GPU))
-	case sp.MinVRAMGB < 0 || sp.MinVRAMGB > 10000:
-		return gpuproxy.Invalid("spec.min_vram_gb", "must be between 0 and 10000 GB, got %s", ftoa(sp.MinVRAMGB))
-	case sp.NumGPUs < 1 || sp.NumGPUs > 64:
-		return gpuproxy.Invalid("spec.num_gpus", "must be between 1 and 64, got %d", sp.NumGPUs)
-	case sp.MinReliability < 0 || sp.MinReliability > 1:
-		return gpuproxy.Invalid("spec.min_reliability", "must be between 0 and 1, got %s", ftoa(sp.MinReliability))
-	case len(sp.Locations) > 50:
-		return gpuproxy.Invalid("spec.locations", "at most 50 locations, got %d", len(sp.Locations))
-	case sp.Billing != "" && sp.Billing != BillingHourly && sp.Billing != BillingPrepaid:
+	if sp.MaxPricePerHour == 0 {
+		return gpuproxy.Invalid("spec.max_price_per_hour", "is required: the most you accept per hour for the whole "+
+			"instance, %s (e.g. 1.50)", SpecRules.Rule("spec.max_price_per_hour").Range())
+	}
+	if sp.Billing == BillingPrepaid && sp.Hours == 0 {
+		return gpuproxy.Invalid("spec.hours", "is required for prepaid billing: the number of hours to pay for, %s",
+			SpecRules.Rule("spec.hours").Range())
+	}
+	for _, err := range []error{
+		SpecRules.Rule("spec.max_price_per_hour").CheckMicros(sp.MaxPricePerHour),
+		SpecRules.Rule("spec.gpu").CheckStrings(sp.GPU),
+		SpecRules.Rule("spec.min_vram_gb").CheckFloat(sp.MinVRAMGB),
+		SpecRules.Rule("spec.num_gpus").CheckInt(int64(sp.NumGPUs)),
+		SpecRules.Rule("spec.min_reliability").CheckFloat(sp.MinReliability),
+		SpecRules.Rule("spec.locations").CheckStrings(sp.Locations),
+		SpecRules.Rule("spec.providers").CheckStrings(sp.Providers),
+		hoursUnlessUnset(sp.Hours),
+		SpecRules.Rule("spec.max_attempts").CheckInt(int64(sp.MaxAttempts)),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if sp.Billing != "" && sp.Billing != BillingHourly && sp.Billing != BillingPrepaid {
 		return gpuproxy.Invalid("spec.billing", "must be %q or %q, got %q", BillingHourly, BillingPrepaid, sp.Billing)
-	case sp.Billing == BillingPrepaid && sp.Hours == 0:
-		return gpuproxy.Invalid("spec.hours", "is required for prepaid billing: the number of hours to pay for, 1 to %d", MaxHours)
-	case sp.Hours < 0 || sp.Hours > MaxHours:
-		return gpuproxy.Invalid("spec.hours", "must be between 1 and %d, got %d", MaxHours, sp.Hours)
-	case sp.MaxAttempts < 1 || sp.MaxAttempts > MaxMaxAttempts:
-		return gpuproxy.Invalid("spec.max_attempts", "must be between 1 and %d, got %d", MaxMaxAttempts, sp.MaxAttempts)
-	}
-	for _, g := range sp.GPU {
-		if strings.TrimSpace(g) == "" || len(g) > 100 {
-			return gpuproxy.Invalid("spec.gpu", "names are 1-100 characters, got %q", g)
-		}
-	}
-	for _, l := range sp.Locations {
-		if strings.TrimSpace(l) == "" || len(l) > 100 {
-			return gpuproxy.Invalid("spec.locations", "locations are 1-100 characters, got %q", l)
-		}
 	}
 	for _, p := range sp.Providers {
 		if !contains(known, p) {
@@ -105,6 +98,15 @@ func (sp *Spec) validate(known []string) error {
 		}
 	}
 	return nil
+}
+
+// hoursUnlessUnset checks spec.hours when it is set (0: unset, not
+// prepaid).
+func hoursUnlessUnset(h int) error {
+	if h == 0 {
+		return nil
+	}
+	return SpecRules.Rule("spec.hours").CheckInt(int64(h))
 }
 
 // Fingerprint identifies the create — the offer or the spec, and image,

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,7 +84,7 @@ func (s *Server) createInstance(c echo.Context) error {
 		Spec *specJSON `json:"spec"`
 		lifetimeJSON
 	}
-	if err := bind(c, &req); err != nil {
+	if err := bindChecked(c, &req, fleet.CreateRules); err != nil {
 		return err
 	}
 	p := principal(c)
@@ -144,6 +146,22 @@ func (s *Server) deleteInstance(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+}
+
+// bindChecked binds the request's JSON body to v after checking its
+// fields against rules (the domain's table: type, range, zero), so a
+// value out of range or of the wrong type is refused naming the field
+// and its range before anything is decoded or admitted.
+func bindChecked(c echo.Context, v any, rules gpuproxy.FieldRules) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if err := rules.Check(b); err != nil {
+		return err
+	}
+	c.Request().Body = io.NopCloser(bytes.NewReader(b))
+	return bind(c, v)
 }
 
 // specJSON is a rent-by-spec request's spec (fleet.Spec): gpu is one name
@@ -236,7 +254,7 @@ func (d *duration) parse(field string) (*time.Duration, error) {
 
 func (s *Server) updateInstance(c echo.Context) error {
 	var req lifetimeJSON
-	if err := bind(c, &req); err != nil {
+	if err := bindChecked(c, &req, fleet.LifetimeRules); err != nil {
 		return err
 	}
 	lr, err := req.request()

@@ -1,0 +1,75 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/aiserve/gpuproxy"
+)
+
+// Bounds of the lifetime rules a create or an update may ask for.
+const (
+	// MaxIdleTimeout bounds idle_timeout (30 days).
+	MaxIdleTimeout = 30 * 24 * time.Hour
+	// MaxLifetimeDuration bounds max_duration (a year).
+	MaxLifetimeDuration = 365 * 24 * time.Hour
+	// MaxIdleGrace bounds idle_grace.
+	MaxIdleGrace = 24 * time.Hour
+	// MaxPricePerHourUSD bounds spec.max_price_per_hour.
+	MaxPricePerHourUSD = 10_000
+)
+
+// SpecRules are the rules of a rent spec's numeric and list fields, named
+// as a create (and a service definition) writes them: spec.<field>. A
+// count of 0 (spec.num_gpus, spec.max_attempts, spec.hours) is refused:
+// leave the field out for its default.
+var SpecRules = gpuproxy.FieldRules{
+	{Name: "spec.gpu", Kind: gpuproxy.FieldStrings, MaxItems: 20, MaxLen: 100},
+	{Name: "spec.min_vram_gb", Kind: gpuproxy.FieldNumber, Min: 0, Max: 10000, Unit: "GB"},
+	{Name: "spec.num_gpus", Kind: gpuproxy.FieldInteger, Min: 1, Max: 64},
+	{Name: "spec.max_price_per_hour", Kind: gpuproxy.FieldUSD, Min: 0, Max: MaxPricePerHourUSD},
+	{Name: "spec.providers", Kind: gpuproxy.FieldStrings, MaxItems: 10, MaxLen: 100},
+	{Name: "spec.min_reliability", Kind: gpuproxy.FieldNumber, Min: 0, Max: 1},
+	{Name: "spec.locations", Kind: gpuproxy.FieldStrings, MaxItems: 50, MaxLen: 100},
+	{Name: "spec.hours", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxHours},
+	{Name: "spec.max_attempts", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxMaxAttempts},
+}
+
+// LifetimeRules are the rules of an instance's lifetime fields, at create
+// and on PATCH; the account's policy may bound them further.
+var LifetimeRules = gpuproxy.FieldRules{
+	{Name: "max_duration", Kind: gpuproxy.FieldDuration, MinDuration: MinLifetimeDuration,
+		MaxDuration: MaxLifetimeDuration, Zero: "none"},
+	{Name: "idle_timeout", Kind: gpuproxy.FieldDuration, MinDuration: MinLifetimeDuration,
+		MaxDuration: MaxIdleTimeout, Zero: "none"},
+	{Name: "idle_grace", Kind: gpuproxy.FieldDuration, MinDuration: 0, MaxDuration: MaxIdleGrace},
+	{Name: "spend_cap", Kind: gpuproxy.FieldUSD, Min: 0, Max: float64(gpuproxy.MaxMicros) / gpuproxy.MicrosPerUSD,
+		Zero: "none"},
+}
+
+// CreateRules are the rules of an instance create's fields: hours, the
+// spec's and the lifetime's.
+var CreateRules = concatRules(gpuproxy.FieldRules{
+	{Name: "hours", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxHours},
+}, SpecRules, LifetimeRules)
+
+func concatRules(tables ...gpuproxy.FieldRules) gpuproxy.FieldRules {
+	var out gpuproxy.FieldRules
+	for _, t := range tables {
+		out = append(out, t...)
+	}
+	return out
+}
+
+// CheckLifetime checks lifetime rules against the account's policy as a
+// create would apply them, without creating anything: a service checks
+// its replicas' rules when it is defined or changed, so a rule the policy
+// refuses is a 400 then, not a rent refused on every retry.
+func (s *Service) CheckLifetime(ctx context.Context, accountID int64, req LifetimeRequest) error {
+	p, err := s.store.LifetimePolicy(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	_, err = s.resolveLifetime(p, nil, req, "")
+	return err
+}
