@@ -218,11 +218,14 @@ func TestPerRequestCostIsCharged(t *testing.T) {
 	if page.Totals.Cost != 7*cost || page.Totals.Requests != 8 {
 		t.Fatalf("usage totals = %+v", page.Totals)
 	}
-	if err := e.proxy.Close(context.Background()); err != nil {
+	// Bounded: a settlement that keeps failing fails the test, not hangs it.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.proxy.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The ledger is charged when the gate settles its budget lease.
-	if err := e.gate.Close(context.Background()); err != nil {
+	if err := e.gate.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tot, err := e.store.Totals(context.Background(), billing.Filter{AccountID: e.acct.ID, InstanceID: "gpi_paid"})
