@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -32,6 +33,10 @@ type size struct {
 	// those with traffic are proxied to before they go idle.
 	idle        map[int]string
 	idleTraffic time.Duration
+	// cutFor is how long the partition phase (partition_test.go) cuts
+	// cutReplica off from Postgres: longer than the lease expiry plus two
+	// reconciler rounds.
+	cutFor time.Duration
 }
 
 var sizes = map[string]size{
@@ -43,11 +48,11 @@ var sizes = map[string]size{
 	// running + idle timeout) is still caught.
 	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24, tokensPerWave: 40,
 		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second,
-		idle: map[int]string{0: "traffic", 1: "quiet", 2: "quiet"}, idleTraffic: 4 * time.Second},
+		idle: map[int]string{0: "traffic", 1: "quiet", 2: "quiet"}, idleTraffic: 4 * time.Second, cutFor: 10 * time.Second},
 	// full: traffic longer than the idle timeout, across later chaos.
 	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30, tokensPerWave: 80,
 		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second,
-		idle: map[int]string{1: "traffic", 2: "all", 4: "all", 6: "quiet"}, idleTraffic: 15 * time.Second},
+		idle: map[int]string{1: "traffic", 2: "all", 4: "all", 6: "quiet"}, idleTraffic: 15 * time.Second, cutFor: 14 * time.Second},
 }
 
 // The attack's settings: short intervals so the background loops run many
@@ -126,6 +131,16 @@ func TestAttack(t *testing.T) {
 	pg := startCluster(t, "gpuproxy")
 	dbURL := pg.url("gpuproxy")
 	t.Logf("own Postgres cluster on 127.0.0.1:%d (%s), data in %s", pg.port, pg.bin, pg.dir)
+	// The cut replica's path to it, through a network namespace of the
+	// harness's own (partnet_test.go).
+	var pnet *partitionNet
+	if sz.cutFor > 0 {
+		if pnet, err = setUpPartitionNet(pg.port); err != nil {
+			t.Fatalf("the partition's path to Postgres: %v", err)
+		}
+		t.Cleanup(pnet.close)
+		t.Logf("replica%d reaches Postgres through %s", cutReplica, pnet.describe())
+	}
 
 	sim, senv, simDropped, err := startSim(dir, simBin, simStart, offerChurn)
 	if err != nil {
@@ -232,6 +247,10 @@ func TestAttack(t *testing.T) {
 			t.Fatal(err)
 		}
 		replicas[i] = &replica{idx: i, port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+		if pnet != nil && i == cutReplica {
+			cutURL := strings.Replace(dbURL, fmt.Sprintf("127.0.0.1:%d", pg.port), pnet.host(), 1)
+			replicas[i].env = []string{"DATABASE_URL=" + replicaDBURL(cutURL)}
+		}
 	}
 	var wg sync.WaitGroup
 	startErrs := make([]error, len(replicas))
@@ -314,8 +333,13 @@ func TestAttack(t *testing.T) {
 	}
 	proxyInst := prepareProxyInstance(ctx, t, a, apiKeys[proxyAccount], ionet[0])
 	// Token prices (issue 23), if the build gives accounts their own:
-	// atk-tok's instance, its price and its tight window.
-	tl, why, err := startTokens(ctx, t, a, run, dbURL, ionet[0], tokProcs(sz))
+	// atk-tok's running vast.ai instance (its hour committed: the dearest
+	// under $1, so that its hour is several times a request's reserved
+	// cost and a lease that fills it shows), its price and its tight
+	// window.
+	dearVast := slices.Clone(vast)
+	sort.Slice(dearVast, func(i, j int) bool { return dearVast[i].PricePerHour > dearVast[j].PricePerHour })
+	tl, why, err := startTokens(ctx, t, a, run, dbURL, dearVast, tokProcs(sz))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,6 +507,24 @@ func TestAttack(t *testing.T) {
 		rep.lifetimeWait = time.Since(lifeStart)
 	}
 
+	// The partition: token-priced calls flow while cutReplica's packets
+	// to Postgres are dropped for longer than a lease's expiry.
+	var cut chaosMark
+	cutProc, cutKey := "", ""
+	if pnet != nil && tl != nil {
+		r := replicas[cutReplica]
+		gen := r.generation()
+		cutProc, cutKey = fmt.Sprintf("%s#%d", r.name(), gen), tl.keyFor(r, gen).id
+		pl := &partitionLoad{net: pnet, cutFor: sz.cutFor}
+		if cut, err = pl.run(ctx, a, tl, sz.waves, sz.waves*sz.tokensPerWave); err != nil {
+			t.Fatalf("partition: %v", err)
+		}
+		rep.addChaos(fmt.Sprintf("partition: %s cut from Postgres for %s (%s), calls flowing", cutProc,
+			cut.to.Sub(cut.from).Round(time.Millisecond), pnet.mode), cut)
+	} else if pnet != nil {
+		t.Logf("no token phase: the partition phase left out")
+	}
+
 	// Settle: nothing in flight, expired leases released, meters charged.
 	settleStart := time.Now()
 	// A killed replica's leases are released only by the reconciler, once
@@ -630,6 +672,12 @@ func TestAttack(t *testing.T) {
 			}
 		}
 		rep.tokFigures = tr.check(&v)
+		dumpTokenRows(filepath.Join(dir, "tokens-ledger.txt"), tr)
+		if cutProc != "" {
+			pr := partitionRun{cut: cut, proc: cutProc, keyID: cutKey, wave: sz.waves, reqs: tr.reqs, holds: holds,
+				ledger: tr.ledger, expiry: leaseExpiry, mode: pnet.mode, netDesc: pnet.describe()}
+			rep.partFigures, rep.partProc = pr.check(&v), cutProc
+		}
 	}
 	// The keys: attributed to their creator, refusals naming the right
 	// window, every key's own windows contested, proxy keys within room.

@@ -316,13 +316,15 @@ type replica struct {
 	starts   int
 	lastKill time.Time
 	killed   []string // processes killed with SIGKILL, "replica2#1"
+	env      []string // its own variables, after the shared ones (the cut replica's DATABASE_URL)
 }
 
 func (r *replica) name() string { return fmt.Sprintf("replica%d", r.idx) }
 
 // start starts the replica and waits until /health answers.
 func (r *replica) start(dir, bin, cfg string, env []string) error {
-	p, err := startProc(dir, r.name(), bin, []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", r.port), "-c", cfg}, env)
+	p, err := startProc(dir, r.name(), bin, []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", r.port), "-c", cfg},
+		slices.Concat(env, r.env))
 	if err != nil {
 		return err
 	}

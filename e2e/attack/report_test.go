@@ -43,6 +43,8 @@ type report struct {
 	svcFigures                  *serviceFigures
 	tok                         *tokenLoad // nil: the build has no account token prices
 	tokFigures                  *tokenFigures
+	partFigures                 *partitionFigures // the partition phase's (nil: none ran)
+	partProc                    string            // the process it cut
 
 	lifetimeWait time.Duration
 
@@ -161,6 +163,9 @@ func (r *report) String() string {
 	if r.svc != nil && r.svcFigures != nil {
 		r.svcFigures.report(p, r.svc)
 		p("")
+	}
+	if r.partFigures != nil {
+		r.partFigures.report(p, r.partProc)
 	}
 	if r.tok != nil && r.tokFigures != nil {
 		r.tokFigures.report(p, r.tok, r.waves)

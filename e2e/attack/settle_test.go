@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -30,6 +31,35 @@ func prepareProxyInstance(ctx context.Context, t *testing.T, a *api, key string,
 	}
 	t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
 	return instance{}
+}
+
+// rentRunning rents the first of offers (at most tries of them) that is
+// still there, for one hour, and waits until it runs.
+func rentRunning(ctx context.Context, a *api, key string, offers []offer, tries int) (instance, error) {
+	var last string
+	for i, o := range offers {
+		if i == tries {
+			break
+		}
+		res := a.create(ctx, i, key, o, 1, fmt.Sprintf("atk-rent-%s-%d", o.OfferID, i))
+		if res.inst.ID == "" {
+			last = fmt.Sprintf("%s %s: %s", o.Provider, o.OfferID, res.final)
+			continue
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			inst, r := a.get(ctx, 0, key, res.inst.ID)
+			if r.status == http.StatusOK && inst.Status == "running" {
+				return inst, nil
+			}
+			if inst.Status == "failed" || inst.Status == "terminated" {
+				return instance{}, fmt.Errorf("instance %s is %s: %s", inst.ID, inst.Status, r)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return instance{}, fmt.Errorf("instance %s not running within 30s", res.inst.ID)
+	}
+	return instance{}, fmt.Errorf("no offer rented (last: %s)", last)
 }
 
 // waitSettled polls until no instance is in flight, every stopped meter is

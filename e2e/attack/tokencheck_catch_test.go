@@ -116,10 +116,13 @@ func cleanTokenRun() tokenRun {
 	for _, e := range ledger {
 		spent += e.spend
 	}
-	final := windowFigures{account: tokAccount, minutes: 60, limit: 2_500_000, spent: spent}
-	final.over = final.spent - final.limit
-	peak := windowFigures{account: tokAccount, minutes: 60, limit: 1_500_000, spent: 700_000, held: 790_000}
-	peak.over = peak.spent + peak.held - peak.limit
+	// The account's running vast.ai instance: $0.40 an hour committed,
+	// $0.005 of it metered so far.
+	final := windowFigures{account: tokAccount, minutes: 60, limit: 2_900_000, spent: spent, commit: 400_000, metered: 5_000}
+	final.over = final.spent + final.commit - final.limit
+	peak := windowFigures{account: tokAccount, minutes: 60, limit: 1_500_000, spent: 700_000, held: 390_000, commit: 400_000,
+		metered: 5_000}
+	peak.over = peak.spent + peak.held + peak.commit - peak.limit
 	return tokenRun{keys: catchTokKeys, instID: catchTokInst, price: price, reqs: reqs, records: records, holds: holds,
 		ledger: ledger, final: final, peak: &peak, killed: []string{"replica2#1"}, replicas: 3,
 		chaos: []chaosMark{{what: "kill", from: at(10100 * time.Millisecond), to: at(11100 * time.Millisecond)}}}
@@ -169,6 +172,13 @@ func TestTokenChecksCatchBrokenPromises(t *testing.T) {
 			tr.peak.over += 20_001
 		}, "passed its limit at a sample"},
 		{"the window never sampled", func(tr *tokenRun) { tr.peak = nil }, "the sampler never read"},
+		{"leases filled the running instance's committed hour (spent + held = limit)", func(tr *tokenRun) {
+			tr.peak.held = tr.peak.limit - tr.peak.spent
+			tr.peak.over = tr.peak.spent + tr.peak.held + tr.peak.commit - tr.peak.limit
+		}, "passed its limit at a sample"},
+		{"the final window without the running instance's committed hour", func(tr *tokenRun) {
+			tr.final.commit = 0
+		}, "nothing committed at the end"},
 		{"a record charged more than its counted tokens", func(tr *tokenRun) {
 			record(tr, "atk-tok-0.0").cost += 1_000
 			tr.ledger[1].amount += 1_000

@@ -40,16 +40,23 @@ import (
 // bounded on its own while every other process's charges must equal its
 // records to the micro-dollar.
 //
+// The account owns a running vast.ai instance (time-billed: its meter
+// runs, and its price for the admission horizon is committed), the case
+// issue 29 found: a proxy charge spends the money a running instance was
+// promised, so leases and token admissions must count the committed
+// hour like creates do. The window is that hour plus the room of the
+// bursts, and what every sample must show is spent + held + committed ≤
+// limit (allowing only the metered burn, as for every window: the
+// committed hour is consumed as it is metered). A build that admits
+// proxy costs on spent + held alone fills the committed hour too.
+//
 // Why the instance proxy and the account's own price rather than a
 // service with a price of its own: the account's price prices that
 // account's calls only, so every other phase keeps its $0.01 a call
 // (proxy.token_price would reprice the proxy phase, the lifetime traffic
-// and the service's chat); the instance is io.net's, prepaid (its hour
-// charged at creation, no meter), so the window holds that charge and the
-// token charges and nothing else — spent + held ≤ limit is exact, with
-// no committed burn to allow for; and no second service rents a GPU by
-// spec from the market the by-spec herd and the services phase contest
-// (the services phase sizes its key's window from what is listed). A
+// and the service's chat); and no second service rents a GPU by spec
+// from the market the by-spec herd and the services phase contest (the
+// services phase sizes its key's window from what is listed). A
 // service's own price is the same admission and settlement code
 // (proxy.reserve, settlePriced) behind another router; its in-process
 // proof over four replicas is services/tokens_test.go.
@@ -65,9 +72,10 @@ const (
 	tokInPer1M  = 1000
 	tokOutPer1M = 4000
 	// tokSetupLimit is the account's 60-minute window (USD) while its
-	// instance is created; then it becomes the instance's prepaid hour
-	// plus tokRoom, and tokRaise more before every later wave: a burst
-	// asks for several times that.
+	// instance is created; then it becomes what it has spent (the
+	// instance's metered minutes) plus the instance's committed hour plus
+	// tokRoom, and tokRaise more before every later wave: a burst asks for
+	// several times that.
 	tokSetupLimit = 5.0
 	tokRoom       = 1.2
 	tokRaise      = 1.0
@@ -137,6 +145,7 @@ type tokReq struct {
 	prompt      int64
 	completion  int64 // tokens the answer delivered: usage (plain), content chunks (stream)
 	usageInSSE  bool  // a stream carried a usage chunk the client did not ask for
+	probe       bool  // the partition phase's, sent to the cut replica only
 	refusal     *tokRefusal
 	promptWords int64
 }
@@ -151,7 +160,8 @@ type tokenLoad struct {
 	creator      tokKey             // created the instance; sends nothing
 	keys         map[string]*tokKey // by the process that sends with it: "replica2#1"
 	inst         instance
-	prior        int64 // the instance's prepaid hour: the account's spend before the bursts
+	prior        int64 // the account's spend before the bursts (its instance's metered minutes)
+	commit       int64 // the running instance's committed hour (price × horizon)
 	room0, raise int64
 
 	mu   sync.Mutex
@@ -159,15 +169,18 @@ type tokenLoad struct {
 }
 
 // limitAt is the account's 60-minute window in wave w.
-func (tl *tokenLoad) limitAt(wave int) int64 { return tl.prior + tl.room0 + int64(wave)*tl.raise }
+func (tl *tokenLoad) limitAt(wave int) int64 {
+	return tl.prior + tl.commit + tl.room0 + int64(wave)*tl.raise
+}
 
 // startTokens sets up the account (through the CLI), gives it its price
 // through the admin API (a build without account prices refuses
 // token_price as an unknown field: the phase is left out, nil and why),
-// rents its instance and sets its window to the prepaid hour plus
-// tokRoom. Each replica process gets a key: procs lists them, the first
+// rents its vast.ai instance (the first of offers that is still there)
+// and, once it runs, sets its window to its spend plus the committed hour
+// plus tokRoom. Each replica process gets a key: procs lists them, the first
 // process of every replica and those its restarts may start.
-func startTokens(ctx context.Context, t *testing.T, a *api, run func(args ...string) string, dbURL string, o offer,
+func startTokens(ctx context.Context, t *testing.T, a *api, run func(args ...string) string, dbURL string, offers []offer,
 	procs []string) (*tokenLoad, string, error) {
 	tl := &tokenLoad{price: tokenPrice{tokInPer1M * 1_000_000, tokOutPer1M * 1_000_000},
 		room0: micros(tokRoom), raise: micros(tokRaise), keys: map[string]*tokKey{}, creator: tokKey{name: "attack tokens"}}
@@ -209,10 +222,21 @@ func startTokens(ctx context.Context, t *testing.T, a *api, run func(args ...str
 	default:
 		return nil, "", fmt.Errorf("setting %s's token price: %s", tokAccount, r)
 	}
-	tl.inst = prepareProxyInstance(ctx, t, a, tl.creator.secret, o)
+	var err error
+	if tl.inst, err = rentRunning(ctx, a, tl.creator.secret, offers, 6); err != nil {
+		return nil, "", fmt.Errorf("renting %s's instance: %w", tokAccount, err)
+	}
 	st, err := readState(ctx, dbURL)
 	if err != nil {
 		return nil, "", err
+	}
+	for _, m := range st.meters {
+		if m.instanceID == tl.inst.ID && !m.stopped {
+			tl.commit += m.price * int64(horizon/time.Microsecond) / hourUS
+		}
+	}
+	if tl.commit == 0 {
+		return nil, "", fmt.Errorf("%s's instance %s runs without an open meter: nothing is committed", tokAccount, tl.inst.ID)
 	}
 	for _, k := range append([]*tokKey{&tl.creator}, tl.sortedKeys()...) {
 		row := st.keyNamed(tokAccount, k.name)
@@ -358,7 +382,11 @@ func admittedCost(p tokenPrice, bodyLen int, stream bool, maxTokens int) int64 {
 // completion with max_tokens, streamed when n is odd, with its own
 // X-Request-Id, and reads the answer to its end.
 func (tl *tokenLoad) call(ctx context.Context, a *api, n, try, wave int) (q tokReq) {
-	rp := a.replicas[(n+try)%len(a.replicas)]
+	return tl.callOn(ctx, a, a.replicas[(n+try)%len(a.replicas)], n, try, wave)
+}
+
+// callOn is call, sent to replica rp.
+func (tl *tokenLoad) callOn(ctx context.Context, a *api, rp *replica, n, try, wave int) (q tokReq) {
 	q = tokReq{n: n, try: try, wave: wave, rid: fmt.Sprintf("atk-tok-%d.%d", n, try), stream: n%2 == 1,
 		maxTokens: tokMaxTokens[(n/2)%len(tokMaxTokens)], replica: rp.idx, promptWords: tokPromptWords}
 	content := "tok" + strconv.Itoa(n) + strings.Repeat(" w", tokPromptWords-1)
