@@ -141,3 +141,19 @@ type ServiceLoad struct {
 	Inflight  int
 	At        time.Time
 }
+
+// ServiceBlock is the services controller's record of a service's
+// refused rents, kept in the store so that whichever gpuproxy replica
+// leads next honours the backoff.
+type ServiceBlock struct {
+	// Refused counts every rent of the service ever refused: it numbers
+	// the next rent's idempotency key (a refused call's outcome is kept
+	// under its key).
+	Refused int
+	// Streak counts the refusals in a row since the last rent that
+	// succeeded or the last change of the service: the backoff's
+	// exponent.
+	Streak int
+	// Until is when the next rent may be tried (zero: now).
+	Until time.Time
+}

@@ -465,6 +465,25 @@ func (s *Store) Replicas(ctx context.Context, serviceID string) ([]gpuproxy.Repl
 	return scanAll(r, err, func(r rows) (gpuproxy.Replica, error) { return scanReplica(r) })
 }
 
+// ReplicaInstances returns, in one query, the instances of service
+// serviceID's replicas that are not gone, keyed by instance id: only the
+// service's account's instances (a replica whose instance is missing is
+// not in the map).
+func (s *Store) ReplicaInstances(ctx context.Context, serviceID string) (map[string]gpuproxy.Instance, error) {
+	r, err := s.pool().query(ctx, "SELECT "+instanceCols+` FROM instances
+		WHERE id IN (SELECT instance_id FROM service_replicas WHERE service_id = $1 AND state <> 'gone')
+		AND account_id = (SELECT account_id FROM services WHERE id = $1)`, serviceID)
+	ins, err := scanAll(r, err, func(r rows) (gpuproxy.Instance, error) { return scanInstance(r) })
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]gpuproxy.Instance, len(ins))
+	for _, in := range ins {
+		out[in.ID] = in
+	}
+	return out, nil
+}
+
 // ReplicasEver counts every replica the service ever had, gone ones
 // included: the controller numbers its rents with it.
 func (s *Store) ReplicasEver(ctx context.Context, serviceID string) (int, error) {
@@ -481,6 +500,46 @@ func (s *Store) AccountReplicas(ctx context.Context, accountID int64) ([]gpuprox
 		WHERE r.account_id = $1 AND r.state <> 'gone' AND s.account_id = $1 AND s.state = 'active'
 		ORDER BY r.service_id, r.created_us, r.instance_id`, accountID)
 	return scanAll(r, err, func(r rows) (gpuproxy.Replica, error) { return scanReplica(r) })
+}
+
+// ServiceBlock returns the record of service id's refused rents (zero
+// when none was ever refused).
+func (s *Store) ServiceBlock(ctx context.Context, id string) (gpuproxy.ServiceBlock, error) {
+	var b gpuproxy.ServiceBlock
+	var until int64
+	err := s.pool().queryRow(ctx, "SELECT refused, streak, until_us FROM service_blocks WHERE service_id = $1", id).
+		Scan(&b.Refused, &b.Streak, &until)
+	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
+		return gpuproxy.ServiceBlock{}, nil
+	} else if err != nil {
+		return gpuproxy.ServiceBlock{}, err
+	}
+	if until != 0 {
+		b.Until = fromUS(until)
+	}
+	return b, nil
+}
+
+// SetServiceBlock records service id's refused rents (b replaces what was
+// stored).
+func (s *Store) SetServiceBlock(ctx context.Context, id string, b gpuproxy.ServiceBlock) error {
+	if b.Refused < 0 || b.Streak < 0 {
+		return gpuproxy.Invalid("refused", "must not be negative")
+	}
+	var until int64
+	if !b.Until.IsZero() {
+		until = us(b.Until)
+	}
+	_, err := s.pool().exec(ctx, `INSERT INTO service_blocks (service_id, refused, streak, until_us) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (service_id) DO UPDATE SET refused = excluded.refused, streak = excluded.streak, until_us = excluded.until_us`,
+		id, b.Refused, b.Streak, until)
+	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ECONFLICT || gpuproxy.ErrorCode(err) == gpuproxy.EINVALID {
+		// The foreign key: no such service.
+		if _, serr := s.ServiceByID(ctx, id); serr != nil {
+			return serr
+		}
+	}
+	return err
 }
 
 const serviceEventCols = "id, service_id, account_id, kind, instance_id, message, at_us"
