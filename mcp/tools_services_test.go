@@ -244,7 +244,7 @@ func TestCreateServiceErrors(t *testing.T) {
 			"(invalid): replicas.max: must be between replicas.min (3) and 64, got 2"},
 		{llama(map[string]any{"readiness": map[string]any{"path": "health"}}),
 			`(invalid): readiness.path: must be a path starting with /, got "health"`},
-		{llama(map[string]any{"queue_timeout": "20m"}), "(invalid): queue_timeout: must be between 0s and 10m, got 20m"},
+		{llama(map[string]any{"queue_timeout": "20m"}), `(invalid): queue_timeout: must be a duration such as "30s" or "8h", from 0s to 10m, got "20m"`},
 		{llama(map[string]any{"scale": map[string]any{"target_inflight_per_replica": 0}}),
 			"argument scale.target_inflight_per_replica must be at least 1"},
 		{llama(map[string]any{"replica": 2}), "unknown argument replica"},

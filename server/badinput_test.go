@@ -64,3 +64,64 @@ func TestCreateBadInputSpendsNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestServiceBadInput: a service definition (create or PATCH) with a
+// value out of range, of the wrong type or a fraction is a 400 naming
+// the field and its range on both stores, and a lifetime over the
+// account's policy is refused when the service is defined, naming the
+// field and the account's maximum, not left to fail every rent.
+func TestServiceBadInput(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		e, _ := newServicesEnv(t, k)
+		key, _ := e.key("acme", "engineer")
+		admin, _ := e.key("root", "admin")
+		for _, tc := range []struct {
+			over        map[string]string
+			field, want string
+		}{
+			{map[string]string{"port": "70000"}, "port", "must be an integer from 1 to 65535, got 70000"},
+			{map[string]string{"port": "80.5"}, "port", "an integer from 1 to 65535"},
+			{map[string]string{"spec": `{"max_price_per_hour":-3}`}, "spec.max_price_per_hour", "more than $0 and at most $10,000, got -3"},
+			{map[string]string{"spec": `{"max_price_per_hour":1,"gpu":5}`}, "spec.gpu", "must be a string or an array of"},
+			{map[string]string{"spec": `{"max_price_per_hour":1,"num_gpus":0}`}, "spec.num_gpus", "from 1 to 64, got 0"},
+			{map[string]string{"spec": `{"max_price_per_hour":1,"max_attempts":0}`}, "spec.max_attempts", "from 1 to 20, got 0"},
+			{map[string]string{"replicas": `{"min":1.5}`}, "replicas.min", "an integer from 0 to 64"},
+			{map[string]string{"replicas": `{"max":0}`}, "replicas.max", "an integer from 1 to 64, got 0"},
+			{map[string]string{"lifetime": `{"max_duration":"-1h"}`}, "lifetime.max_duration", "from 10s to 8760h"},
+			{map[string]string{"token_price": `{"input_per_1m":-3}`}, "token_price.input_per_1m", "got -3"},
+		} {
+			body := svcBody(tc.over)
+			r := e.do("POST", "/api/v1/services", key, body)
+			wantField(t, body, r, tc.field)
+			if !strings.Contains(r.ErrMessage(), tc.want) {
+				t.Errorf("%s: %q lacks %q", body, r.ErrMessage(), tc.want)
+			}
+		}
+		if r := e.do("PUT", "/api/v1/accounts/acme/limits", admin, `{"max_max_duration":"24h"}`); r.Status != 200 {
+			t.Fatalf("policy: %d %s", r.Status, r.Body)
+		}
+		body := svcBody(map[string]string{"lifetime": `{"max_duration":"100h"}`})
+		r := e.do("POST", "/api/v1/services", key, body)
+		wantField(t, "create over the policy", r, "lifetime.max_duration")
+		if !strings.Contains(r.ErrMessage(), "max_max_duration") || !strings.Contains(r.ErrMessage(), "24h") {
+			t.Errorf("create over the policy: %q names no maximum", r.ErrMessage())
+		}
+		if r := e.do("GET", "/api/v1/services", key, ""); !strings.Contains(string(r.Body), `"services":[]`) {
+			t.Fatalf("a refused create left a service: %s", r.Body)
+		}
+		if r := e.do("POST", "/api/v1/services", key, svcBody(nil)); r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Body)
+		}
+		for _, tc := range []struct{ patch, field string }{
+			{`{"lifetime":{"max_duration":"100h"}}`, "lifetime.max_duration"},
+			{`{"port":0}`, "port"},
+			{`{"scale":{"target_inflight_per_replica":2.5}}`, "scale.target_inflight_per_replica"},
+			{`{"spec":{"num_gpus":0}}`, "spec.num_gpus"},
+		} {
+			wantField(t, tc.patch, e.do("PATCH", "/api/v1/services/llama", key, tc.patch), tc.field)
+		}
+		if r := e.do("PATCH", "/api/v1/services/llama", key, `{"lifetime":{"max_duration":"12h"}}`); r.Status != 200 {
+			t.Fatalf("within the policy: %d %s", r.Status, r.Body)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package services
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -26,6 +27,33 @@ const (
 	// MaxQueueTimeout bounds queue_timeout.
 	MaxQueueTimeout = 10 * time.Minute
 )
+
+// DefinitionRules are the rules of a definition's numeric, duration and
+// list fields: the spec's as any create's (fleet.SpecRules), and the
+// service's own. DecodeDefinition checks the JSON against them (a create's
+// body and an update's patch alike) before anything is decoded, so REST,
+// MCP and the CLI refuse the same value naming the same field and range.
+var DefinitionRules = append(append(gpuproxy.FieldRules{}, fleet.SpecRules...), gpuproxy.FieldRules{
+	{Name: "port", Kind: gpuproxy.FieldInteger, Min: 1, Max: 65535},
+	{Name: "replicas.min", Kind: gpuproxy.FieldInteger, Min: 0, Max: MaxReplicas},
+	{Name: "replicas.max", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxReplicas},
+	{Name: "readiness.timeout", Kind: gpuproxy.FieldDuration, MinDuration: time.Second, MaxDuration: 5 * time.Minute},
+	{Name: "readiness.initial_delay", Kind: gpuproxy.FieldDuration, MaxDuration: time.Hour},
+	{Name: "scale.target_inflight_per_replica", Kind: gpuproxy.FieldInteger, Min: 1, Max: 10000},
+	{Name: "scale.up_delay", Kind: gpuproxy.FieldDuration, MaxDuration: 24 * time.Hour},
+	{Name: "scale.down_delay", Kind: gpuproxy.FieldDuration, MaxDuration: 24 * time.Hour},
+	{Name: "queue_timeout", Kind: gpuproxy.FieldDuration, MaxDuration: MaxQueueTimeout},
+	{Name: "lifetime.idle_timeout", Kind: gpuproxy.FieldDuration, MinDuration: fleet.MinLifetimeDuration,
+		MaxDuration: fleet.MaxIdleTimeout, Zero: "never"},
+	{Name: "lifetime.max_duration", Kind: gpuproxy.FieldDuration, MinDuration: fleet.MinLifetimeDuration,
+		MaxDuration: fleet.MaxLifetimeDuration, Zero: "none"},
+	{Name: "token_price.input_per_1m", Kind: gpuproxy.FieldUSD, Min: 0, Max: maxTokenPriceUSD, Zero: "free"},
+	{Name: "token_price.output_per_1m", Kind: gpuproxy.FieldUSD, Min: 0, Max: maxTokenPriceUSD, Zero: "free"},
+}...)
+
+// maxTokenPriceUSD bounds a service's token prices (USD per million
+// tokens).
+const maxTokenPriceUSD = float64(gpuproxy.MaxMicros) / gpuproxy.MicrosPerUSD
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62})$`)
 
@@ -121,10 +149,16 @@ func (l *StringList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// rule is the named field's rule in DefinitionRules.
+func rule(name string) gpuproxy.FieldRule { return DefinitionRules.Rule(name) }
+
 // DecodeDefinition reads a definition from JSON, refusing unknown fields
 // and naming the field of a value of the wrong type. Over base (an update:
 // the current definition), fields the JSON leaves out keep their values.
 func DecodeDefinition(b []byte, base *Definition) (Definition, error) {
+	if err := DefinitionRules.Check(b); err != nil {
+		return Definition{}, err
+	}
 	var d Definition
 	if base != nil {
 		d = base.clone()
@@ -171,7 +205,7 @@ func jsonType(t reflect.Type) string {
 	case t == nil:
 		return "value"
 	case t == reflect.TypeFor[StringList]():
-		return "string or list of strings"
+		return "string or an array of strings"
 	case t.Kind() == reflect.String:
 		return "string"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Float64:
@@ -209,8 +243,12 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 	case d.Spec == nil:
 		return s, fleet.Spec{}, gpuproxy.Invalid("spec", "is required: what each replica must be, e.g. "+
 			`{"gpu":"RTX 4090","max_price_per_hour":1.5}`)
-	case d.Port < 1 || d.Port > 65535:
-		return s, fleet.Spec{}, gpuproxy.Invalid("port", "is required: the replica's OpenAI-compatible server port, 1-65535, got %d", d.Port)
+	case d.Port == 0:
+		return s, fleet.Spec{}, gpuproxy.Invalid("port", "is required: the replica's OpenAI-compatible server port, %s",
+			rule("port").Range())
+	}
+	if err := rule("port").CheckInt(int64(d.Port)); err != nil {
+		return s, fleet.Spec{}, err
 	}
 	sp, err := d.Spec.spec()
 	if err != nil {
@@ -235,9 +273,10 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 		if r.Max == 0 && r.Min != nil && *r.Min == 0 {
 			s.MaxReplicas = 1
 		}
+		if err := rule("replicas.min").CheckInt(int64(s.MinReplicas)); err != nil {
+			return s, fleet.Spec{}, err
+		}
 		switch {
-		case s.MinReplicas < 0 || s.MinReplicas > MaxReplicas:
-			return s, fleet.Spec{}, gpuproxy.Invalid("replicas.min", "must be between 0 and %d, got %d", MaxReplicas, s.MinReplicas)
 		case r.Max != 0 && (r.Max < s.MinReplicas || r.Max > MaxReplicas):
 			return s, fleet.Spec{}, gpuproxy.Invalid("replicas.max", "must be between replicas.min (%d) and %d, got %d",
 				s.MinReplicas, MaxReplicas, r.Max)
@@ -250,40 +289,35 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 			}
 			s.Readiness.Path = r.Path
 		}
-		if err := r.Timeout.into("readiness.timeout", &s.Readiness.Timeout, time.Second, 5*time.Minute); err != nil {
+		if err := r.Timeout.into("readiness.timeout", &s.Readiness.Timeout); err != nil {
 			return s, fleet.Spec{}, err
 		}
-		if err := r.InitialDelay.into("readiness.initial_delay", &s.Readiness.InitialDelay, 0, time.Hour); err != nil {
+		if err := r.InitialDelay.into("readiness.initial_delay", &s.Readiness.InitialDelay); err != nil {
 			return s, fleet.Spec{}, err
 		}
 	}
 	if c := d.Scale; c != nil {
 		if c.TargetInflightPerReplica != 0 {
-			if c.TargetInflightPerReplica < 1 || c.TargetInflightPerReplica > 10000 {
-				return s, fleet.Spec{}, gpuproxy.Invalid("scale.target_inflight_per_replica", "must be between 1 and 10000, got %d",
-					c.TargetInflightPerReplica)
+			if err := rule("scale.target_inflight_per_replica").CheckInt(int64(c.TargetInflightPerReplica)); err != nil {
+				return s, fleet.Spec{}, err
 			}
 			s.Scale.TargetInflight = c.TargetInflightPerReplica
 		}
-		if err := c.UpDelay.into("scale.up_delay", &s.Scale.UpDelay, 0, 24*time.Hour); err != nil {
+		if err := c.UpDelay.into("scale.up_delay", &s.Scale.UpDelay); err != nil {
 			return s, fleet.Spec{}, err
 		}
-		if err := c.DownDelay.into("scale.down_delay", &s.Scale.DownDelay, 0, 24*time.Hour); err != nil {
+		if err := c.DownDelay.into("scale.down_delay", &s.Scale.DownDelay); err != nil {
 			return s, fleet.Spec{}, err
 		}
 	}
-	if err := d.QueueTimeout.into("queue_timeout", &s.QueueTimeout, 0, MaxQueueTimeout); err != nil {
+	if err := d.QueueTimeout.into("queue_timeout", &s.QueueTimeout); err != nil {
 		return s, fleet.Spec{}, err
 	}
 	if l := d.Lifetime; l != nil {
-		if err := l.IdleTimeout.into("lifetime.idle_timeout", &s.Lifetime.IdleTimeout, 0, 30*24*time.Hour); err != nil {
+		if err := l.IdleTimeout.into("lifetime.idle_timeout", &s.Lifetime.IdleTimeout); err != nil {
 			return s, fleet.Spec{}, err
 		}
-		if t := s.Lifetime.IdleTimeout; t > 0 && t < fleet.MinLifetimeDuration {
-			return s, fleet.Spec{}, gpuproxy.Invalid("lifetime.idle_timeout", "must be at least %s (or \"0\" for the account's default), got %s",
-				fmtDuration(fleet.MinLifetimeDuration), l.IdleTimeout)
-		}
-		if err := l.MaxDuration.into("lifetime.max_duration", &s.Lifetime.MaxDuration, 0, 365*24*time.Hour); err != nil {
+		if err := l.MaxDuration.into("lifetime.max_duration", &s.Lifetime.MaxDuration); err != nil {
 			return s, fleet.Spec{}, err
 		}
 	}
@@ -303,14 +337,36 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 				continue
 			}
 			v, err := gpuproxy.ParseUSD(f.in.String())
-			if err != nil || v < 0 {
+			if err != nil {
 				return s, fleet.Spec{}, gpuproxy.InvalidUSD(f.name, err, 0, gpuproxy.MaxMicros, "USD per million tokens")
+			}
+			if err := rule(f.name).CheckMicros(v); err != nil {
+				return s, fleet.Spec{}, err
 			}
 			*f.out = v
 		}
 		s.TokenPrice = &price
 	}
 	return s, sp, nil
+}
+
+// checkPolicy checks the lifetime every replica of s would be rented with
+// against the account's policy now, when the service is created or
+// changed: a rule the policy refuses (max_duration over the account's
+// maximum) is a 400 naming lifetime.<field>, not a rent refused on every
+// retry of the controller.
+func (m *Manager) checkPolicy(ctx context.Context, accountID int64, s gpuproxy.Service) error {
+	err := m.fleet.CheckLifetime(ctx, accountID, replicaLifetime(s))
+	var e *gpuproxy.Error
+	if !errors.As(err, &e) || e.Code != gpuproxy.EINVALID {
+		return err
+	}
+	f, _ := e.Details["field"].(string)
+	if f == "" {
+		return err
+	}
+	return gpuproxy.Invalid("lifetime."+f, "%s (the account's lifetime policy applies to every replica)",
+		strings.TrimPrefix(e.Message, f+": "))
 }
 
 func (in *SpecJSON) spec() (fleet.Spec, error) {
@@ -322,26 +378,25 @@ func (in *SpecJSON) spec() (fleet.Spec, error) {
 	if err != nil {
 		return fleet.Spec{}, gpuproxy.InvalidUSD("spec.max_price_per_hour", err, 0, gpuproxy.MaxMicros, "a number of USD per hour")
 	}
+	if err := rule("spec.max_price_per_hour").CheckMicros(price); err != nil {
+		return fleet.Spec{}, err
+	}
 	return fleet.Spec{GPU: in.GPU, MinVRAMGB: in.MinVRAMGB, NumGPUs: in.NumGPUs, MaxPricePerHour: price,
 		Providers: in.Providers, MinReliability: in.MinReliability, Locations: in.Locations, Billing: in.Billing,
 		Hours: in.Hours, MaxAttempts: in.MaxAttempts}, nil
 }
 
-// into parses d into *out when it is set, checking lo ≤ d ≤ hi.
-func (d Duration) into(field string, out *time.Duration, lo, hi time.Duration) error {
+// into parses d into *out when it is set, checking it against the
+// field's rule in DefinitionRules.
+func (d Duration) into(field string, out *time.Duration) error {
 	if d == "" {
 		return nil
 	}
-	v, err := time.ParseDuration(string(d))
-	if d == "0" {
-		v, err = 0, nil
+	b, _ := json.Marshal(string(d))
+	if err := rule(field).CheckJSON(b); err != nil {
+		return err
 	}
-	switch {
-	case err != nil:
-		return gpuproxy.Invalid(field, "must be a duration such as \"30s\" or \"5m\", got %q", truncate(string(d), 40))
-	case v < lo || v > hi:
-		return gpuproxy.Invalid(field, "must be between %s and %s, got %s", fmtDuration(lo), fmtDuration(hi), string(d))
-	}
+	v, _ := time.ParseDuration(strings.TrimSpace(string(d)))
 	*out = v
 	return nil
 }

@@ -18,6 +18,9 @@ type Fleet interface {
 	Create(ctx context.Context, accountID int64, req fleet.CreateRequest) (gpuproxy.Instance, error)
 	Destroy(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error)
 	UpdateLifetime(ctx context.Context, accountID int64, id string, req fleet.LifetimeRequest) (fleet.View, error)
+	// CheckLifetime checks lifetime rules against the account's policy
+	// as a create would, renting nothing.
+	CheckLifetime(ctx context.Context, accountID int64, req fleet.LifetimeRequest) error
 	ProviderNames() []string
 }
 
@@ -154,6 +157,9 @@ func (m *Manager) Create(ctx context.Context, accountID int64, keyID string, d D
 	if err != nil {
 		return View{}, err
 	}
+	if err := m.checkPolicy(ctx, accountID, s); err != nil {
+		return View{}, err
+	}
 	now := m.opts.Now()
 	s.ID, s.AccountID, s.KeyID, s.State = randomID("svc_"), accountID, keyID, gpuproxy.ServiceActive
 	s.Desired, s.CreatedAt, s.UpdatedAt = s.MinReplicas, now, now
@@ -224,6 +230,9 @@ func (m *Manager) Update(ctx context.Context, accountID int64, idOrName string, 
 	}
 	s, _, err := d.parse(m.fleet.ProviderNames())
 	if err != nil {
+		return View{}, err
+	}
+	if err := m.checkPolicy(ctx, accountID, s); err != nil {
 		return View{}, err
 	}
 	s.ID, s.AccountID, s.KeyID, s.State, s.DemandAt, s.CreatedAt = cur.ID, cur.AccountID, cur.KeyID, cur.State, cur.DemandAt, cur.CreatedAt
