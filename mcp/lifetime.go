@@ -33,20 +33,17 @@ type lifetimeInput struct {
 
 // lifetimeFields are the schemas of lifetimeInput's arguments, in order.
 func lifetimeFields() []field {
-	dur := func(desc string) *jsonschema.Schema {
-		return str(desc+`: a duration such as "30m", "8h" or "1h30m" (at least `+
-			fleet.MinLifetimeDuration.String()+`; "0" for none)`, 40)
-	}
+	rule := func(name, desc string) *jsonschema.Schema { return ruleSchema(fleet.LifetimeRules, name, desc) }
 	return []field{
-		optional("max_duration", dur("destroy the instance once it has run this long")),
-		optional("idle_timeout", dur("act (idle_action) after no proxied request for this long, counted from when "+
-			"it runs plus idle_grace; the account's default applies when omitted at create")),
+		optional("max_duration", rule("max_duration", "destroy the instance once it has run this long")),
+		optional("idle_timeout", rule("idle_timeout", "act (idle_action) after no proxied request for this long, "+
+			"counted from when it runs plus idle_grace; the account's default applies when omitted at create")),
 		optional("idle_action", enum("what an idle timeout does: stop (keep the disk; vast.ai) or destroy "+
 			"(the default where the provider cannot stop)", string(gpuproxy.IdleStop), string(gpuproxy.IdleDestroy))),
-		optional("idle_grace", str(`time after the instance starts running before idleness counts (a model `+
-			`loading), a duration such as "10m" (default 10m; "0s" for none)`, 40)),
-		optional("spend_cap", number("destroy the instance before its own cost passes this, in US dollars "+
-			"(e.g. 20); 0 for none", 0, 1e9)),
+		optional("idle_grace", rule("idle_grace", `time after the instance starts running before idleness counts `+
+			`(a model loading; default 10m, "0s" for none)`)),
+		optional("spend_cap", rule("spend_cap", "destroy the instance before its own cost passes this, in US "+
+			"dollars (e.g. 20)")),
 	}
 }
 
@@ -123,6 +120,9 @@ type updateInput struct {
 }
 
 func (s *Server) updateInstance(ctx context.Context, c call, in updateInput) (result, error) {
+	if err := checkArgs(c, fleet.LifetimeRules); err != nil {
+		return result{}, err
+	}
 	if in.empty() {
 		return result{}, gpuproxy.Invalid("arguments", "give at least one of max_duration, idle_timeout, "+
 			"idle_action, idle_grace, spend_cap")

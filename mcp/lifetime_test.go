@@ -92,10 +92,12 @@ func TestLifetimeErrors(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{create(map[string]any{"idle_timeout": "soon"}), `(invalid): idle_timeout: must be a duration such as "30m"`},
+		{create(map[string]any{"idle_timeout": "soon"}), `(invalid): idle_timeout: must be a duration such as "30s" or "8h", from 10s to 720h, or "0" for none, got "soon"`},
 		{create(map[string]any{"max_duration": "8 hours"}), `(invalid): max_duration: must be a duration`},
-		{create(map[string]any{"idle_grace": "-1m"}), `(invalid): idle_grace: must not be negative`},
-		{create(map[string]any{"idle_timeout": "5s"}), `(invalid): idle_timeout: must be at least 10s`},
+		{create(map[string]any{"idle_grace": "-1m"}), `(invalid): idle_grace: must be a duration such as "30s" or "8h", from 0s to 24h, got "-1m"`},
+		{create(map[string]any{"idle_timeout": "5s"}), `(invalid): idle_timeout: must be a duration such as "30s" or "8h", from 10s to 720h, or "0" for none, got "5s"`},
+		{create(map[string]any{"idle_grace": "48h"}), `(invalid): idle_grace: must be a duration such as "30s" or "8h", from 0s to 24h, got "48h"`},
+		{create(map[string]any{"max_duration": "9000h"}), `(invalid): max_duration: must be a duration such as "30s" or "8h", from 10s to 8760h`},
 		{create(map[string]any{"spend_cap": 1.1234567}), `(invalid): spend_cap: must have at most 6 decimal places`},
 		{create(map[string]any{"idle_action": "sleep"}), `argument idle_action must be one of stop, destroy`},
 		{create(map[string]any{"spend_cap": -1}), `argument spend_cap must be at least 0`},
@@ -117,7 +119,7 @@ func TestLifetimeErrors(t *testing.T) {
 	}{
 		{map[string]any{"instance_id": inst.ID}, "(invalid): arguments: give at least one of max_duration"},
 		{map[string]any{"instance_id": inst.ID, "max_duration": "forever"}, "(invalid): max_duration: must be a duration"},
-		{map[string]any{"instance_id": inst.ID, "idle_timeout": "1s"}, "(invalid): idle_timeout: must be at least 10s"},
+		{map[string]any{"instance_id": inst.ID, "idle_timeout": "1s"}, `(invalid): idle_timeout: must be a duration such as "30s" or "8h", from 10s to 720h, or "0" for none, got "1s"`},
 		{map[string]any{"instance_id": "gpi_nope", "idle_timeout": "1h"}, `(not_found)`},
 		{map[string]any{"idle_timeout": "1h"}, "missing required argument instance_id"},
 	} {

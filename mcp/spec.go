@@ -54,25 +54,68 @@ func (in *specInput) spec() (fleet.Spec, error) {
 // apply them by creating a spec where none was given.
 func specSchema(provs []string) *jsonschema.Schema {
 	s := object(
-		optional("gpu", strOrList("acceptable GPU models, each matched as a case-insensitive substring of the "+
-			"offer's GPU name: one name (\"4090\") or a list of alternatives ([\"A100\", \"H100\"]); omit for any", 20, 100)),
-		optional("min_vram_gb", number("least memory per GPU, in GB (e.g. 24)", 0, 10000)),
-		optional("num_gpus", integer("exact number of GPUs (default 1)", 1, 64)),
-		required("max_price_per_hour", positive(number("the most you accept, in USD per hour for the whole "+
-			"instance (e.g. 1.50): no offer above it is rented, and the guard rails admit this cap", 0, 10000))),
-		optional("providers", strOrList("marketplaces to search: "+strings.Join(provs, ", ")+" (default all)", 10, 100)),
-		optional("min_reliability", number("least provider-reported reliability, 0 to 1 (e.g. 0.95)", 0, 1)),
-		optional("locations", strOrList("acceptable locations, each a case-insensitive substring of the offer's "+
-			"location such as a country code (\"US\"); omit for any", 50, 100)),
+		optional("gpu", ruleSchema(fleet.SpecRules, "spec.gpu", "acceptable GPU models, each matched as a "+
+			"case-insensitive substring of the offer's GPU name: one name (\"4090\") or a list of alternatives "+
+			"([\"A100\", \"H100\"]); omit for any")),
+		optional("min_vram_gb", ruleSchema(fleet.SpecRules, "spec.min_vram_gb", "least memory per GPU, in GB (e.g. 24)")),
+		optional("num_gpus", ruleSchema(fleet.SpecRules, "spec.num_gpus", "exact number of GPUs (omit for 1)")),
+		required("max_price_per_hour", ruleSchema(fleet.SpecRules, "spec.max_price_per_hour", "the most you accept, "+
+			"in USD per hour for the whole instance (e.g. 1.50): no offer above it is rented, and the guard rails "+
+			"admit this cap")),
+		optional("providers", ruleSchema(fleet.SpecRules, "spec.providers", "marketplaces to search: "+
+			strings.Join(provs, ", ")+" (default all)")),
+		optional("min_reliability", ruleSchema(fleet.SpecRules, "spec.min_reliability", "least provider-reported "+
+			"reliability (e.g. 0.95)")),
+		optional("locations", ruleSchema(fleet.SpecRules, "spec.locations", "acceptable locations, each a "+
+			"case-insensitive substring of the offer's location such as a country code (\"US\"); omit for any")),
 		optional("billing", enum("hourly (billed by time) or prepaid (hours paid up front); omit for either "+
 			"(prepaid offers only when hours is given)", fleet.BillingHourly, fleet.BillingPrepaid)),
-		optional("hours", integer("prepaid duration in hours: required for billing prepaid", 1, fleet.MaxHours)),
-		optional("max_attempts", integer(fmt.Sprintf("how many offers to try at most when offers are taken or "+
-			"fail (default %d)", fleet.DefaultMaxAttempts), 1, fleet.MaxMaxAttempts)),
+		optional("hours", ruleSchema(fleet.SpecRules, "spec.hours", "prepaid duration in hours: required for "+
+			"billing prepaid")),
+		optional("max_attempts", ruleSchema(fleet.SpecRules, "spec.max_attempts", fmt.Sprintf("how many offers "+
+			"to try at most when offers are taken or fail (omit for %d)", fleet.DefaultMaxAttempts))),
 	)
 	s.Description = "what to rent instead of one offer: gpuproxy rents the cheapest live offer matching it " +
 		"(then the more reliable), failing over to the next when one is taken; give max_price_per_hour"
 	return s
+}
+
+// ruleSchema is the JSON schema of the named field of a domain table of
+// field rules (its type and range), described by desc and the range: the
+// MCP tools' schemas say what REST and the CLI enforce, from one table.
+func ruleSchema(rules gpuproxy.FieldRules, name, desc string) *jsonschema.Schema {
+	r := rules.Rule(name)
+	desc += "; " + r.Range()
+	switch r.Kind {
+	case gpuproxy.FieldInteger:
+		s := integer(desc, r.Min, r.Max)
+		if r.Zero != "" && r.Min > 0 {
+			s.Minimum = jsonschema.Ptr(0.0)
+		}
+		return s
+	case gpuproxy.FieldNumber:
+		return number(desc, r.Min, r.Max)
+	case gpuproxy.FieldUSD:
+		s := number(desc, r.Min, r.Max)
+		if r.Zero == "" && r.Min == 0 {
+			s = positive(s)
+		}
+		return s
+	case gpuproxy.FieldStrings:
+		return strOrList(desc, r.MaxItems, r.MaxLen)
+	}
+	return str(desc, 40) // a duration
+}
+
+// checkArgs checks a tool call's arguments against a domain table of
+// field rules, as REST checks its body: a value of the wrong type, out of
+// range or a zero where zero means nothing is refused naming the argument
+// and its range, before anything is admitted.
+func checkArgs(c call, rules gpuproxy.FieldRules) error {
+	if c.req == nil || c.req.Params == nil {
+		return nil
+	}
+	return rules.Check(c.req.Params.Arguments)
 }
 
 // positive makes a number schema's minimum exclusive.

@@ -288,6 +288,9 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	if err := checkForm(in); err != nil {
 		return result{}, err
 	}
+	if err := checkArgs(c, fleet.CreateRules); err != nil {
+		return result{}, err
+	}
 	req := fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
 		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token}
