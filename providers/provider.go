@@ -157,7 +157,11 @@ type Error struct {
 	Status     int    // HTTP status, 0 for transport errors
 	Message    string // provider's message, never containing credentials
 	ProviderID string // for ambiguous creates that revealed an instance id
-	Err        error
+	// Field names the caller's field at fault in a KindInvalid error
+	// refused before any call (offer_id: an id the provider never
+	// issues), so the caller gets a 400 naming it.
+	Field string
+	Err   error
 }
 
 // Error implements error.
@@ -191,6 +195,10 @@ func AsAppError(err error) error {
 		return &gpuproxy.Error{Code: gpuproxy.EGONE, Message: e.Provider + ": " + e.Message +
 			" (search offers again and pick another)", Details: det}
 	case KindInvalid:
+		if e.Field != "" {
+			det["field"] = e.Field
+			return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: e.Field + ": " + e.Message, Details: det}
+		}
 		return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: e.Provider + " refused the request: " + e.Message, Details: det}
 	default:
 		return &gpuproxy.Error{Code: gpuproxy.EPROVIDER, Message: e.Provider + " is unavailable: " + e.Message +

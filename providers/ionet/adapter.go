@@ -321,8 +321,7 @@ func (a *Adapter) offersFor(ctx context.Context, h wireHardware, gpus int) ([]pr
 func (a *Adapter) Quote(ctx context.Context, offer string, hours int) (providers.Quote, error) {
 	id, err := parseOfferID(offer)
 	if err != nil {
-		return providers.Quote{}, &providers.Error{Provider: providers.IONet, Kind: providers.KindNotFound,
-			Message: err.Error(), Err: err}
+		return providers.Quote{}, badOfferID(err)
 	}
 	if hours <= 0 {
 		hours = a.hours

@@ -177,8 +177,12 @@ func TestQuote(t *testing.T) {
 	wantKind(t, err, providers.KindGone)
 	_, err = a.Quote(ctx, "999:1:1", 1)
 	wantKind(t, err, providers.KindGone)
+	// An id io.net never issues is the caller's bad input (400 naming
+	// offer_id), not an offer gone (409): nothing is sent to io.net.
 	_, err = a.Quote(ctx, "bogus", 1)
-	wantKind(t, err, providers.KindNotFound)
+	if pe := wantKind(t, err, providers.KindInvalid); pe.Field != "offer_id" {
+		t.Errorf("bogus offer id: field %q, want offer_id", pe.Field)
+	}
 }
 
 func waitRunning(t *testing.T, a *Adapter, id string) providers.Instance {
@@ -370,7 +374,7 @@ func TestCreateRefusals(t *testing.T) {
 		{"duplicate tag", req("dup", nil), providers.KindInvalid, "already exists"},
 		{"two ports", req("r6", func(r *providers.CreateRequest) { r.Ports = []int{80, 22} }), providers.KindInvalid, "single traffic port"},
 		{"no tag", req("", nil), providers.KindInvalid, "tag"},
-		{"bad offer", req("r7", func(r *providers.CreateRequest) { r.OfferID = "x" }), providers.KindNotFound, "offer id"},
+		{"bad offer", req("r7", func(r *providers.CreateRequest) { r.OfferID = "x" }), providers.KindInvalid, "offer id"},
 	}
 	if err := sim.SetStock(210, 7, 2); err != nil {
 		t.Fatal(err)

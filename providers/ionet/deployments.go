@@ -38,8 +38,7 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 	}
 	id, err := parseOfferID(req.OfferID)
 	if err != nil {
-		return providers.Instance{}, &providers.Error{Provider: providers.IONet, Kind: providers.KindNotFound,
-			Message: o.name + ": " + err.Error(), Err: err}
+		return providers.Instance{}, badOfferID(err)
 	}
 	switch {
 	case strings.TrimSpace(req.Tag) == "":

@@ -43,6 +43,14 @@ func parseOfferID(s string) (offerID, error) {
 	return offerID{Hardware: hardwareID(s[:i]), Location: loc, GPUs: gpus}, nil
 }
 
+// badOfferID is the error for an offer id that is not one of ours: the
+// caller's input (400 naming offer_id), not an offer gone, and never
+// sent to io.net.
+func badOfferID(err error) error {
+	return &providers.Error{Provider: providers.IONet, Kind: providers.KindInvalid, Field: "offer_id",
+		Message: err.Error() + ": use an offer id from the offer search", Err: err}
+}
+
 // gpuCounts are the container sizes offered per hardware, besides its
 // maximum: io.net accepts 1..8 GPUs per container.
 var gpuCounts = []int{1, 2, 4, 8}
