@@ -57,8 +57,9 @@ func TestReplicaInstances(t *testing.T) {
 }
 
 // TestServiceBlock: a service's refused-rent record reads as zero until
-// one is set, is replaced whole by each set, and is per service; a
-// missing service cannot have one.
+// one is set, is replaced whole by each set that names the counts stored
+// (a set from a stale read is a conflict and changes nothing), and is per
+// service; a missing service cannot have one.
 func TestServiceBlock(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *db.Store) {
 		ctx := context.Background()
@@ -69,7 +70,7 @@ func TestServiceBlock(t *testing.T) {
 			t.Fatalf("no refusal yet: %+v, %v", b, err)
 		}
 		want := gpuproxy.ServiceBlock{Refused: 3, Streak: 2, Until: t0.Add(40 * time.Second)}
-		if err := s.SetServiceBlock(ctx, "svc_1", want); err != nil {
+		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{}, want); err != nil {
 			t.Fatal(err)
 		}
 		b, err := s.ServiceBlock(ctx, "svc_1")
@@ -79,16 +80,27 @@ func TestServiceBlock(t *testing.T) {
 		if b, err := s.ServiceBlock(ctx, "svc_2"); err != nil || b != (gpuproxy.ServiceBlock{}) {
 			t.Fatalf("another service's record: %+v, %v", b, err)
 		}
-		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{Refused: 3}); err != nil {
+		// A set from a stale read (a refusal read before a reset) is refused.
+		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{Refused: 2, Streak: 1},
+			gpuproxy.ServiceBlock{Refused: 3, Streak: 2}); gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT {
+			t.Fatalf("a set from a stale read: %v", err)
+		}
+		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{}, gpuproxy.ServiceBlock{Refused: 9}); gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT {
+			t.Fatalf("a set as if none were stored: %v", err)
+		}
+		if b, err := s.ServiceBlock(ctx, "svc_1"); err != nil || b.Refused != 3 || b.Streak != 2 || !b.Until.Equal(want.Until) {
+			t.Fatalf("a refused set changed the record: %+v, %v", b, err)
+		}
+		if err := s.SetServiceBlock(ctx, "svc_1", want, gpuproxy.ServiceBlock{Refused: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := s.ServiceBlock(ctx, "svc_1"); err != nil || b.Refused != 3 || b.Streak != 0 || !b.Until.IsZero() {
 			t.Fatalf("after clearing the streak: %+v, %v", b, err)
 		}
-		if err := s.SetServiceBlock(ctx, "svc_nope", want); gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
+		if err := s.SetServiceBlock(ctx, "svc_nope", gpuproxy.ServiceBlock{}, want); gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND {
 			t.Fatalf("a missing service's record: %v", err)
 		}
-		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{Refused: -1}); gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
+		if err := s.SetServiceBlock(ctx, "svc_1", gpuproxy.ServiceBlock{}, gpuproxy.ServiceBlock{Refused: -1}); gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
 			t.Fatalf("a negative count: %v", err)
 		}
 	})

@@ -520,9 +520,12 @@ func (s *Store) ServiceBlock(ctx context.Context, id string) (gpuproxy.ServiceBl
 	return b, nil
 }
 
-// SetServiceBlock records service id's refused rents (b replaces what was
-// stored).
-func (s *Store) SetServiceBlock(ctx context.Context, id string, b gpuproxy.ServiceBlock) error {
+// SetServiceBlock replaces service id's refused-rent record with b if the
+// stored one still counts prev's Refused and Streak (no record counts as
+// zero): a conflict otherwise, when someone changed it since prev was
+// read (a service change that reset the streak while a rent was under
+// way, which a refusal read before it must not undo).
+func (s *Store) SetServiceBlock(ctx context.Context, id string, prev, b gpuproxy.ServiceBlock) error {
 	if b.Refused < 0 || b.Streak < 0 {
 		return gpuproxy.Invalid("refused", "must not be negative")
 	}
@@ -530,16 +533,20 @@ func (s *Store) SetServiceBlock(ctx context.Context, id string, b gpuproxy.Servi
 	if !b.Until.IsZero() {
 		until = us(b.Until)
 	}
-	_, err := s.pool().exec(ctx, `INSERT INTO service_blocks (service_id, refused, streak, until_us) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (service_id) DO UPDATE SET refused = excluded.refused, streak = excluded.streak, until_us = excluded.until_us`,
-		id, b.Refused, b.Streak, until)
-	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ECONFLICT || gpuproxy.ErrorCode(err) == gpuproxy.EINVALID {
-		// The foreign key: no such service.
+	n, err := s.pool().exec(ctx, `INSERT INTO service_blocks (service_id, refused, streak, until_us) VALUES ($1, $4, $5, $6)
+		ON CONFLICT (service_id) DO UPDATE SET refused = excluded.refused, streak = excluded.streak, until_us = excluded.until_us
+		WHERE service_blocks.refused = $2 AND service_blocks.streak = $3`,
+		id, prev.Refused, prev.Streak, b.Refused, b.Streak, until)
+	if err = translate(err); err != nil {
 		if _, serr := s.ServiceByID(ctx, id); serr != nil {
-			return serr
+			return serr // the foreign key: no such service
 		}
+		return err
 	}
-	return err
+	if n == 0 {
+		return gpuproxy.Errorf(gpuproxy.ECONFLICT, "service %q's refused rents changed since they were read", id)
+	}
+	return nil
 }
 
 const serviceEventCols = "id, service_id, account_id, kind, instance_id, message, at_us"
