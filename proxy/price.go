@@ -80,11 +80,42 @@ type pricedCall struct {
 	promptEst int64
 }
 
-// pricedBody is what a priced request's body says of its output.
+// MaxMaxTokens bounds a priced request's max_tokens (and
+// max_completion_tokens); MaxN bounds its n.
+const (
+	MaxMaxTokens = 1_000_000
+	MaxN         = 128
+)
+
+// ChatRules are the rules of the body fields a token-priced request is
+// admitted by (its most expensive outcome is max_tokens × n): a value of
+// the wrong type, a fraction or a value out of range is refused naming
+// the field and its range, before any admission, on /v1 and on the
+// instance proxy alike.
+var ChatRules = gpuproxy.FieldRules{
+	{Name: "max_tokens", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxMaxTokens},
+	{Name: "max_completion_tokens", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxMaxTokens},
+	{Name: "n", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxN},
+}
+
+// pricedBody is what a priced request's body says of its output, each
+// field as it came (checked against ChatRules).
 type pricedBody struct {
-	MaxTokens           *int64 `json:"max_tokens"`
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
-	N                   *int64 `json:"n"`
+	MaxTokens           json.RawMessage `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	N                   json.RawMessage `json:"n"`
+}
+
+// pricedField checks one of the body's fields against its rule and returns
+// its value, 0 when absent or null.
+func pricedField(name string, raw json.RawMessage) (int64, error) {
+	if err := ChatRules.Rule(name).CheckJSON(raw); err != nil {
+		return 0, err
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
 }
 
 // reserve prices x at price: its admitted cost becomes the per-request
@@ -104,25 +135,33 @@ func (p *Proxy) reserve(x *exchange, price gpuproxy.TokenPrice) error {
 		if len(x.data) > 0 && json.Unmarshal(x.data, &b) != nil {
 			return gpuproxy.Invalid("body", "must be a JSON object for a token-priced request")
 		}
-		max := b.MaxTokens
-		if max == nil {
-			max = b.MaxCompletionTokens
+		var vals [3]int64
+		for i, f := range [...]struct {
+			name string
+			raw  json.RawMessage
+		}{{"max_tokens", b.MaxTokens}, {"max_completion_tokens", b.MaxCompletionTokens}, {"n", b.N}} {
+			v, err := pricedField(f.name, f.raw)
+			if err != nil {
+				return err
+			}
+			vals[i] = v
+		}
+		max, n := vals[0], vals[2]
+		if max == 0 {
+			max = vals[1]
 		}
 		switch {
-		case max == nil && p.opts.DefaultMaxTokens > 0:
-			n := int64(p.opts.DefaultMaxTokens)
-			max = &n
+		case max == 0 && p.opts.DefaultMaxTokens > 0:
+			max = int64(p.opts.DefaultMaxTokens)
 			x.data = withField(x.data, "max_tokens", strconv.Itoa(p.opts.DefaultMaxTokens))
 			x.length = int64(len(x.data))
-		case max == nil:
+		case max == 0:
 			return gpuproxy.Invalid("max_tokens", "is required while token prices are on: the most tokens the answer "+
-				"may have (the request is admitted for that many)")
-		case *max < 1:
-			return gpuproxy.Invalid("max_tokens", "must be at least 1, got %d", *max)
+				"may have (the request is admitted for that many), %s", ChatRules.Rule("max_tokens").Range())
 		}
-		out = *max
-		if b.N != nil && *b.N > 1 {
-			out *= *b.N
+		out = max
+		if n > 1 {
+			out *= n
 		}
 	}
 	est := (int64(len(x.data)) + promptBytesPerToken - 1) / promptBytesPerToken

@@ -23,9 +23,11 @@ import (
 type pricedUpstream struct {
 	tokenUpstream
 	maxTokens atomic.Int64
+	calls     atomic.Int64
 }
 
 func (u *pricedUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.calls.Add(1)
 	b, _ := io.ReadAll(r.Body)
 	var m struct {
 		MaxTokens int64 `json:"max_tokens"`
@@ -239,5 +241,47 @@ func TestAccountTokenPrice(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	if _, cost := send(); cost != 0 {
 		t.Fatalf("the price removed: charged %s", cost)
+	}
+}
+
+// TestTokenPriceBadBody: with token prices on, a body whose max_tokens,
+// max_completion_tokens or n is a fraction, of the wrong type or out of
+// range is a 400 naming the field and its range, before any admission:
+// not clamped and refused as a 402 for an absurd reservation, and
+// nothing reaches the instance.
+func TestTokenPriceBadBody(t *testing.T) {
+	price := gpuproxy.TokenPrice{InputPer1M: 2 * gpuproxy.MicrosPerUSD, OutputPer1M: 10 * gpuproxy.MicrosPerUSD}
+	up := &pricedUpstream{}
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	e := newEnv(t, envOpts{kind: dbtest.SQLite, proxy: proxy.Options{TokenPrice: price}})
+	e.fleet.add(e.acct.ID, "gpi_tok", hs.URL)
+	path := "/api/v1/proxy/gpi_tok/v1/chat/completions"
+	for _, tc := range []struct{ body, field, want string }{
+		{`{"model":"x","max_tokens":1e12,"messages":[]}`, "max_tokens", "must be an integer from 1 to 1000000, got 1e12"},
+		{`{"model":"x","max_tokens":1000000000000,"messages":[]}`, "max_tokens", "from 1 to 1000000"},
+		{`{"model":"x","max_tokens":2.5,"messages":[]}`, "max_tokens", "got 2.5"},
+		{`{"model":"x","max_tokens":"9","messages":[]}`, "max_tokens", `got "9"`},
+		{`{"model":"x","max_tokens":0,"messages":[]}`, "max_tokens", "got 0"},
+		{`{"model":"x","max_completion_tokens":-4,"messages":[]}`, "max_completion_tokens", "got -4"},
+		{`{"model":"x","max_tokens":9,"n":1e9,"messages":[]}`, "n", "must be an integer from 1 to 128, got 1e9"},
+		{`{"model":"x","max_tokens":9,"n":1000000000,"messages":[]}`, "n", "from 1 to 128"},
+	} {
+		r := e.do(e.key, "POST", path, []byte(tc.body), nil)
+		if r.Status != 400 || r.ErrDetails()["field"] != tc.field || !strings.Contains(r.ErrMessage(), tc.want) {
+			t.Errorf("%s: %d %s, want 400 naming %s: …%s", tc.body, r.Status, r.Body, tc.field, tc.want)
+		}
+	}
+	if n := up.calls.Load(); n != 0 {
+		t.Fatalf("%d bad bodies reached the instance", n)
+	}
+	snap, err := e.guard.Spending(context.Background(), e.acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range snap.Windows {
+		if w.Held != 0 || w.Spent != 0 {
+			t.Fatalf("a refused body was admitted: %+v", w)
+		}
 	}
 }
