@@ -124,7 +124,7 @@ type App struct {
 func New(ctx context.Context, c Config) (*App, error) {
 	if err := errors.Join(c.validate(), c.Server.Validate(), c.Console.Validate(), c.MCP.Validate(),
 		c.Guard.Validate(), c.Gate.Validate(), c.Meter.Validate(), c.Alerts.Validate(), c.Fleet.Validate(),
-		c.Proxy.Validate(),
+		c.Proxy.Validate(), c.Services.Validate(),
 		c.oauthValidate()); err != nil {
 		return nil, err
 	}

@@ -21,23 +21,37 @@ const loadFresh = 5
 // controller keeps every service's replicas: it checks their readiness,
 // replaces the ones that die or stay unready, scales on load, wakes a
 // service scaled to zero on demand, drains and destroys extras and a
-// deleted service's replicas. Its timing state is in memory: a new leader
-// starts its delays afresh.
+// deleted service's replicas. Its load and probe timing is in memory (a
+// new leader starts those delays afresh); a refused rent's backoff is in
+// the store (every leader honours it).
+//
+// Locking: passing is held for the whole of a pass, from before it
+// reads the services to after the last of them is done, so passes of
+// one process never overlap (the run loop's and a direct Pass, or any
+// two under a Leader that does not exclude): a pass always starts from
+// what the one before it wrote. Within a pass one goroutine works on
+// each service and owns that service's svcState; the probes it starts
+// touch only their replica. mu guards the map st (the services'
+// goroutines look their state up at once) and nothing else.
 type controller struct {
 	m     *Manager
 	pokes chan struct{}
+
+	passing sync.Mutex
 
 	mu sync.Mutex
 	st map[string]*svcState
 }
 
-// svcState is the controller's memory of one service.
+// svcState is the controller's memory of one service, owned by the
+// goroutine passing over the service (see controller).
 type svcState struct {
-	aboveSince   time.Time // load per ready replica over target since
-	belowSince   time.Time // under half the target since
-	blockedUntil time.Time // a refused rent: no new one before
-	refused      int       // rents refused so far (a refused call's key is not reused)
-	probedAt     map[string]time.Time
+	aboveSince time.Time // load per ready replica over target since
+	belowSince time.Time // under half the target since
+	// block is the store's record of the service's refused rents as last
+	// read or written here: Until is a lower bound of the stored one.
+	block    gpuproxy.ServiceBlock
+	probedAt map[string]time.Time
 }
 
 func newController(m *Manager) *controller {
@@ -72,8 +86,10 @@ func (c *controller) run(ctx context.Context) {
 // holds the controller's leader lock, and reports whether it did.
 func (m *Manager) Pass(ctx context.Context) (bool, error) { return m.ctl.Pass(ctx) }
 
-// Pass is Manager.Pass.
+// Pass is Manager.Pass. A pass waits for one in progress to end.
 func (c *controller) Pass(ctx context.Context) (bool, error) {
+	c.passing.Lock()
+	defer c.passing.Unlock()
 	return c.m.opts.Leader(ctx, leaderName, func(ctx context.Context) error {
 		svcs, err := c.m.store.LiveServices(ctx)
 		if err != nil {
@@ -96,6 +112,93 @@ func (c *controller) Pass(ctx context.Context) (bool, error) {
 		c.forget(svcs)
 		return nil
 	})
+}
+
+// replicas returns the service's replicas that are not gone, each with
+// its instance: two queries, whatever the number of replicas. The
+// replicas are read first, so a replica whose instance is not found is
+// missing, not one added since (a service's rents happen in its pass).
+func (c *controller) replicas(ctx context.Context, s gpuproxy.Service) ([]*replica, error) {
+	rows, err := c.m.store.Replicas(ctx, s.ID)
+	if err != nil {
+		return nil, fmt.Errorf("listing replicas: %w", err)
+	}
+	insts, err := c.m.store.ReplicaInstances(ctx, s.ID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the replicas' instances: %w", err)
+	}
+	reps := make([]*replica, 0, len(rows))
+	for _, r := range rows {
+		inst, found := insts[r.InstanceID]
+		reps = append(reps, &replica{Replica: r, inst: inst, found: found})
+	}
+	return reps, nil
+}
+
+// blocked reports whether the service's rents are held off at now after
+// a refusal: by this process's own record, else by the store's (a refusal
+// another leader met). st.block is the store's record afterwards. An
+// error reading it holds rents off too.
+func (c *controller) blocked(ctx context.Context, s gpuproxy.Service, st *svcState, now time.Time) (bool, error) {
+	if now.Before(st.block.Until) {
+		return true, nil
+	}
+	b, err := c.m.store.ServiceBlock(ctx, s.ID)
+	if err != nil {
+		return true, err
+	}
+	st.block = b
+	return now.Before(b.Until), nil
+}
+
+// backoff is how long rents are held off after the n-th refusal in a
+// row: BlockedRetry, doubled for each further one, at most
+// BlockedRetryMax.
+func (c *controller) backoff(n int) time.Duration {
+	d, most := c.m.opts.BlockedRetry, c.m.opts.BlockedRetryMax
+	for i := 1; i < n && d < most; i++ {
+		d *= 2
+	}
+	return min(d, most)
+}
+
+// blockTries is how many times changeBlock re-reads a record that
+// changed under it.
+const blockTries = 5
+
+// changeBlock writes change(cur) as the service's refused-rent record,
+// where cur is the record as last read; when someone changed it since,
+// it reads it again and applies change to that. change returns false for
+// no write. It returns the record stored.
+func changeBlock(ctx context.Context, store Store, id string, cur gpuproxy.ServiceBlock,
+	change func(gpuproxy.ServiceBlock) (gpuproxy.ServiceBlock, bool)) (gpuproxy.ServiceBlock, error) {
+	for range blockTries {
+		next, ok := change(cur)
+		if !ok {
+			return cur, nil
+		}
+		err := store.SetServiceBlock(ctx, id, cur, next)
+		if err == nil {
+			return next, nil
+		}
+		if gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT {
+			return cur, err
+		}
+		if cur, err = store.ServiceBlock(ctx, id); err != nil {
+			return cur, err
+		}
+	}
+	return cur, gpuproxy.Errorf(gpuproxy.ECONFLICT, "service %s's refused rents kept changing", id)
+}
+
+// clearBlock ends a streak of refusals (their count is kept: it numbers
+// the rents' idempotency keys).
+func clearBlock(b gpuproxy.ServiceBlock) (gpuproxy.ServiceBlock, bool) {
+	if b.Streak == 0 && b.Until.IsZero() {
+		return b, false
+	}
+	b.Streak, b.Until = 0, time.Time{}
+	return b, true
 }
 
 func (c *controller) state(id string) *svcState {
@@ -134,27 +237,17 @@ type replica struct {
 func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[string]int, now time.Time) error {
 	m := c.m
 	st := c.state(s.ID)
-	rows, err := m.store.Replicas(ctx, s.ID)
+	reps, err := c.replicas(ctx, s)
 	if err != nil {
-		return fmt.Errorf("listing replicas: %w", err)
+		return err
 	}
-	reps := make([]*replica, 0, len(rows))
-	for _, r := range rows {
-		rp := &replica{Replica: r}
-		inst, err := m.store.Instance(ctx, s.AccountID, r.InstanceID)
-		switch {
-		case err == nil:
-			rp.inst, rp.found = inst, true
-		case gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND:
-			return fmt.Errorf("reading replica %s: %w", r.InstanceID, err)
-		}
-		reps = append(reps, rp)
-	}
-	desired := s.Desired
-	live := c.health(ctx, s, st, reps, loads, now, &desired)
+	// A service being deleted is drained, never healed: its lost
+	// replicas are not replaced, its unready ones not probed.
 	if s.State == gpuproxy.ServiceDeleting {
 		return c.deleting(ctx, s, reps, loads, now)
 	}
+	desired := s.Desired
+	live := c.health(ctx, s, st, reps, loads, now, &desired)
 	c.keep(ctx, s, live, now)
 	ready := 0
 	for _, r := range live {
@@ -162,16 +255,31 @@ func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[
 			ready++
 		}
 	}
-	desired = c.scale(ctx, s, st, len(live), ready, loads[s.ID], desired, now)
+	// Whether rents are held off is read from the store only when this
+	// pass would rent (another leader may have been refused since).
+	var blockErr error
+	blocked := sync.OnceValue(func() bool {
+		var b bool
+		b, blockErr = c.blocked(ctx, s, st, now)
+		return b
+	})
+	// A pass that lowered the size for an idle replica does not wake the
+	// service on demand noted before: that demand was served (a request
+	// waiting now notes it again within a second, after this pass).
+	idled := desired < s.Desired
+	desired = c.scale(ctx, s, st, len(live), ready, loads[s.ID], desired, idled, blocked, now)
 	desired = min(max(desired, s.MinReplicas), s.MaxReplicas)
 	switch {
-	case len(live) < desired && now.Before(st.blockedUntil):
+	case len(live) < desired && blocked():
+		if blockErr != nil {
+			return fmt.Errorf("reading the service's refused rents: %w", blockErr)
+		}
 	case len(live) < desired:
 		ever, err := m.store.ReplicasEver(ctx, s.ID)
 		if err != nil {
 			return fmt.Errorf("counting replicas: %w", err)
 		}
-		desired = c.rent(ctx, s, st, ever, len(live), desired, now)
+		desired = c.rent(ctx, s, st, ever, len(live), desired)
 	case len(live) > desired:
 		c.drainExtra(ctx, s, live, len(live)-desired, now)
 	}
@@ -285,8 +393,6 @@ func (c *controller) probeDue(s gpuproxy.Service, st *svcState, r *replica, now 
 	if now.Before(r.inst.StartedAt.Add(s.Readiness.InitialDelay)) {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if r.State == gpuproxy.ReplicaReady && now.Sub(st.probedAt[r.InstanceID]) < c.m.opts.ProbeInterval {
 		return false
 	}
@@ -313,14 +419,17 @@ func (c *controller) probe(ctx context.Context, s gpuproxy.Service, r *replica) 
 // scale returns the desired size after this pass's load: up one when the
 // load per ready replica stayed over the target for UpDelay, down one
 // when it stayed under half of it for DownDelay, one when a service at
-// zero has demand.
+// zero has demand. No scale-up (nor wake) while rents are blocked.
 func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState, live, ready, load, desired int,
-	now time.Time) int {
+	idled bool, blocked func() bool, now time.Time) int {
 	if desired == 0 && live == 0 {
+		if idled {
+			return 0
+		}
 		// Demand noted since the service last changed size (its
 		// UpdatedAt): a request still waiting, not one the last replica
 		// already served.
-		if s.DemandAt.After(s.UpdatedAt) && now.Sub(s.DemandAt) <= s.QueueTimeout+5*time.Second {
+		if s.DemandAt.After(s.UpdatedAt) && now.Sub(s.DemandAt) <= s.QueueTimeout+5*time.Second && !blocked() {
 			c.m.event(ctx, s, "service.woken", "", "a request is waiting: renting a replica")
 			return 1
 		}
@@ -341,7 +450,7 @@ func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState
 	}
 	switch {
 	case over && now.Sub(st.aboveSince) >= s.Scale.UpDelay && desired < s.MaxReplicas && live >= desired &&
-		!now.Before(st.blockedUntil):
+		!blocked():
 		st.aboveSince = time.Time{}
 		c.m.event(ctx, s, "service.scaled_up", "", "%d requests in flight on %d ready replicas (target %d each) for %s: %d replicas wanted",
 			load, ready, target, fmtDuration(s.Scale.UpDelay), desired+1)
@@ -358,8 +467,10 @@ func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState
 // rent rents one replica by the service's spec, through the guard rails,
 // and returns the desired size after it: a refusal leaves the service at
 // its size (never under its minimum), records service.scale_blocked and
-// holds new rents off for BlockedRetry.
-func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState, ever, live, desired int, now time.Time) int {
+// holds new rents off, in the store, for BlockedRetry doubled for each
+// refusal in a row before it (at most BlockedRetryMax). st.block is the
+// store's record (blocked read it).
+func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState, ever, live, desired int) int {
 	m := c.m
 	var sp fleet.Spec
 	if err := jsonUnmarshal(s.Spec, &sp); err != nil {
@@ -375,17 +486,38 @@ func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState,
 		// (A leader that crashes in that window after a refusal rents
 		// again under a new key; the first instance, not a replica, is
 		// left to its idle rule.)
-		IdempotencyKey: fmt.Sprintf("service:%s:%d:%d", s.ID, ever+1, st.refused),
+		IdempotencyKey: fmt.Sprintf("service:%s:%d:%d", s.ID, ever+1, st.block.Refused),
 		Lifetime:       replicaLifetime(s)}
 	inst, err := m.fleet.Create(ctx, s.AccountID, req)
+	now := m.opts.Now() // the rent took its time: the backoff runs from its end
 	if err != nil {
-		st.blockedUntil = now.Add(m.opts.BlockedRetry)
-		st.refused++
+		refuse := func(b gpuproxy.ServiceBlock) (gpuproxy.ServiceBlock, bool) {
+			b.Refused++
+			b.Streak++
+			b.Until = now.Add(c.backoff(b.Streak))
+			return b, true
+		}
+		b, serr := changeBlock(ctx, m.store, s.ID, st.block, refuse)
+		if serr != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("recording a refused rent", "service_id", s.ID, "err", serr)
+			}
+			b, _ = refuse(st.block) // held off here even if the store missed it
+		}
+		st.block = b
+		wait := b.Until.Sub(now)
 		size := max(live, s.MinReplicas)
 		m.event(ctx, s, "service.scale_blocked", "", "renting replica %d of %d was refused (%s): %s; the service stays at %d "+
-			"and tries again in %s", live+1, desired, gpuproxy.ErrorCode(err), gpuproxy.ErrorMessage(err), live,
-			fmtDuration(m.opts.BlockedRetry))
+			"and tries again in %s (refusal %d in a row)", live+1, desired, gpuproxy.ErrorCode(err), gpuproxy.ErrorMessage(err), live,
+			fmtDuration(wait), b.Streak)
 		return min(desired, size)
+	}
+	if b, err := changeBlock(ctx, m.store, s.ID, st.block, clearBlock); err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("clearing a service's refused rents", "service_id", s.ID, "err", err)
+		}
+	} else {
+		st.block = b
 	}
 	r := gpuproxy.Replica{ServiceID: s.ID, InstanceID: inst.ID, AccountID: s.AccountID, State: gpuproxy.ReplicaStarting,
 		CreatedAt: now, UpdatedAt: now}
@@ -457,22 +589,26 @@ func (c *controller) retire(ctx context.Context, s gpuproxy.Service, r *replica,
 	c.m.event(ctx, s, "service.replica_replaced", r.InstanceID, "replica %s destroyed (%s): it will be replaced", r.InstanceID, why)
 }
 
-// deleting drains every replica of a service being deleted and marks it
-// deleted once none is left.
+// deleting drains every replica of a service being deleted, destroys
+// each once drained, and marks the service deleted once none is left. A
+// replica whose instance is gone or being destroyed is gone: nothing
+// replaces it.
 func (c *controller) deleting(ctx context.Context, s gpuproxy.Service, reps []*replica, loads map[string]int, now time.Time) error {
 	left := 0
 	for _, r := range reps {
 		switch {
 		case r.State == gpuproxy.ReplicaGone:
-		case !r.found || r.inst.Status == gpuproxy.Terminated || r.inst.Status == gpuproxy.Failed:
-			if r.State != gpuproxy.ReplicaGone {
-				c.setState(ctx, s, r, gpuproxy.ReplicaGone, "service_deleted", now)
-			}
+		case !r.found || r.inst.Status == gpuproxy.Terminated || r.inst.Status == gpuproxy.Failed ||
+			r.inst.Status == gpuproxy.Terminating:
+			c.setState(ctx, s, r, gpuproxy.ReplicaGone, "service_deleted", now)
 		case r.State != gpuproxy.ReplicaDraining:
 			c.setState(ctx, s, r, gpuproxy.ReplicaDraining, "service_deleted", now)
 			left++
 		default:
-			left++
+			c.drain(ctx, s, r, loads, now)
+			if r.State != gpuproxy.ReplicaGone {
+				left++
+			}
 		}
 	}
 	if left > 0 {

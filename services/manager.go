@@ -1,6 +1,7 @@
 package services
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,39 +32,58 @@ type Prober interface {
 	Probe(ctx context.Context, accountID int64, instanceID, path string, timeout time.Duration) error
 }
 
-// Options configures services. Zero fields take the defaults below.
+// The options' defaults, taken by a zero field.
+const (
+	DefaultInterval        = time.Second
+	DefaultProbeInterval   = 5 * time.Second
+	DefaultLoadReport      = time.Second
+	DefaultRouteTTL        = 500 * time.Millisecond
+	DefaultStartTimeout    = 20 * time.Minute
+	DefaultUnreadyTimeout  = time.Minute
+	DefaultDrainTimeout    = 2 * time.Minute
+	DefaultBlockedRetry    = 30 * time.Second
+	DefaultBlockedRetryMax = 10 * time.Minute
+)
+
+// Options configures services. Zero fields take the defaults above; a
+// negative duration is an error (Validate), never a default.
 type Options struct {
 	Logger *slog.Logger
-	// Now is the clock (default time.Now).
+	// Now is the clock (default time.Now): every time the controller and
+	// the router record or compare is read from it.
 	Now func() time.Time
 	// Leader runs fn only on the gpuproxy replica holding the named lock
 	// (db.Store.WithLeader); nil runs it always.
 	Leader func(ctx context.Context, name string, fn func(context.Context) error) (bool, error)
 	// Node names this gpuproxy process in load reports (default random).
 	Node string
-	// Interval is the controller's pass interval (default 1 s).
+	// Interval is the controller's pass interval (DefaultInterval).
 	Interval time.Duration
 	// ProbeInterval is how often a ready replica's readiness is checked
-	// (default 5 s).
+	// (DefaultProbeInterval).
 	ProbeInterval time.Duration
 	// LoadReport is how often this process reports its requests in
-	// flight per service (default 1 s); reports older than 5 of these are
-	// not counted.
+	// flight per service (DefaultLoadReport); reports older than 5 of
+	// these are not counted.
 	LoadReport time.Duration
 	// RouteTTL is how long the router's view of an account's services and
-	// ready replicas is kept (default 500 ms).
+	// ready replicas is kept (DefaultRouteTTL).
 	RouteTTL time.Duration
 	// StartTimeout is how long a rented replica may take to become ready
-	// before it is replaced (default 20 min); UnreadyTimeout how long a
-	// ready replica may fail its checks (default 1 min).
+	// before it is replaced (DefaultStartTimeout); UnreadyTimeout how
+	// long a ready replica may fail its checks (DefaultUnreadyTimeout).
 	StartTimeout   time.Duration
 	UnreadyTimeout time.Duration
 	// DrainTimeout is how long a draining replica's requests may run
-	// before it is destroyed anyway (default 2 min).
+	// before it is destroyed anyway (DefaultDrainTimeout).
 	DrainTimeout time.Duration
 	// BlockedRetry is how long a service whose rent was refused waits
-	// before the controller tries again (default 30 s).
-	BlockedRetry time.Duration
+	// before the controller tries again (DefaultBlockedRetry); each
+	// further refusal in a row doubles the wait, up to BlockedRetryMax
+	// (DefaultBlockedRetryMax, and never under BlockedRetry). The wait is
+	// kept in the store, so a new leader honours it.
+	BlockedRetry    time.Duration
+	BlockedRetryMax time.Duration
 	// OnEvent receives every service event after it is stored, with its
 	// service (webhooks: alerts.Service.ServiceEvent).
 	OnEvent func(gpuproxy.Service, gpuproxy.ServiceEvent)
@@ -84,33 +104,41 @@ func (o Options) withDefaults() Options {
 	if o.Node == "" {
 		o.Node = randomID("node_")
 	}
+	// Only a zero field takes its default: a negative one is Validate's
+	// error, not a value to replace quietly.
 	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
+		if *d == 0 {
 			*d = v
 		}
 	}
-	def(&o.Interval, time.Second)
-	def(&o.ProbeInterval, 5*time.Second)
-	def(&o.LoadReport, time.Second)
-	def(&o.RouteTTL, 500*time.Millisecond)
-	def(&o.StartTimeout, 20*time.Minute)
-	def(&o.UnreadyTimeout, time.Minute)
-	def(&o.DrainTimeout, 2*time.Minute)
-	def(&o.BlockedRetry, 30*time.Second)
+	def(&o.Interval, DefaultInterval)
+	def(&o.ProbeInterval, DefaultProbeInterval)
+	def(&o.LoadReport, DefaultLoadReport)
+	def(&o.RouteTTL, DefaultRouteTTL)
+	def(&o.StartTimeout, DefaultStartTimeout)
+	def(&o.UnreadyTimeout, DefaultUnreadyTimeout)
+	def(&o.DrainTimeout, DefaultDrainTimeout)
+	def(&o.BlockedRetry, DefaultBlockedRetry)
+	def(&o.BlockedRetryMax, max(DefaultBlockedRetryMax, o.BlockedRetry))
 	return o
 }
 
-// Validate checks the options, naming the field.
+// Validate checks the options, naming the field: no duration may be
+// negative, and BlockedRetryMax, when set, is at least BlockedRetry.
 func (o Options) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
 	}{{"Interval", o.Interval}, {"ProbeInterval", o.ProbeInterval}, {"LoadReport", o.LoadReport},
 		{"RouteTTL", o.RouteTTL}, {"StartTimeout", o.StartTimeout}, {"UnreadyTimeout", o.UnreadyTimeout},
-		{"DrainTimeout", o.DrainTimeout}, {"BlockedRetry", o.BlockedRetry}} {
+		{"DrainTimeout", o.DrainTimeout}, {"BlockedRetry", o.BlockedRetry}, {"BlockedRetryMax", o.BlockedRetryMax}} {
 		if f.d < 0 {
 			return gpuproxy.Errorf(gpuproxy.EINVALID, "services.Options.%s: must not be negative, got %s", f.name, f.d)
 		}
+	}
+	if retry := cmp.Or(o.BlockedRetry, DefaultBlockedRetry); o.BlockedRetryMax > 0 && o.BlockedRetryMax < retry {
+		return gpuproxy.Errorf(gpuproxy.EINVALID, "services.Options.BlockedRetryMax: must be at least BlockedRetry (%s), got %s",
+			retry, o.BlockedRetryMax)
 	}
 	return nil
 }
@@ -126,8 +154,6 @@ type Manager struct {
 
 	router *router
 	ctl    *controller
-
-	mu sync.Mutex
 }
 
 // New returns a Manager; Run starts its background work.
@@ -139,12 +165,14 @@ func New(store Store, fl Fleet, prober Prober, o Options) *Manager {
 	return m
 }
 
-// Run runs, until ctx ends, the load reports of this gpuproxy process and
-// the controller (on the one process holding the "services" leader
-// lock at a time).
+// Run runs, until ctx ends, the load reports of this gpuproxy process,
+// the router's table refresher and the controller (on the one process
+// holding the "services" leader lock at a time). Every goroutine of the
+// Manager is started here and has ended when Run returns.
 func (m *Manager) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.router.reportLoad(ctx) })
+	wg.Go(func() { m.router.refresher(ctx) })
 	wg.Go(func() { m.ctl.run(ctx) })
 	wg.Wait()
 }
@@ -243,10 +271,24 @@ func (m *Manager) Update(ctx context.Context, accountID int64, idOrName string, 
 	if s.Lifetime != cur.Lifetime {
 		m.applyLifetime(ctx, s)
 	}
+	m.unblock(ctx, s)
 	m.event(ctx, s, "service.updated", "", "updated: model %q, %d to %d replicas", s.Model, s.MinReplicas, s.MaxReplicas)
 	m.router.forget(accountID)
 	m.ctl.poke()
 	return m.view(ctx, s)
+}
+
+// unblock lets the controller rent for a changed service at once: the
+// backoff of its refused rents starts afresh (their count, which numbers
+// the rents' idempotency keys, is kept).
+func (m *Manager) unblock(ctx context.Context, s gpuproxy.Service) {
+	b, err := m.store.ServiceBlock(ctx, s.ID)
+	if err == nil {
+		_, err = changeBlock(ctx, m.store, s.ID, b, clearBlock)
+	}
+	if err != nil {
+		m.log.Warn("clearing a changed service's refused rents", "service_id", s.ID, "err", err)
+	}
 }
 
 // applyLifetime gives the service's replicas its lifetime rules.

@@ -12,18 +12,30 @@ import (
 // again.
 const queuePoll = 100 * time.Millisecond
 
+// refreshTimeout bounds one refresh of an account's routing table.
+const refreshTimeout = 5 * time.Second
+
 // router picks replicas for requests on this gpuproxy process: each
 // account's services and ready replicas, read from the store at most
-// every RouteTTL (a stale table is served while one request refreshes
-// it), and this process's requests in flight per replica and service.
+// every RouteTTL (a stale table is served while it is refreshed), and
+// this process's requests in flight per replica and service.
+//
+// Stale tables are refreshed by the router's refresher, a goroutine of
+// Manager.Run that stops with it; without Run (a Manager whose
+// background work is not started) the request that finds a table stale
+// refreshes it itself before it is served. Every field below mu is
+// guarded by mu, and so are a table's fields once it is in accounts.
 type router struct {
-	m *Manager
+	m     *Manager
+	wakes chan struct{} // a table is pending: the refresher's signal
 
 	mu       sync.Mutex
 	accounts map[int64]*table
 	inflight map[string]int // instance id, or service id → requests in flight here
 	seen     map[string]time.Time
 	demand   map[string]time.Time // service id → last demand noted in the store
+	running  bool                 // the refresher runs (Run)
+	pending  map[int64]*table     // stale tables for the refresher
 }
 
 // table is one account's routing table.
@@ -43,8 +55,8 @@ type route struct {
 }
 
 func newRouter(m *Manager) *router {
-	return &router{m: m, accounts: map[int64]*table{}, inflight: map[string]int{}, seen: map[string]time.Time{},
-		demand: map[string]time.Time{}}
+	return &router{m: m, wakes: make(chan struct{}, 1), accounts: map[int64]*table{}, inflight: map[string]int{},
+		seen: map[string]time.Time{}, demand: map[string]time.Time{}, pending: map[int64]*table{}}
 }
 
 // Pick is the model's service among the account's and one of its ready
@@ -90,18 +102,20 @@ func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (g
 			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no other ready replica to retry on", time.Second)
 		}
 		if deadline.IsZero() {
-			deadline = time.Now().Add(rt.svc.QueueTimeout)
+			deadline = now.Add(rt.svc.QueueTimeout)
 		}
 		r.noteDemand(ctx, rt.svc, now)
-		wait := min(queuePoll, time.Until(deadline))
+		wait := min(queuePoll, deadline.Sub(now))
 		if wait <= 0 {
 			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no replica became ready within its queue timeout ("+
 				fmtDuration(rt.svc.QueueTimeout)+")", 5*time.Second)
 		}
+		tm := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			tm.Stop()
 			return gpuproxy.ServiceRoute{}, ctx.Err()
-		case <-time.After(wait):
+		case <-tm.C:
 		}
 		r.expire(acct)
 	}
@@ -170,9 +184,10 @@ func (r *router) noteDemand(ctx context.Context, s gpuproxy.Service, now time.Ti
 }
 
 // table returns the account's routing table: loaded on first use, then
-// refreshed in the background once older than RouteTTL.
+// refreshed by the refresher once older than RouteTTL (by the caller
+// when the refresher does not run).
 func (r *router) table(ctx context.Context, acct int64) (*table, error) {
-	now := time.Now()
+	now := r.m.opts.Now()
 	r.mu.Lock()
 	t := r.accounts[acct]
 	if t == nil {
@@ -182,23 +197,81 @@ func (r *router) table(ctx context.Context, acct int64) (*table, error) {
 		r.load(context.WithoutCancel(ctx), acct, t)
 		return t, t.err
 	}
-	stale := !t.refreshing && now.Sub(t.at) >= r.m.opts.RouteTTL
-	if stale {
+	inline := false
+	if !t.refreshing && now.Sub(t.at) >= r.m.opts.RouteTTL {
 		t.refreshing = true
+		if r.running {
+			r.pending[acct] = t
+			select {
+			case r.wakes <- struct{}{}:
+			default:
+			}
+		} else {
+			inline = true
+		}
 	}
 	r.mu.Unlock()
 	select {
 	case <-t.ready:
 	case <-ctx.Done():
+		if inline {
+			r.unmark(t)
+		}
 		return nil, ctx.Err()
 	}
-	if stale {
-		go r.refresh(acct, t)
+	if inline {
+		r.refresh(context.WithoutCancel(ctx), acct, t)
+		r.mu.Lock()
+		if nt := r.accounts[acct]; nt != nil {
+			t = nt
+		}
+		r.mu.Unlock()
 	}
 	if t.err != nil {
 		return nil, t.err
 	}
 	return t, nil
+}
+
+// unmark lets a table marked for refresh be marked again.
+func (r *router) unmark(t *table) {
+	r.mu.Lock()
+	t.refreshing = false
+	r.mu.Unlock()
+}
+
+// refresher refreshes the stale tables that requests mark, until ctx
+// ends (Manager.Run). Tables still pending then are unmarked, for the
+// requests to refresh.
+func (r *router) refresher(ctx context.Context) {
+	r.mu.Lock()
+	r.running = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running = false
+		for acct, t := range r.pending {
+			t.refreshing = false
+			delete(r.pending, acct)
+		}
+		r.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wakes:
+		}
+		r.mu.Lock()
+		batch := r.pending
+		r.pending = map[int64]*table{}
+		r.mu.Unlock()
+		var wg sync.WaitGroup
+		for acct, t := range batch {
+			wg.Go(func() { r.refresh(ctx, acct, t) })
+		}
+		wg.Wait()
+	}
 }
 
 // expire makes the account's table stale, so the next read refreshes it.
@@ -223,7 +296,7 @@ func (r *router) forget(acct int64) {
 func (r *router) load(ctx context.Context, acct int64, t *table) {
 	byModel, svcs, err := r.read(ctx, acct)
 	r.mu.Lock()
-	t.byModel, t.services, t.err, t.at, t.refreshing = byModel, svcs, err, time.Now(), false
+	t.byModel, t.services, t.err, t.at, t.refreshing = byModel, svcs, err, r.m.opts.Now(), false
 	if err != nil {
 		delete(r.accounts, acct) // the next request tries again
 	}
@@ -231,18 +304,21 @@ func (r *router) load(ctx context.Context, acct int64, t *table) {
 	close(t.ready)
 }
 
-// refresh replaces a stale table's contents; on a store error the old
-// ones are kept.
-func (r *router) refresh(acct int64, t *table) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// refresh replaces a stale table t with a new one read from the store;
+// on a store error t is kept (and tried again after RouteTTL).
+func (r *router) refresh(ctx context.Context, acct int64, t *table) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
 	byModel, svcs, err := r.read(ctx, acct)
-	nt := &table{ready: t.ready, byModel: byModel, services: svcs, at: time.Now()}
+	now := r.m.opts.Now()
+	nt := &table{ready: t.ready, byModel: byModel, services: svcs, at: now}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.m.log.Warn("refreshing service routes", "account_id", acct, "err", err)
-		t.refreshing, t.at = false, time.Now()
+		if ctx.Err() == nil {
+			r.m.log.Warn("refreshing service routes", "account_id", acct, "err", err)
+		}
+		t.refreshing, t.at = false, now
 		return
 	}
 	if r.accounts[acct] == t {

@@ -46,6 +46,12 @@ type Store interface {
 	// ReplicasEver counts every replica the service ever had, gone ones
 	// included.
 	ReplicasEver(ctx context.Context, serviceID string) (int, error)
+	// ServiceBlock returns the record of the service's refused rents
+	// (zero when none was refused). SetServiceBlock replaces it with b if
+	// the stored one still counts prev's Refused and Streak; a conflict
+	// otherwise (it changed since prev was read).
+	ServiceBlock(ctx context.Context, serviceID string) (gpuproxy.ServiceBlock, error)
+	SetServiceBlock(ctx context.Context, serviceID string, prev, b gpuproxy.ServiceBlock) error
 	// AccountReplicas lists the replicas, not gone, of the account's
 	// active services (the router's table).
 	AccountReplicas(ctx context.Context, accountID int64) ([]gpuproxy.Replica, error)
@@ -56,9 +62,10 @@ type Store interface {
 	// at most limit.
 	ServiceEvents(ctx context.Context, accountID int64, serviceID string, limit int) ([]gpuproxy.ServiceEvent, error)
 
-	// Instance returns one instance of the account (not found otherwise):
-	// a replica's instance.
-	Instance(ctx context.Context, accountID int64, id string) (gpuproxy.Instance, error)
+	// ReplicaInstances returns, in one query, the instances of the
+	// service's replicas that are not gone, by instance id (a replica
+	// whose instance is missing has none).
+	ReplicaInstances(ctx context.Context, serviceID string) (map[string]gpuproxy.Instance, error)
 
 	// TouchInstances records activity on instances (the later of the
 	// stored time and the one given): the controller keeps the replicas

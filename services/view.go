@@ -58,13 +58,17 @@ func (m *Manager) view(ctx context.Context, s gpuproxy.Service) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
+	insts, err := m.store.ReplicaInstances(ctx, s.ID)
+	if err != nil {
+		return View{}, err
+	}
 	for _, r := range reps {
 		rv := ReplicaView{InstanceID: r.InstanceID, State: string(r.State), Reason: r.Reason, CreatedAt: r.CreatedAt}
 		if !r.ReadyAt.IsZero() {
 			at := r.ReadyAt
 			rv.ReadyAt = &at
 		}
-		if inst, err := m.store.Instance(ctx, s.AccountID, r.InstanceID); err == nil {
+		if inst, ok := insts[r.InstanceID]; ok {
 			rv.Instance, rv.Provider, rv.GPUName, rv.PricePerHour = string(inst.Status), inst.Provider, inst.GPUName, inst.PricePerHour
 		}
 		if r.State == gpuproxy.ReplicaReady {
