@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -160,6 +161,7 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 			rep.Errors = append(rep.Errors, fmt.Errorf("adopting %s: %w", row.ID, err))
 			return
 		}
+		s.adoptedAttempt(ctx, row, rep)
 		rep.Adopted = append(rep.Adopted, row.ID)
 		s.opts.Logger.Info("reconciler adopted instance", "instance", row.ID, "provider_id", pi.ProviderID)
 	case row.Status == gpuproxy.Pending && now.Sub(row.CreatedAt) > s.opts.PendingGrace:
@@ -183,6 +185,22 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 		if s.truthUp(ctx, row, pi, rep) {
 			rep.Adjustments++
 		}
+	}
+}
+
+// adoptedAttempt records, on an adopted row of a rent by spec, that its
+// own attempt (left pending by a run cut off after the provider call)
+// rented the instance: what the run would have answered, and what a replay
+// of its call answers.
+func (s *Service) adoptedAttempt(ctx context.Context, row gpuproxy.Instance, rep *ReconcileReport) {
+	n := len(row.Attempts)
+	if n == 0 || row.Attempts[n-1].Outcome != gpuproxy.RentPending || row.Attempts[n-1].OfferID != row.OfferID {
+		return
+	}
+	attempts := slices.Clone(row.Attempts)
+	attempts[n-1].Outcome = gpuproxy.RentRented
+	if _, err := s.store.SetInstanceAttempts(ctx, row.ID, attempts); err != nil {
+		rep.Errors = append(rep.Errors, fmt.Errorf("recording %s's rented attempt: %w", row.ID, err))
 	}
 }
 

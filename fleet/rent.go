@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/providers"
@@ -49,6 +50,12 @@ type rentLimits struct {
 	maxPrice  gpuproxy.Micros
 	confirmed bool
 	attempts  []gpuproxy.RentAttempt // recorded on the row as it is inserted
+	// current is this attempt, recorded on the row after attempts as
+	// pending (the provider's answer not yet known), so that a run cut
+	// off after the provider call leaves its full list on the row: the
+	// reconciler adopting the row marks it rented, and a replay of the
+	// call answers it.
+	current *gpuproxy.RentAttempt
 }
 
 // attemptError is a failed rent attempt: how it ended, and the error the
@@ -110,6 +117,11 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
 		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
 		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts}
+	if lim.current != nil {
+		cur := *lim.current
+		cur.Outcome, cur.PricePerHour = gpuproxy.RentPending, q.PricePerHour
+		inst.Attempts = append(slices.Clip(lim.attempts), cur)
+	}
 	if q.Billing == providers.BillingPrepaid {
 		inst.Hours, inst.PrepaidTotal = req.Hours, q.Total
 	}

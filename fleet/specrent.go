@@ -70,7 +70,8 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 			sub.Hours = sp.Hours
 		}
 		start := time.Now()
-		inst, err := s.rentOffer(ctx, accountID, sub, rentLimits{maxPrice: sp.MaxPricePerHour, confirmed: true, attempts: attempts})
+		inst, err := s.rentOffer(ctx, accountID, sub, rentLimits{maxPrice: sp.MaxPricePerHour, confirmed: true, attempts: attempts,
+			current: &a})
 		a.Duration = time.Since(start)
 		if err == nil {
 			a.Outcome, a.PricePerHour = gpuproxy.RentRented, inst.PricePerHour

@@ -14,6 +14,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -331,6 +332,99 @@ func TestInterruptedCreateCalls(t *testing.T) {
 			if n := len(w.vast.Instances()); n != before+1 {
 				t.Fatalf("rented %d instances for one call", n-before)
 			}
+		})
+	}
+}
+
+// outcomes lists the outcomes of an instance's attempts.
+func outcomes(attempts []gpuproxy.RentAttempt) string {
+	var out []string
+	for _, a := range attempts {
+		out = append(out, string(a.Outcome))
+	}
+	return strings.Join(out, " ")
+}
+
+// TestReplayAfterRestartKeepsAttempts: a keyed rent by spec whose first
+// offer is gone rents the second, and its replica loses the database (or
+// dies) right after the provider created the instance; the reconciler
+// adopts the row. A replay of the call, whether the first run recorded
+// its outcome or died with the call still running, answers the rented
+// instance with the attempts the first answer would have listed — the
+// offer gone, then the one rented — not only those before the rented one.
+func TestReplayAfterRestartKeepsAttempts(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			clock := teststack.NewClock(time.Now())
+			w := newWorld(t, k, worldOpts{fleetOpts: fleet.Options{Now: clock.Now}})
+			ctx := context.Background()
+			st := w.stores[0]
+			anyGPU := &fleet.Spec{MaxPricePerHour: 50 * usd, Providers: []string{providers.VastAI}}
+			cut := make(chan struct{})
+			t.Cleanup(func() {
+				select {
+				case <-cut:
+				default:
+					close(cut)
+				}
+			})
+			crashy := func(hook func(gpuproxy.Instance, string) error) *fleet.Service {
+				return fleet.New(st, w.guards[0], []providers.Provider{w.vastP[0]}, fleet.Options{Logger: quiet, Now: clock.Now,
+					OfferCacheTTL: -1, AfterProviderCreate: hook})
+			}
+			replay := func(req fleet.CreateRequest) {
+				t.Helper()
+				if _, err := w.fleets[0].Reconcile(ctx); err != nil {
+					t.Fatal(err)
+				}
+				// A restarted replica answers the retry.
+				got, err := crashy(nil).Create(ctx, w.acct.ID, req)
+				if err != nil || got.Status == gpuproxy.Pending || got.Status == gpuproxy.Failed {
+					t.Fatalf("replay: %+v %v", got, err)
+				}
+				if o := outcomes(got.Attempts); o != "offer_gone rented" {
+					t.Fatalf("replay answered attempts %q, want \"offer_gone rented\"", o)
+				}
+				last := got.Attempts[len(got.Attempts)-1]
+				if last.OfferID != got.OfferID || last.Provider != got.Provider || last.PricePerHour != got.PricePerHour {
+					t.Fatalf("the rented attempt %+v is not the instance's offer %s", last, got.OfferID)
+				}
+			}
+
+			// The first run records its outcome (the instance rented) but
+			// answers an error: its database went away as it recorded the
+			// provider id.
+			failCreates(w, 1)
+			req := fleet.CreateRequest{Spec: anyGPU, Image: "i", IdempotencyKey: "cut-1"}
+			if _, err := crashy(func(gpuproxy.Instance, string) error { return errors.New("connection reset") }).
+				Create(ctx, w.acct.ID, req); err == nil {
+				t.Fatal("the fault hook did not fail the create")
+			}
+			replay(req)
+
+			// The first run dies mid-rent, its call still running: a
+			// retry after the call went quiet answers what it rented.
+			failCreates(w, 1)
+			req = fleet.CreateRequest{Spec: anyGPU, Image: "i", IdempotencyKey: "cut-2"}
+			entered := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				_, err := crashy(func(gpuproxy.Instance, string) error {
+					close(entered)
+					<-cut
+					return errors.New("the replica died")
+				}).Create(ctx, w.acct.ID, req)
+				done <- err
+			}()
+			select {
+			case <-entered:
+			case err := <-done:
+				t.Fatalf("the run ended before its provider create: %v", err)
+			}
+			clock.Add(10 * time.Minute)
+			replay(req)
+			close(cut)
+			<-done
 		})
 	}
 }
