@@ -170,8 +170,10 @@ type servicesConf struct {
 	// DrainTimeout bounds a draining replica's requests (default 2m).
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// BlockedRetry is how long a service whose rent was refused waits
-	// before trying again (default 30s).
-	BlockedRetry time.Duration `yaml:"blocked_retry"`
+	// before trying again (default 30s); each refusal in a row doubles
+	// it, up to BlockedRetryMax (default 10m).
+	BlockedRetry    time.Duration `yaml:"blocked_retry"`
+	BlockedRetryMax time.Duration `yaml:"blocked_retry_max"`
 }
 
 // optional is a duration set explicitly (0 meaning none, as negative does

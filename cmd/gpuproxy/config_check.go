@@ -110,6 +110,7 @@ func (c *config) checkValues() error {
 		{"services.unready_timeout", c.Services.UnreadyTimeout},
 		{"services.drain_timeout", c.Services.DrainTimeout},
 		{"services.blocked_retry", c.Services.BlockedRetry},
+		{"services.blocked_retry_max", c.Services.BlockedRetryMax},
 		{"proxy.upstream_timeout", c.Proxy.UpstreamTimeout},
 		{"proxy.snapshot_max_age", c.Proxy.SnapshotMaxAge},
 		{"proxy.lease_span", c.Proxy.LeaseSpan},
