@@ -232,6 +232,11 @@ func (s *Service) authJWT(ctx context.Context, token string) (gpuproxy.Principal
 	return gpuproxy.Principal{AccountID: acct.ID, AccountName: acct.Name, KeyID: "jwt:" + sub + ":" + jti, Scopes: scopes}, nil
 }
 
+// loadTimeout bounds the store read of a credential not in the cache: a
+// replica cut off from its database refuses the request (503) within it
+// instead of waiting for the network to heal (fail closed).
+const loadTimeout = 3 * time.Second
+
 // lookup returns a cached credential record or loads it; a missing record
 // is the generic unauthorized error, a store failure passes through (fail
 // closed as unavailable).
@@ -240,7 +245,9 @@ func (s *Service) lookup(ctx context.Context, key string, load func(context.Cont
 	if c, ok := s.cache.Load(key); ok && now.Before(c.(cached).until) {
 		return c.(cached), nil
 	}
-	c, err := load(ctx)
+	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	c, err := load(lctx)
+	cancel()
 	switch gpuproxy.ErrorCode(err) {
 	case "":
 	case gpuproxy.ENOTFOUND:

@@ -40,7 +40,9 @@ type Store interface {
 	// and charges what the call actually cost to its instance, in one
 	// transaction.
 	AmendLease(ctx context.Context, accountID, holdID int64, amend LeaseAmend, now time.Time) error
-	// ExpireLeases releases open proxy lease holds created before before.
+	// ExpireLeases charges in full (closing them) the open proxy lease
+	// holds created before before; a later SettleLease of one refunds
+	// that charge and charges its calls.
 	ExpireLeases(ctx context.Context, before, now time.Time) (int, error)
 	// CurrentLimits returns the own windows of those of accountIDs and
 	// keyIDs that have any: the proxy gate polls it to see limits set on
@@ -64,9 +66,9 @@ type Options struct {
 	// Horizon is how far ahead running instances are committed (default
 	// DefaultHorizon).
 	Horizon time.Duration
-	// LeaseExpiry is the age after which the reconciler releases an open
-	// proxy lease, which only a crashed replica leaves (default
-	// DefaultLeaseExpiry).
+	// LeaseExpiry is the age after which the reconciler charges in full
+	// an open proxy lease, which only a crashed or cut-off replica leaves
+	// (default DefaultLeaseExpiry).
 	LeaseExpiry time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time

@@ -506,15 +506,18 @@ func (g *ProxyGate) amend(la *leaseAcct, a pendingAmend, now time.Time) error {
 	return nil
 }
 
-// ExpireLeases releases the open proxy leases of every replica taken
-// before the lease expiry (Options.LeaseExpiry), which only a crashed or
-// cut-off replica leaves behind; the reconciler calls it. It returns how
-// many it released.
+// ExpireLeases charges in full the open proxy leases of every replica
+// taken before the lease expiry (Options.LeaseExpiry), which only a
+// crashed or cut-off replica leaves behind; the reconciler calls it. A
+// lease's replica that settles it later gets the full charge refunded
+// and its calls charged (Store.SettleLease). It returns how many it
+// charged.
 func (s *Service) ExpireLeases(ctx context.Context) (int, error) {
 	now := s.opts.Now()
 	n, err := s.store.ExpireLeases(ctx, now.Add(-s.opts.LeaseExpiry), now)
 	if n > 0 {
-		s.opts.Logger.Warn("released expired proxy leases (a replica stopped without settling them)", "leases", n)
+		s.opts.Logger.Warn("charged expired proxy leases in full (a replica stopped or was cut off without settling them)",
+			"leases", n)
 	}
 	return n, s.storeErr(err)
 }

@@ -186,9 +186,14 @@ func TestProxyLeaseSettlement(t *testing.T) {
 	}
 }
 
-// TestProxyLeaseExpiry: a replica that dies holding a lease leaves an open
-// hold; the reconciler's ExpireLeases releases it once it is older than the
-// expiry, and not before.
+// TestProxyLeaseExpiry: a replica that dies or is cut off holding a lease
+// leaves an open hold; the reconciler's ExpireLeases charges it in full
+// once it is older than the expiry, and not before, so its room is never
+// admitted again to others. When the replica comes back and settles the
+// lease after all, the full charge is refunded and its calls charged: the
+// ledger ends at what they cost. Released instead (as it was), the room
+// went to other replicas and the late settlement carried the window past
+// its limit (the attack harness's partition phase: $0.29 over).
 func TestProxyLeaseExpiry(t *testing.T) {
 	for _, k := range dbtest.Kinds {
 		t.Run(string(k), func(t *testing.T) {
@@ -196,7 +201,8 @@ func TestProxyLeaseExpiry(t *testing.T) {
 			clk := teststack.NewClock(time.Now())
 			st := newLeaseStack(t, k, 1, 50*usd, 0, guardrails.ProxyGateOptions{Now: clk.Now, LeaseSpan: time.Hour})
 			ctx := context.Background()
-			if _, err := st.gates[0].Admit(ctx, st.acct, 10_000); err != nil { // never Done: the replica "crashed"
+			p, err := st.gates[0].Admit(ctx, st.acct, 10_000) // not Done yet: the replica is cut off
+			if err != nil {
 				t.Fatal(err)
 			}
 			held := st.spending(t).Held
@@ -211,8 +217,17 @@ func TestProxyLeaseExpiry(t *testing.T) {
 			if n, err := svc.ExpireLeases(ctx); err != nil || n != 1 {
 				t.Fatalf("ExpireLeases after the expiry = %d, %v; want 1", n, err)
 			}
-			if u := st.spending(t); u.Held != 0 {
-				t.Fatalf("held %s after the expired lease was released", u.Held)
+			if u := st.spending(t); u.Held != 0 || u.Spent != held {
+				t.Fatalf("after the expiry: held %s, spent %s; want the lease's %s charged in full", u.Held, u.Spent, held)
+			}
+			if n, err := svc.ExpireLeases(ctx); err != nil || n != 0 {
+				t.Fatalf("ExpireLeases again = %d, %v; want nothing more", n, err)
+			}
+			// The replica is back: its call ends and it settles the lease.
+			p.Done("gpi_x", true)
+			closeGate(t, st.gates[0])
+			if u := st.spending(t); u.Held != 0 || u.Spent != 10_000 {
+				t.Fatalf("after the late settlement: held %s, spent %s; want the call's $0.01 only", u.Held, u.Spent)
 			}
 		})
 	}

@@ -14,6 +14,12 @@ import (
 	"github.com/aiserve/gpuproxy"
 )
 
+// storeReadTimeout bounds each store read on a request's path (an
+// instance's endpoint, an account's token price): a replica cut off from
+// its database refuses the request (503) within it, never waits for the
+// network to heal (fail closed).
+const storeReadTimeout = 3 * time.Second
+
 // Fleet tells the proxy where the caller's running instances are
 // (fleet.Service implements it). Both methods only ever see the given
 // account's instances: another account's instance is not found.
@@ -135,7 +141,9 @@ func (c *endpointCache) lookup(ctx context.Context, acct int64, id string, now t
 			return e.ep, e.err
 		}
 	}
-	raw, err := c.fleet.RunningEndpoint(ctx, acct, id)
+	rctx, cancel := context.WithTimeout(ctx, storeReadTimeout)
+	raw, err := c.fleet.RunningEndpoint(rctx, acct, id)
+	cancel()
 	var ep *endpoint
 	if err == nil {
 		ep, err = parseEndpoint(raw, c.allow)
@@ -156,7 +164,9 @@ func (c *endpointCache) list(ctx context.Context, acct int64, now time.Time) ([]
 			return e.eps, nil
 		}
 	}
-	m, err := c.fleet.RunningEndpoints(ctx, acct)
+	rctx, cancel := context.WithTimeout(ctx, storeReadTimeout)
+	m, err := c.fleet.RunningEndpoints(rctx, acct)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

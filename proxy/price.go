@@ -57,7 +57,9 @@ func (p *Proxy) priceFor(ctx context.Context, acct int64, svc *gpuproxy.TokenPri
 			return p.opts.TokenPrice, nil
 		}
 	}
-	price, err := p.opts.AccountPrices.AccountTokenPrice(ctx, acct)
+	rctx, cancel := context.WithTimeout(ctx, storeReadTimeout)
+	price, err := p.opts.AccountPrices.AccountTokenPrice(rctx, acct)
+	cancel()
 	if err != nil {
 		return gpuproxy.TokenPrice{}, &gpuproxy.Error{Code: gpuproxy.EUNAVAILABLE, Cause: err,
 			Message: "the account's token price could not be read; try again", Details: map[string]any{"retry_after_seconds": 1}}

@@ -77,7 +77,8 @@ type proxyConf struct {
 	SnapshotMaxAge   time.Duration  `yaml:"snapshot_max_age"`  // spend snapshot age for the guard check, default 1s
 	// LeaseSpan is how long a replica's proxy budget lease admits calls
 	// before it is settled (default 2s); LeaseExpiry is the age after which
-	// the reconciler releases a lease a crashed replica left (default 2m).
+	// the reconciler charges in full a lease a crashed or cut-off replica
+	// left (default 2m; a late settlement refunds it).
 	LeaseSpan   time.Duration `yaml:"lease_span"`
 	LeaseExpiry time.Duration `yaml:"lease_expiry"`
 	// KeepNetHTTP: never take keep-alive connections over from net/http
