@@ -35,6 +35,13 @@ var sqlFiles embed.FS // migrations/<dialect>/NNNN_*.sql, functions/<dialect>/*.
 // DefaultSQLitePath is the database file used when no URL is configured.
 const DefaultSQLitePath = "data/gpuproxy.db"
 
+// leaderKeepalive are the leader-lock sessions' server-side TCP settings:
+// a peer silent for 5 s is probed every 2 s and dropped after 3
+// unanswered probes (about 11 s), and unacknowledged data gives up after
+// 10 s, so a cut-off leader's locks are released.
+var leaderKeepalive = map[string]string{"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2",
+	"tcp_keepalives_count": "3", "tcp_user_timeout": "10000"}
+
 // SQLite connection settings (not options: the store relies on them).
 const (
 	// leaderLockConns bounds the connections holding leader locks (one
@@ -158,6 +165,14 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		}
 		lockCfg := cfg.Copy()
 		lockCfg.MaxConns = leaderLockConns
+		// A leader lock lives as long as its session: when the leader's
+		// packets stop (a partition, not a reset), the server must notice
+		// and end the session, or no replica leads — no metering, no lease
+		// expiry — until the network heals. Server-side keepalives end it
+		// about leaderKeepalive after the last packet.
+		for k, v := range leaderKeepalive {
+			lockCfg.ConnConfig.RuntimeParams[k] = v
+		}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("connecting to postgres: %w", redactErr(err))
