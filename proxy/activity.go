@@ -10,7 +10,8 @@ import (
 // proxied request and the requests still in flight (a long stream is
 // activity for as long as it runs). Run brings it to the store every
 // ActivityFlush; the lifetime rules decide from the store, where every
-// replica's reports meet (the latest wins).
+// replica's reports meet (the latest wins: a report older than the stored
+// activity, from a slow replica, never moves it back).
 type activity struct {
 	mu       sync.Mutex
 	last     map[string]time.Time // instance id → last request seen, not yet reported
@@ -26,7 +27,7 @@ func newActivity() *activity {
 func (a *activity) begin(rid, id string, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.last[id] = now
+	a.see(id, now)
 	a.inflight[id]++
 	a.byReq[rid] = id
 }
@@ -40,9 +41,18 @@ func (a *activity) end(rid string, now time.Time) {
 		return
 	}
 	delete(a.byReq, rid)
-	a.last[id] = now
+	a.see(id, now)
 	if a.inflight[id]--; a.inflight[id] <= 0 {
 		delete(a.inflight, id)
+	}
+}
+
+// see records activity on id at t unless a later one is recorded: the
+// callers read their clocks before taking the lock, so a request ending
+// can arrive here after a later one began. a.mu is held.
+func (a *activity) see(id string, t time.Time) {
+	if t.After(a.last[id]) {
+		a.last[id] = t
 	}
 }
 
@@ -65,9 +75,7 @@ func (a *activity) giveBack(m map[string]time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, t := range m {
-		if t.After(a.last[id]) {
-			a.last[id] = t
-		}
+		a.see(id, t)
 	}
 }
 

@@ -38,3 +38,25 @@ func TestActivityReportsStreamsInFlight(t *testing.T) {
 		t.Fatalf("given back: %v", got)
 	}
 }
+
+// TestActivityKeepsTheLatest: a request that ends with a clock read before
+// another request began (both read the clock before the lock) never moves
+// the instance's last activity back, nor does a report given back after a
+// newer request.
+func TestActivityKeepsTheLatest(t *testing.T) {
+	a := newActivity()
+	t0 := time.Unix(1_800_000_000, 0)
+	a.begin("r1", "gpi_a", t0)
+	a.begin("r2", "gpi_a", t0.Add(2*time.Second))
+	a.end("r2", t0.Add(3*time.Second))
+	a.end("r1", t0.Add(time.Second)) // read its clock before r2 began
+	if got := a.take(t0.Add(4 * time.Second)); !got["gpi_a"].Equal(t0.Add(3 * time.Second)) {
+		t.Fatalf("last activity %v, want %v", got["gpi_a"], t0.Add(3*time.Second))
+	}
+	a.begin("r3", "gpi_a", t0.Add(5*time.Second))
+	a.end("r3", t0.Add(6*time.Second))
+	a.giveBack(map[string]time.Time{"gpi_a": t0.Add(4 * time.Second)}) // an older failed report
+	if got := a.take(t0.Add(7 * time.Second)); !got["gpi_a"].Equal(t0.Add(6 * time.Second)) {
+		t.Fatalf("after an older report was given back: %v", got["gpi_a"])
+	}
+}
