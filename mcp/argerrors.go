@@ -24,7 +24,12 @@ var (
 	reArgEnum    = regexp.MustCompile(`enum: .* does not equal any of: \[(.*)\]$`)
 	reArgMissing = regexp.MustCompile(`required: missing properties: \[(.*)\]$`)
 	reArgExtra   = regexp.MustCompile(`unexpected additional properties \[(.*)\]$`)
-	reArgLen     = regexp.MustCompile(`(maxLength|minLength|maxItems|minItems|maxProperties|minProperties): .*?([0-9]+)$`)
+	// The SDK decodes the arguments into a map before validating them: a
+	// number out of float64's range (1e400) fails there, its field
+	// buried in a Go type's name.
+	reArgUnmarshal = regexp.MustCompile(`unmarshaling arguments: json: cannot unmarshal "?([^"]*?)"? into Go struct field ` +
+		`(?:map\[string\]interface \{\})*\.?([A-Za-z_0-9.]+) of type ([a-z0-9]+)`)
+	reArgLen = regexp.MustCompile(`(maxLength|minLength|maxItems|minItems|maxProperties|minProperties): .*?([0-9]+)$`)
 )
 
 // plainArgError rewrites the go-sdk's message about invalid arguments
@@ -33,6 +38,10 @@ var (
 func plainArgError(tool, msg string, args json.RawMessage) string {
 	if !strings.HasPrefix(msg, sdkArgPrefix) {
 		return msg
+	}
+	if m := reArgUnmarshal.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("invalid arguments for %s: argument %s must be a number in its range (see the tool's "+
+			"input schema), got %s. Check the tool's input schema and call it again.", tool, m[2], m[1])
 	}
 	rest := strings.TrimPrefix(strings.TrimPrefix(msg, sdkArgPrefix), "validating root: ")
 	field, item := "", false
