@@ -63,6 +63,7 @@ type rentLimits struct {
 type attemptError struct {
 	outcome gpuproxy.RentOutcome
 	err     error
+	quoted  gpuproxy.Micros // the live price per hour, when quoted (0: not)
 }
 
 func (e *attemptError) Error() string { return string(e.outcome) + ": " + e.err.Error() }
@@ -102,12 +103,12 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		return gpuproxy.Instance{}, failed(p, err)
 	}
 	if q.PricePerHour <= 0 && q.Total <= 0 {
-		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentProviderErr,
-			gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)}
+		return gpuproxy.Instance{}, &attemptError{outcome: gpuproxy.RentProviderErr, err: gpuproxy.Errorf(gpuproxy.EPROVIDER,
+			"%s could not price offer %s; nothing was rented", p.Name(), req.OfferID)}
 	}
 	if lim.maxPrice > 0 && q.PricePerHour > lim.maxPrice {
-		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentPriceOverCap, gpuproxy.Errorf(gpuproxy.EGONE,
-			"%s's live price for offer %s is $%s/h, over the $%s cap", p.Name(), req.OfferID, q.PricePerHour, lim.maxPrice)}
+		return gpuproxy.Instance{}, &attemptError{outcome: gpuproxy.RentPriceOverCap, quoted: q.PricePerHour,
+			err: gpuproxy.Errorf(gpuproxy.EGONE, "%s's live price for offer %s is $%s/h, over the $%s cap", p.Name(), req.OfferID, q.PricePerHour, lim.maxPrice)}
 	}
 	cost := q.PricePerHour.MulMillis(s.guard.Horizon().Milliseconds())
 	if q.Billing == providers.BillingPrepaid {
@@ -143,7 +144,7 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
 			return gpuproxy.Instance{}, err // spend unreadable (fail closed): the call stops
 		}
-		return gpuproxy.Instance{}, &attemptError{gpuproxy.RentOverLimit, err}
+		return gpuproxy.Instance{}, &attemptError{outcome: gpuproxy.RentOverLimit, err: err, quoted: q.PricePerHour}
 	}
 	// The provider call is detached from the caller: a client hanging up
 	// must not leave a rental we do not know about.

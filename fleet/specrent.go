@@ -93,6 +93,9 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 			return gpuproxy.Instance{}, attempts, err // our store or a fault hook: stop
 		}
 		a.Outcome, a.Error = ae.outcome, gpuproxy.ErrorMessage(ae.err)
+		if ae.quoted > 0 {
+			a.PricePerHour = ae.quoted
+		}
 		attempts = s.observe(attempts, a)
 		s.progress(ctx, accountID, req.IdempotencyKey, attempts)
 		if ae.outcome == gpuproxy.RentOverLimit {

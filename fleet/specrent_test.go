@@ -428,3 +428,64 @@ func TestReplayAfterRestartKeepsAttempts(t *testing.T) {
 		})
 	}
 }
+
+// risingQuote is vast.ai whose live price for one offer rose after the
+// search: its quote answers price instead.
+type risingQuote struct {
+	providers.Provider
+	offerID string
+	price   gpuproxy.Micros
+}
+
+func (r *risingQuote) Quote(ctx context.Context, offerID string, hours int) (providers.Quote, error) {
+	q, err := r.Provider.Quote(ctx, offerID, hours)
+	if err == nil && offerID == r.offerID {
+		q.PricePerHour = r.price
+	}
+	return q, err
+}
+
+// TestRentBySpecStopsWhenAdmissionRefuses: the pre-check fits the
+// cheapest offer at its searched price, but its live quote rose and the
+// real admission refuses it: the rent answers 402 with that one attempt,
+// over_limit, and stops — it does not go on to the next offer, which
+// would fit — and nothing is created at the provider.
+func TestRentBySpecStopsWhenAdmissionRefuses(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			base := vastaisim.DefaultCatalog()[0]
+			var cat []vastaisim.Offer
+			for i, price := range []float64{1.0, 1.2} {
+				o := base
+				o.ID, o.AskContractID, o.MachineID = int64(910000+i), int64(910000+i), int64(710000+i)
+				o.DPHTotal, o.DPHBase, o.StorageCost = price, price, 0
+				cat = append(cat, o)
+			}
+			w := newWorld(t, k, worldOpts{catalog: cat, limits: []guardrails.Window{{Minutes: 60, Limit: usd * 3 / 2}}})
+			ctx := context.Background()
+			rising := &risingQuote{Provider: w.vastP[0], offerID: "910000", price: 2 * usd}
+			f := fleet.New(w.stores[0], w.guards[0], []providers.Provider{rising}, fleet.Options{Logger: quiet, OfferCacheTTL: -1})
+			sp := &fleet.Spec{MaxPricePerHour: 5 * usd, Providers: []string{providers.VastAI}}
+			inst, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i", IdempotencyKey: "rising-1"})
+			if gpuproxy.ErrorCode(err) != gpuproxy.ELIMIT {
+				t.Fatalf("want 402 limit_exceeded, got %+v %v", inst, err)
+			}
+			atts, _ := gpuproxy.ErrorDetails(err)["attempts"].([]map[string]any)
+			if len(atts) != 1 || atts[0]["outcome"] != "over_limit" || atts[0]["offer_id"] != "910000" ||
+				atts[0]["price_per_hour"] != gpuproxy.Micros(2*usd) {
+				t.Fatalf("attempts: %v", atts)
+			}
+			if n := creates(w); n != 0 {
+				t.Fatalf("%d creates sent after the refusal", n)
+			}
+			insts, err := w.stores[0].Instances(ctx, w.acct.ID, "")
+			if err != nil || len(insts) != 0 {
+				t.Fatalf("rows left: %+v %v", insts, err)
+			}
+			// The replay answers the same refusal.
+			if _, again := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i", IdempotencyKey: "rising-1"}); gpuproxy.ErrorCode(again) != gpuproxy.ELIMIT {
+				t.Fatalf("replay: %v", again)
+			}
+		})
+	}
+}
