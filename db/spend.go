@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -123,8 +124,7 @@ func (s *Store) admitSQL(ctx context.Context, c conn, req guardrails.AdmitReques
 	for _, w := range windows {
 		wUS := int64(w.Minutes) * usPerMinute
 		start, end := (now-wUS)/usPerMinute+1, now/usPerMinute
-		u := guardrails.Usage{Window: w, Held: res.Held,
-			Committed: res.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
+		u := guardrails.Usage{Window: w, Held: res.Held, Committed: committed(res.Burn, req.Horizon, wUS)}
 		if err := c.queryRow(ctx, windowSumSQL, req.AccountID, start, end,
 			now-wUS, start*usPerMinute, end*usPerMinute).Scan(&u.Spent); err != nil {
 			return res, err
@@ -180,8 +180,7 @@ func keyUsageSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (*gua
 	now := us(req.Now)
 	for _, w := range windows {
 		wUS := int64(w.Minutes) * usPerMinute
-		u := guardrails.Usage{Window: w, Held: k.Held,
-			Committed: k.Burn.MulMillis(min(req.Horizon.Milliseconds(), wUS/1000))}
+		u := guardrails.Usage{Window: w, Held: k.Held, Committed: committed(k.Burn, req.Horizon, wUS)}
 		lo := now - wUS
 		s, e := lo/usPerMinute+1, now/usPerMinute
 		if err := c.queryRow(ctx, keyWindowSumSQL, req.KeyID, s, e, lo, s*usPerMinute, e*usPerMinute).
@@ -192,6 +191,30 @@ func keyUsageSQL(ctx context.Context, c conn, req guardrails.AdmitRequest) (*gua
 	}
 	return k, nil
 }
+
+// committed is burn × min(horizon, W) per hour, rounded down to the
+// micro-dollar, from the horizon in microseconds: exactly gp_admit's
+// floor(burn::NUMERIC * LEAST(p_horizon_us, W_us) / 3600000000). (A
+// horizon cut to whole milliseconds committed up to a millisecond of burn
+// less than Postgres.) The product is taken in 128 bits; a result beyond
+// committedCeiling, which no valid burn and window reach, is cut to it.
+func committed(burn gpuproxy.Micros, horizon time.Duration, wUS int64) gpuproxy.Micros {
+	d := min(horizon.Microseconds(), wUS)
+	if d <= 0 || burn <= 0 {
+		return 0
+	}
+	const usPerHour = 3_600_000_000
+	hi, lo := bits.Mul64(uint64(burn), uint64(d))
+	if hi >= usPerHour {
+		return committedCeiling
+	}
+	q, _ := bits.Div64(hi, lo, usPerHour)
+	return gpuproxy.Micros(min(q, uint64(committedCeiling)))
+}
+
+// committedCeiling bounds committed: a thousand times MaxMicros, so no limit
+// fits it, yet spent + committed + held + cost cannot overflow.
+const committedCeiling = 1000 * gpuproxy.MaxMicros
 
 // windowSumSQL sums spend in (t−W, t] plus every row dated after t:
 // whole minutes from spend_minutes, the partial first minute exactly from
