@@ -20,6 +20,10 @@ func (s *dbState) checkLedger(v *violations) {
 		switch {
 		case e.typ == "charge" && e.basis == "prepaid":
 			prepaid[e.instanceID] = append(prepaid[e.instanceID], e)
+		case e.typ == "refund" && strings.HasPrefix(e.key, "lease:"):
+			// A proxy lease's refunds (an amend, an expired lease's full
+			// charge returned) belong to no instance; the token checks
+			// hold them to the records.
 		case e.typ == "refund" && strings.HasPrefix(e.key, "meter-stop:"):
 			stopRefunds[strings.TrimPrefix(e.key, "meter-stop:")] = e
 		case e.typ == "refund":

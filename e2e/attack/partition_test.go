@@ -281,14 +281,22 @@ func (pr partitionRun) check(v *violations) *partitionFigures {
 }
 
 // checkLeases: every lease of the cut replica's key open at the cut was
-// released by the reconciler while it was cut, after the expiry; none was
-// taken while cut; and what the released ones served was charged after
-// the heal (late charges, counted; the token checks hold them to the
+// expired by the reconciler while it was cut, after the expiry — charged in
+// full (a "lease:<hold>:expired" row of the hold's amount), so its room was
+// never admitted again to others; none was taken while cut; and what the
+// expired ones served was charged after the heal, with their full charges
+// refunded (late charges, counted; the token checks hold them to the
 // records).
 func (pr partitionRun) checkLeases(v *violations, f *partitionFigures) {
 	cutUS, healUS := pr.cut.from.UnixMicro(), pr.cut.to.UnixMicro()
 	exp := int64(pr.expiry / time.Microsecond)
 	released := map[int64]bool{}
+	expiredFull := map[int64]int64{} // hold → its expiry's full charge
+	for _, e := range pr.ledger {
+		if id, ok := leaseHoldID(e.key); ok && e.typ == "charge" && strings.HasSuffix(e.key, ":expired") {
+			expiredFull[id] = e.amount
+		}
+	}
 	for _, h := range pr.holds {
 		if h.keyID != pr.keyID {
 			continue
@@ -304,19 +312,23 @@ func (pr partitionRun) checkLeases(v *violations, f *partitionFigures) {
 		}
 		f.leasesAtCut++
 		age := time.Duration(h.closedUS-h.createdUS) * time.Microsecond
+		full, charged := expiredFull[h.id]
 		switch {
 		case h.status == "open" || h.closedUS == 0:
 			v.add("partition: lease %d of %s (%s), open at the cut, is still open at the end", h.id, pr.proc, usd(h.amount))
-		case h.closedUS < healUS && h.status != "released":
+		case h.closedUS < healUS && charged && full != h.amount:
+			v.add("partition: lease %d of %s (%s) was charged %s at its expiry, not its amount", h.id, pr.proc,
+				usd(h.amount), usd(full))
+		case h.closedUS < healUS && !charged:
 			f.settledWhileCut++
-			v.add("partition: lease %d of %s was %s %s after the cut, while %s could not reach the database", h.id, pr.proc,
-				h.status, (time.Duration(h.closedUS-cutUS) * time.Microsecond).Round(time.Millisecond), pr.proc)
+			v.add("partition: lease %d of %s was %s %s after the cut, while %s could not reach the database, without its expiry's full charge (its room was free for others)",
+				h.id, pr.proc, h.status, (time.Duration(h.closedUS-cutUS) * time.Microsecond).Round(time.Millisecond), pr.proc)
 		case h.closedUS >= healUS:
-			v.add("partition: lease %d of %s (%s), open at the cut, was not released while it was cut (closed %s, %s after the heal; taken %s before the cut, expiry %s): the reconciler left an expired lease holding room",
+			v.add("partition: lease %d of %s (%s), open at the cut, was not expired while it was cut (closed %s, %s after the heal; taken %s before the cut, expiry %s)",
 				h.id, pr.proc, usd(h.amount), h.status, (time.Duration(h.closedUS-healUS) * time.Microsecond).Round(time.Millisecond),
 				(time.Duration(cutUS-h.createdUS) * time.Microsecond).Round(time.Millisecond), pr.expiry)
 		case h.closedUS-h.createdUS < exp:
-			v.add("partition: lease %d of %s was released %s after it was taken, before the expiry %s", h.id, pr.proc,
+			v.add("partition: lease %d of %s was expired %s after it was taken, before the expiry %s", h.id, pr.proc,
 				age.Round(time.Millisecond), pr.expiry)
 		default:
 			f.released++
@@ -330,7 +342,7 @@ func (pr partitionRun) checkLeases(v *violations, f *partitionFigures) {
 	}
 	for _, e := range pr.ledger {
 		id, ok := leaseHoldID(e.key)
-		if ok && released[id] && e.atUS >= healUS {
+		if ok && released[id] && e.atUS >= healUS && e.typ == "charge" { // the full charge's refund aside
 			f.lateCharges += e.spend
 		}
 	}
@@ -370,7 +382,7 @@ func (f *partitionFigures) report(p func(string, ...any), proc string) {
 	for i, a := range f.releaseAge {
 		ages[i] = ms(a)
 	}
-	p("  its leases open at the cut %d: released by the reconciler while cut %d (%s; at ages %s), settled while cut %d; charged after the heal %s",
+	p("  its leases open at the cut %d: expired (charged in full) by the reconciler while cut %d (%s; at ages %s), settled while cut %d; charged after the heal %s",
 		f.leasesAtCut, f.released, usd(f.releasedAmount), strings.Join(ages, " "), f.settledWhileCut, usd(f.lateCharges))
 	p("  flow to the other replicas: sent %d, answered %d, refused by the window %d, failed %d; %s answered again %s after the heal (bound %s)",
 		f.flowSent, f.flowOK, f.flowRefused, f.flowFailed, proc, ms(f.recovered), cutRecoverBound)

@@ -16,9 +16,10 @@ import (
 // It served a probe from what was left of its lease, refused the next
 // once its lease span was over and a lease attempt timed out, refused at
 // once after that, and answered again after the heal (the window full: a
-// 402). Its lease open at the cut was released by the reconciler 6.2 s
-// after it was taken, and charged after the heal; the flow went on
-// through the other replicas.
+// 402). Its lease open at the cut was expired by the reconciler 6.2 s
+// after it was taken — charged in full — and settled after the heal: its
+// calls charged, the full charge refunded; the flow went on through the
+// other replicas.
 func cleanPartitionRun() partitionRun {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
@@ -52,13 +53,16 @@ func cleanPartitionRun() partitionRun {
 		{id: 1, amount: 300_000, createdUS: us(-2 * time.Second), closedUS: us(200 * time.Millisecond), ref: "lease:aa",
 			status: "settled", keyID: "key_r1"},
 		{id: 2, amount: 300_000, createdUS: us(300 * time.Millisecond), closedUS: us(6500 * time.Millisecond), ref: "lease:aa",
-			status: "released", keyID: "key_r1"},
+			status: "settled", keyID: "key_r1"},
 		{id: 3, amount: 300_000, createdUS: us(4 * time.Second), closedUS: us(6 * time.Second), ref: "lease:bb",
 			status: "settled", keyID: "key_r0"},
 	}
 	ledger := []ledgerRow{
 		{typ: "charge", amount: 120_000, spend: 120_000, atUS: us(200 * time.Millisecond), key: "lease:1:gpi_tok", keyID: "key_r1"},
+		{typ: "charge", amount: 300_000, spend: 300_000, atUS: us(6500 * time.Millisecond), key: "lease:2:expired", keyID: "key_r1"},
 		{typ: "charge", amount: 130_000, spend: 130_000, atUS: us(11300 * time.Millisecond), key: "lease:2:gpi_tok", keyID: "key_r1"},
+		{typ: "refund", amount: 300_000, spend: -300_000, atUS: us(11300 * time.Millisecond), key: "lease:2:expired:refund",
+			keyID: "key_r1"},
 		{typ: "charge", amount: 90_000, spend: 90_000, atUS: us(6 * time.Second), key: "lease:3:gpi_tok", keyID: "key_r0"},
 	}
 	return partitionRun{cut: chaosMark{what: "cut", from: at(time.Second), to: at(11 * time.Second)}, proc: "replica1#1",
@@ -111,15 +115,23 @@ func TestPartitionChecksCatchBrokenPromises(t *testing.T) {
 			q := req(pr, "p4")
 			q.sent, q.done = at(1500*time.Millisecond), at(10900*time.Millisecond)
 		}, "a cut replica must refuse, not hang"},
-		{"the lease open at the cut released only after the heal", func(pr *partitionRun) {
+		{"the lease open at the cut expired only after the heal", func(pr *partitionRun) {
 			hold(pr, 2).closedUS = at(11500 * time.Millisecond).UnixMicro()
-		}, "was not released while it was cut"},
-		{"the lease released before its expiry", func(pr *partitionRun) {
+		}, "was not expired while it was cut"},
+		{"the lease expired before its expiry", func(pr *partitionRun) {
 			hold(pr, 2).closedUS = at(3 * time.Second).UnixMicro()
 		}, "before the expiry"},
+		{"the lease released at its expiry, its room free for others (the old rule)", func(pr *partitionRun) {
+			hold(pr, 2).status = "released"
+			pr.ledger = append(pr.ledger[:1], pr.ledger[2:]...) // no full charge
+		}, "without its expiry's full charge"},
+		{"the lease charged less than its amount at its expiry", func(pr *partitionRun) {
+			pr.ledger[1].amount, pr.ledger[1].spend = 100_000, 100_000
+		}, "at its expiry, not its amount"},
 		{"the lease settled while cut (the cut let it through)", func(pr *partitionRun) {
 			h := hold(pr, 2)
 			h.status, h.closedUS = "settled", at(4*time.Second).UnixMicro()
+			pr.ledger = append(pr.ledger[:1], pr.ledger[2:]...)
 		}, "could not reach the database"},
 		{"the lease never closed", func(pr *partitionRun) {
 			h := hold(pr, 2)

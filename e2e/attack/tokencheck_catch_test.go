@@ -101,6 +101,8 @@ func cleanTokenRun() tokenRun {
 		lease("5", "charge", cost(reqs[6]), catchTokInst, "key_r0"),
 		lease("6", "charge", cost(reqs[9]), catchTokInst, "key_r1"),
 		lease("7", "charge", cost(reqs[10]), catchTokInst, "key_r2b"),
+		// Hold 4, open at the kill, charged in full at its expiry.
+		lease("4", "charge", 400_000, "expired", "key_r2a"),
 	}
 	us := func(d time.Duration) int64 { return at(d).UnixMicro() }
 	hold := func(id int64, from, to time.Duration, ref, status string) tokHoldRow {
@@ -108,7 +110,7 @@ func cleanTokenRun() tokenRun {
 	}
 	holds := []tokHoldRow{hold(1, 0, 2500*time.Millisecond, "lease:a", "settled"),
 		hold(2, 0, 2500*time.Millisecond, "lease:b", "settled"), hold(3, 0, 2500*time.Millisecond, "lease:c", "settled"),
-		hold(4, 9*time.Second, 15*time.Second, "lease:c", "released"), // open at the kill: expired
+		hold(4, 9*time.Second, 15*time.Second, "lease:c", "settled"), // open at the kill: charged in full at its expiry
 		hold(5, 11*time.Second, 13500*time.Millisecond, "lease:a", "settled"),
 		hold(6, 12*time.Second, 14500*time.Millisecond, "lease:b", "settled"),
 		hold(7, 14*time.Second, 16500*time.Millisecond, "lease:d", "settled")}
@@ -164,6 +166,18 @@ func TestTokenChecksCatchBrokenPromises(t *testing.T) {
 			}
 			tr.records = keep
 		}, ""},
+		{"an expired lease released instead of charged in full (the old rule)", func(tr *tokenRun) {
+			for i := range tr.holds {
+				if tr.holds[i].id == 4 {
+					tr.holds[i].status = "released"
+				}
+			}
+			tr.ledger = tr.ledger[:len(tr.ledger)-1]
+		}, "released at its expiry without its full charge"},
+		{"a survivor's expired lease never refunded (its late settlement lost)", func(tr *tokenRun) {
+			tr.ledger = append(tr.ledger, ledgerRow{typ: "charge", amount: 400_000, spend: 400_000, key: "lease:6:expired",
+				keyID: "key_r1"})
+		}, "overcharge"},
 		{"the window passed at the end", func(tr *tokenRun) {
 			tr.final.limit = tr.final.spent - 1
 		}, "passed its limit at the end"},
