@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
@@ -198,6 +199,26 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		price, err := gpuproxy.ParseUSD(*maxPrice)
 		if err != nil || price <= 0 {
 			return fmt.Errorf("--max-price: give US dollars per hour greater than 0, e.g. 1.50 (got %q)", *maxPrice)
+		}
+		// A flag given is checked against the spec's field rules (the
+		// table REST and MCP check with): --gpus 0 is no request for the
+		// default, which leaving the flag out is.
+		for _, c := range []struct {
+			flag, field string
+			check       func(gpuproxy.FieldRule) error
+		}{
+			{"gpus", "spec.num_gpus", func(r gpuproxy.FieldRule) error { return r.CheckInt(int64(*numGPUs)) }},
+			{"max-attempts", "spec.max_attempts", func(r gpuproxy.FieldRule) error { return r.CheckInt(int64(*attempts)) }},
+			{"hours", "spec.hours", func(r gpuproxy.FieldRule) error { return r.CheckInt(int64(*hours)) }},
+			{"min-vram", "spec.min_vram_gb", func(r gpuproxy.FieldRule) error { return r.CheckFloat(*minVRAM) }},
+			{"min-reliability", "spec.min_reliability", func(r gpuproxy.FieldRule) error { return r.CheckFloat(*minRel) }},
+			{"max-price", "spec.max_price_per_hour", func(r gpuproxy.FieldRule) error { return r.CheckMicros(price) }},
+		} {
+			if set[c.flag] {
+				if err := c.check(fleet.SpecRules.Rule(c.field)); err != nil {
+					return fmt.Errorf("--%s: %s", c.flag, strings.TrimPrefix(gpuproxy.ErrorMessage(err), c.field+": "))
+				}
+			}
 		}
 		body.Spec = &specBody{GPU: gpus, MinVRAMGB: *minVRAM, NumGPUs: *numGPUs, MaxPricePerHour: price,
 			Providers: provs, MinReliability: *minRel, Locations: locs, Billing: *billing, Hours: *hours,

@@ -85,8 +85,8 @@ func TestInstancesLifetimeErrors(t *testing.T) {
 	}{
 		{[]string{"--idle-timeout", "soon"}, `--idle-timeout: give a duration such as 30m, 8h or 90s (0 for none), got "soon"`},
 		{[]string{"--max-duration", "8 hours"}, `--max-duration: give a duration`},
-		{[]string{"--idle-grace", "-1m"}, `--idle-grace: must not be negative`},
-		{[]string{"--idle-timeout", "5s"}, `--idle-timeout: must be at least 10s`},
+		{[]string{"--idle-grace", "-1m"}, `--idle-grace: must be a duration such as "30s" or "8h", from 0s to 24h, got "-1m"`},
+		{[]string{"--idle-timeout", "5s"}, `--idle-timeout: must be a duration such as "30s" or "8h", from 10s to 720h, or "0" for none, got "5s"`},
 		{[]string{"--idle-action", "sleep"}, `--idle-action: must be "stop" or "destroy", got "sleep"`},
 		{[]string{"--spend-cap", "lots"}, `--spend-cap: give US dollars, e.g. 20 or 0 for none (got "lots")`},
 		{[]string{"--spend-cap", "-1"}, `--spend-cap: give US dollars`},
