@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -164,11 +166,33 @@ func (mt *Meterer) charge(ctx context.Context, m Meter, now time.Time) (gpuproxy
 	e := Entry{AccountID: m.AccountID, Type: Charge, Amount: amount, At: until, Provider: m.Provider,
 		InstanceID: m.InstanceID, Basis: Metered,
 		Description:    desc,
-		IdempotencyKey: fmt.Sprintf("meter:%s:%d", m.ID, m.ChargedUntil.UnixMicro())}
+		IdempotencyKey: MeterChargeKey(m.ID, m.ChargedUntil)}
 	if err := mt.store.RecordMeterCharge(ctx, m, until, charged, e); err != nil {
 		return 0, err
 	}
 	return amount, nil
+}
+
+// MeterChargeKey is the idempotency key of meter id's charge for the
+// period that starts at from: unique per meter and period.
+func MeterChargeKey(id string, from time.Time) string {
+	return fmt.Sprintf("meter:%s:%d", id, from.UnixMicro())
+}
+
+// MeterChargeStart returns the start of the period a metered charge
+// covers (it ends at the entry's At), read from its MeterChargeKey; ok is
+// false for any other entry.
+func MeterChargeStart(e Entry) (from time.Time, ok bool) {
+	rest, found := strings.CutPrefix(e.IdempotencyKey, "meter:")
+	i := strings.LastIndexByte(rest, ':')
+	if !found || e.Type != Charge || i < 0 {
+		return time.Time{}, false
+	}
+	us, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(us).UTC(), true
 }
 
 // Lag is how far metering runs behind: now minus the charged_until of the
