@@ -325,7 +325,7 @@ func (a *App) servicesOptions(o services.Options) services.Options {
 
 func (a *App) mcpServices(c Config) mcp.Services {
 	svc := mcp.Services{Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Proxy: a.Proxy, Services: a.Services,
-		Economics: a.Economics}
+		Economics: a.Economics, Keys: a.Store}
 	switch {
 	case c.NoInferenceProxy:
 		svc.Proxy = nil

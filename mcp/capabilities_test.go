@@ -12,9 +12,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestCapabilitiesAreExact: every transport declares tools and
-// subscribable resources, nothing else, and the methods of undeclared
-// capabilities (prompts, logging, completions) are unknown methods.
+// TestCapabilitiesAreExact: every transport declares tools, subscribable
+// resources, prompts and completions, nothing else, and the method of the
+// undeclared capability (logging) is an unknown method.
 func TestCapabilitiesAreExact(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	key, _ := s.key("acme", "assistant")
@@ -23,11 +23,12 @@ func TestCapabilitiesAreExact(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			cs := s.connect(via, key, nil)
 			c := cs.InitializeResult().Capabilities
-			if c == nil || c.Tools == nil || c.Resources == nil || !c.Resources.Subscribe {
-				t.Fatalf("capabilities %+v lack tools or subscribable resources", c)
+			if c == nil || c.Tools == nil || c.Resources == nil || !c.Resources.Subscribe || c.Prompts == nil ||
+				c.Completions == nil {
+				t.Fatalf("capabilities %+v lack tools, subscribable resources, prompts or completions", c)
 			}
-			if c.Prompts != nil || c.Logging != nil || c.Completions != nil {
-				t.Fatalf("capabilities %+v declare prompts, logging or completions", c)
+			if c.Logging != nil || c.Prompts.ListChanged || c.Tools.ListChanged || c.Resources.ListChanged {
+				t.Fatalf("capabilities %+v declare logging or list changes", c)
 			}
 			notFound := func(what string, err error) {
 				t.Helper()
@@ -36,10 +37,6 @@ func TestCapabilitiesAreExact(t *testing.T) {
 					t.Errorf("%s: %v, want method not found", what, err)
 				}
 			}
-			_, err := cs.ListPrompts(ctx, nil)
-			notFound("prompts/list", err)
-			_, err = cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "x"})
-			notFound("prompts/get", err)
 			if err := cs.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "info"}); via == viaStreamable {
 				// 2026-07-28 requests carry _meta this one lacks: any
 				// refusal will do, never a success.
@@ -49,15 +46,12 @@ func TestCapabilitiesAreExact(t *testing.T) {
 			} else {
 				notFound("logging/setLevel", err)
 			}
-			_, err = cs.Complete(ctx, &sdk.CompleteParams{Ref: &sdk.CompleteReference{Type: "ref/resource", URI: "gpu://instances"},
-				Argument: sdk.CompleteParamsArgument{Name: "a", Value: "b"}})
-			notFound("completion/complete", err)
 		})
 	}
 	// The plain endpoint answers the same.
-	a := s.post("/api/v1/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"prompts/list"}`)
+	a := s.post("/api/v1/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"info"}}`)
 	if a.status != 200 || a.errCode() != jsonrpc.CodeMethodNotFound || a.body["id"] != float64(3) {
-		t.Errorf("plain prompts/list: %d %s", a.status, a.raw)
+		t.Errorf("plain logging/setLevel: %d %s", a.status, a.raw)
 	}
 }
 

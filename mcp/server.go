@@ -46,6 +46,9 @@ type Services struct {
 	Services *services.Manager
 	// Economics, when set, serves get_unit_economics.
 	Economics *economics.Service
+	// Keys, when set, serves key-name completions and the key argument
+	// of the weekly_spend_report prompt.
+	Keys KeyNames
 }
 
 // Options configure a Server. Zero values take the defaults below;
@@ -147,6 +150,10 @@ type Server struct {
 	cache  *sdk.SchemaCache
 	spend  *spendWatch
 
+	// prompts and gpus serve prompts/get and completion/complete.
+	prompts []promptSpec
+	gpus    gpuNames
+
 	mu      sync.Mutex
 	servers map[int64]*sdk.Server // per account: notifications stay within it
 
@@ -168,6 +175,7 @@ func New(svc Services, o Options) *Server {
 		}
 	}
 	s.tools = s.toolSpecs()
+	s.prompts = s.promptSpecs()
 	s.spend = newSpendWatch(s)
 	s.stateful = sdk.NewStreamableHTTPHandler(s.httpServer, &sdk.StreamableHTTPOptions{
 		Logger: s.sdkLog, SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: o.MaxMessage,
@@ -230,12 +238,14 @@ func (s *Server) serverFor(accountID int64) *sdk.Server {
 			SetCacheable:       func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) { c.CacheScope = "private" },
 			SubscribeHandler:   func(ctx context.Context, r *sdk.SubscribeRequest) error { return s.subscribe(ctx, accountID, r) },
 			UnsubscribeHandler: func(ctx context.Context, r *sdk.UnsubscribeRequest) error { return s.unsubscribe(accountID, r) },
+			CompletionHandler:  s.complete,
 		})
 	for _, t := range s.tools {
 		t.add(srv)
 	}
 	s.addResources(srv)
-	srv.AddReceivingMiddleware(s.gate)
+	s.addPrompts(srv)
+	srv.AddReceivingMiddleware(s.gate, s.promptGate)
 	s.servers[accountID] = srv
 	return srv
 }
@@ -394,24 +404,22 @@ func (s *Server) gate(next sdk.MethodHandler) sdk.MethodHandler {
 }
 
 // capabilities are what every account server declares, in initialize and
-// server/discover alike: tools and subscribable resources. Methods of
-// capabilities not declared are refused (undeclared).
+// server/discover alike: tools, subscribable resources, prompts and
+// completions. Methods of capabilities not declared are refused
+// (undeclared).
 func capabilities() *sdk.ServerCapabilities {
 	return &sdk.ServerCapabilities{
-		Tools:     &sdk.ToolCapabilities{},
-		Resources: &sdk.ResourceCapabilities{Subscribe: true},
+		Tools:       &sdk.ToolCapabilities{},
+		Resources:   &sdk.ResourceCapabilities{Subscribe: true},
+		Prompts:     &sdk.PromptCapabilities{},
+		Completions: &sdk.CompletionCapabilities{},
 	}
 }
 
 // undeclared reports whether method belongs to a capability the server
-// does not declare (prompts, logging, completions), which the SDK would
-// otherwise answer.
+// does not declare (logging), which the SDK would otherwise answer.
 func undeclared(method string) bool {
-	switch method {
-	case "prompts/list", "prompts/get", "logging/setLevel", "completion/complete":
-		return true
-	}
-	return false
+	return method == "logging/setLevel"
 }
 
 // logRequest writes one structured line per MCP request (never arguments,
