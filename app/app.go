@@ -17,6 +17,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
 	"github.com/aiserve/gpuproxy/mcp"
@@ -105,6 +106,7 @@ type App struct {
 	// Economics answers unit economics: tokens and GPU cost per
 	// instance, model, key and service.
 	Economics *economics.Service
+	Focus     *focus.Exporter // the ledger as a FOCUS 1.2 dataset
 	MCP       *mcp.Server
 	Console   *console.Console
 	OAuth     *oauth.Server // nil when Config.NoOAuth
@@ -163,6 +165,7 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.Services = services.New(a.Store, a.Fleet, a.Proxy, a.servicesOptions(c.Services))
 	a.Proxy.SetServices(a.Services)
 	a.Economics = economics.New(a.Store, a.Guard.Now)
+	a.Focus = focus.New(a.Ledger, a.Store, focus.Options{})
 	a.MCP = mcp.New(a.mcpServices(c), a.mcpOptions(c))
 	// One limiter, applied by the server's pipeline: REST, MCP, the proxy
 	// and the console count against the same per-key limit.
@@ -364,6 +367,7 @@ func (a *App) serverServices(limiter *auth.RateLimiter) server.Services {
 		Fleet:       a.Fleet,
 		Services:    a.Services,
 		Economics:   a.Economics,
+		Focus:       a.Focus,
 		Alerts:      a.Alerts,
 		Meterer:     a.Meterer,
 		Store:       a.Store,

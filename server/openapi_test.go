@@ -309,6 +309,9 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 			{"GET", "/api/v1/billing/summary?group_by=account&account=all", "/api/v1/billing/summary", admin, "", 200, nil},
 			{"GET", "/api/v1/billing/summary?format=csv", "/api/v1/billing/summary", fin, "", 200, nil},
 			{"HEAD", "/api/v1/billing/summary", "/api/v1/billing/summary", fin, "", 200, nil},
+			{"GET", "/api/v1/billing/focus?from=2026-01-01", "/api/v1/billing/focus", fin, "", 200, nil},
+			{"HEAD", "/api/v1/billing/focus?format=jsonl", "/api/v1/billing/focus", fin, "", 200, nil},
+			{"GET", "/api/v1/billing/focus?to=someday", "/api/v1/billing/focus", fin, "", 400, nil},
 		} {
 			r := e.do(c.method, c.path, c.key, c.body, c.hdr...)
 			if r.Status != c.status {

@@ -26,6 +26,9 @@ var queryParams = map[string][]string{
 	// A summary is not paged.
 	"/api/v1/billing/summary": append(slices.DeleteFunc(slices.Clone(ledgerQuery),
 		func(p string) bool { return p == "limit" || p == "cursor" }), "group_by"),
+	// A FOCUS export is not paged either.
+	"/api/v1/billing/focus": slices.DeleteFunc(slices.Clone(ledgerQuery),
+		func(p string) bool { return p == "limit" || p == "cursor" }),
 	"/api/v1/alerts/deliveries":   {"account", "status", "limit", "before"},
 	"/api/v1/services/:id/events": {"limit"},
 	"/api/v1/usage/summary":       usageSummaryQuery,

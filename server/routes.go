@@ -68,6 +68,11 @@ func (s *Server) routes() {
 	api.HEAD("/billing/transactions", s.listTransactions, need(gpuproxy.ScopeBillingRead))
 	api.HEAD("/billing/summary", s.billingSummary, need(gpuproxy.ScopeBillingRead))
 	api.POST("/billing/credits", s.addCredit, need(gpuproxy.ScopeAdmin))
+	if s.svc.Focus != nil {
+		// The ledger as a FOCUS 1.2 dataset, for finance's FinOps tools.
+		api.GET("/billing/focus", s.billingFocus, need(gpuproxy.ScopeBillingRead))
+		api.HEAD("/billing/focus", s.billingFocus, need(gpuproxy.ScopeBillingRead))
+	}
 
 	if s.svc.Economics != nil {
 		// Unit economics: finance (billing:read) reads what tokens cost.

@@ -21,6 +21,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/takeover"
@@ -50,6 +51,7 @@ type Services struct {
 	Fleet       *fleet.Service     // nil: no GPU routes
 	Services    *services.Manager  // nil: no service routes
 	Economics   *economics.Service // nil: no usage summary route
+	Focus       *focus.Exporter    // nil: no FOCUS export route
 	Alerts      *alerts.Service    // nil: no budget alert routes
 	Meterer     *billing.Meterer   // nil: no metering lag gauge
 	Store       Store              // /ready's ping; the accounts' lifetime policies

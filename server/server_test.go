@@ -14,6 +14,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
@@ -48,6 +49,7 @@ func newEnv(t *testing.T, k dbtest.Kind, o opts) *env {
 		Auth:        a,
 		Guard:       guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger:      billing.NewLedger(st, nil),
+		Focus:       focus.New(billing.NewLedger(st, nil), st, focus.Options{}),
 		Store:       st,
 		RateLimiter: auth.NewSharedRateLimiter(o.rateLimit, auth.RateLimitOptions{}),
 	}, server.Options{Logger: log})
