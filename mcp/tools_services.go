@@ -195,7 +195,22 @@ func serviceFields(provs []string, create bool) []field {
 				"replicas.min 0, where it is how the service scales to zero", `"0" for never`)),
 			optional("max_duration", dur("destroy (and replace) a replica once it has run this long",
 				`"0" for none`)))),
+		optional("token_price", tokenPriceSchema()),
 	)
+}
+
+// tokenPriceSchema is a service's own per-token price: what its callers
+// are charged, so only an admin key may set or change it (see
+// services.PriceScope).
+func tokenPriceSchema() *jsonschema.Schema {
+	tp := object(
+		required("input_per_1m", ruleSchema(services.DefinitionRules, "token_price.input_per_1m",
+			"USD charged per million prompt tokens")),
+		required("output_per_1m", ruleSchema(services.DefinitionRules, "token_price.output_per_1m",
+			"USD charged per million completion tokens")))
+	tp.Description = "the service's own per-token price, charged to its callers in place of the account's; " +
+		"setting, changing or removing it needs the " + string(services.PriceScope) + " scope"
+	return tp
 }
 
 // fmtDur prints a default duration as a definition writes it: "5m", not
@@ -216,7 +231,7 @@ func (s *Server) createService(ctx context.Context, c call, in json.RawMessage) 
 	if err != nil {
 		return result{}, err
 	}
-	v, err := s.svc.Services.Create(ctx, c.p.AccountID, c.p.KeyID, d)
+	v, err := s.svc.Services.Create(ctx, c.p, d)
 	if err != nil {
 		return result{}, err
 	}
@@ -269,13 +284,13 @@ func (s *Server) updateService(ctx context.Context, c call, in json.RawMessage) 
 	delete(args, "service")
 	if len(args) == 0 {
 		return result{}, gpuproxy.Invalid("arguments", "give at least one field to change besides service "+
-			"(model, spec, image, env, port, replicas, readiness, scale, queue_timeout, lifetime)")
+			"(model, spec, image, env, port, replicas, readiness, scale, queue_timeout, lifetime, token_price)")
 	}
 	patch, err := json.Marshal(args)
 	if err != nil {
 		return result{}, err
 	}
-	v, err := s.svc.Services.Update(ctx, c.p.AccountID, id, patch)
+	v, err := s.svc.Services.Update(ctx, c.p, id, patch)
 	if err != nil {
 		return result{}, err
 	}

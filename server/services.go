@@ -32,8 +32,7 @@ func (s *Server) createService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := principal(c)
-	v, err := s.svc.Services.Create(c.Request().Context(), p.AccountID, p.KeyID, d)
+	v, err := s.svc.Services.Create(c.Request().Context(), principal(c), d)
 	if err != nil {
 		return err
 	}
@@ -65,7 +64,7 @@ func (s *Server) updateService(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.svc.Services.Update(c.Request().Context(), principal(c).AccountID, c.Param("id"), b)
+	v, err := s.svc.Services.Update(c.Request().Context(), principal(c), c.Param("id"), b)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func TestServiceBlockedRetryBacksOff(t *testing.T) {
 
 			// A change of the service: the next refusal is the first in a row.
 			pr := s.principal()
-			if _, err := s.apps[1].Services.Update(context.Background(), pr.AccountID, "poor",
+			if _, err := s.apps[1].Services.Update(context.Background(), pr, "poor",
 				[]byte(`{"queue_timeout":"10s"}`)); err != nil {
 				t.Fatal(err)
 			}

@@ -177,12 +177,16 @@ func (m *Manager) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Create defines a service for the account, created by key (whose own
-// windows, if any, admit the replicas' rents). The controller rents its
-// minimum replicas next.
-func (m *Manager) Create(ctx context.Context, accountID int64, keyID string, d Definition) (View, error) {
+// Create defines a service for by's account, created by its key (whose
+// own windows, if any, admit the replicas' rents); a token_price needs
+// by to hold PriceScope. The controller rents its minimum replicas next.
+func (m *Manager) Create(ctx context.Context, by gpuproxy.Principal, d Definition) (View, error) {
+	accountID, keyID := by.AccountID, by.KeyID
 	s, _, err := d.parse(m.fleet.ProviderNames())
 	if err != nil {
+		return View{}, err
+	}
+	if err := checkPrices(by, nil, s); err != nil {
 		return View{}, err
 	}
 	if err := m.checkPolicy(ctx, accountID, s); err != nil {
@@ -236,11 +240,13 @@ func (m *Manager) Get(ctx context.Context, accountID int64, idOrName string) (Vi
 	return v, nil
 }
 
-// Update changes a service: patch is JSON of the definition's fields to
-// change (absent ones keep their values; the name cannot change). The
+// Update changes one of by's account's services: patch is JSON of the
+// definition's fields to change (absent ones keep their values; the name
+// cannot change; a changed token_price needs by to hold PriceScope). The
 // controller brings the replicas to the new bounds; replicas keep their
 // spec and image until they are replaced.
-func (m *Manager) Update(ctx context.Context, accountID int64, idOrName string, patch []byte) (View, error) {
+func (m *Manager) Update(ctx context.Context, by gpuproxy.Principal, idOrName string, patch []byte) (View, error) {
+	accountID := by.AccountID
 	cur, err := m.store.Service(ctx, accountID, idOrName)
 	if err != nil {
 		return View{}, err
@@ -258,6 +264,9 @@ func (m *Manager) Update(ctx context.Context, accountID int64, idOrName string, 
 	}
 	s, _, err := d.parse(m.fleet.ProviderNames())
 	if err != nil {
+		return View{}, err
+	}
+	if err := checkPrices(by, &cur, s); err != nil {
 		return View{}, err
 	}
 	if err := m.checkPolicy(ctx, accountID, s); err != nil {

@@ -132,7 +132,9 @@ func (s *stack) create(def string) services.View {
 		s.t.Fatal(err)
 	}
 	pr := s.principal()
-	v, err := s.apps[0].Services.Create(context.Background(), pr.AccountID, pr.KeyID, d)
+	// The stack's operator: an admin sets the services' token prices.
+	pr.Scopes = append(pr.Scopes, gpuproxy.ScopeAdmin)
+	v, err := s.apps[0].Services.Create(context.Background(), pr, d)
 	if err != nil {
 		s.t.Fatal(err)
 	}

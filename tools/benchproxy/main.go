@@ -109,7 +109,7 @@ func benchService(ctx context.Context, a *app.App, acct int64, keyID string) err
 	if err != nil {
 		return err
 	}
-	v, err := a.Services.Create(ctx, acct, keyID, d)
+	v, err := a.Services.Create(ctx, gpuproxy.Principal{AccountID: acct, KeyID: keyID}, d)
 	if err != nil {
 		return err
 	}
