@@ -61,6 +61,9 @@ func TestE2ETypeScriptClient(t *testing.T) {
 	if !regexp.MustCompile(`e2e: 3 of 3 transports passed`).Match(out) {
 		t.Fatal("the client did not exercise all three transports")
 	}
+	if n := len(regexp.MustCompile(`\] 3 prompts; gpu "4090" completes to `).FindAll(out, -1)); n != 3 {
+		t.Fatalf("the client listed and completed prompts over %d transports, want 3", n)
+	}
 	if !regexp.MustCompile(`(?m)^ok   confirmation$`).Match(out) {
 		t.Fatal("the client did not check confirmation")
 	}

@@ -2,9 +2,11 @@
 // SDK client, against a sandbox server (simulated providers).
 //
 // Over each transport — stdio (spawning `gpuproxy mcp`), Streamable HTTP
-// (/mcp) and legacy HTTP+SSE (/api/v1/mcp/sse) — it lists the tools, rents
-// the cheapest offer (with progress notifications), reads
-// spending://current, is refused when renting past the spending limit,
+// (/mcp) and legacy HTTP+SSE (/api/v1/mcp/sse) — it lists the tools and
+// the prompts, expands one (and is refused without a required argument),
+// completes a GPU name, rents the cheapest offer (with progress
+// notifications), reads spending://current, is refused when renting past
+// the spending limit,
 // destroys the instance, rents one by spec (attempts in the result) and is
 // told no_matching_offer with the nearest miss for a spec under every
 // offer, creates, lists, shows, updates and deletes a service, and reads
@@ -42,6 +44,9 @@ const assistantTools = [
   'list_gpu_instances', 'list_my_instances', 'list_services', 'proxy_inference_request', 'update_gpu_instance',
   'update_service',
 ];
+
+// The prompts an assistant key sees (all of them).
+const assistantPrompts = ['explain_refusal', 'rent_gpu_for_model', 'weekly_spend_report'];
 
 class CheckFailed extends Error {}
 
@@ -96,6 +101,29 @@ async function exercise(name) {
       check(t.description && t.inputSchema && t.outputSchema && t.annotations, `tool ${t.name} lacks metadata`);
     }
     log(`${tools.length} tools`);
+
+    // Prompts (slash commands) expand to messages naming the tools;
+    // completions suggest GPU names from the live offers.
+    const { prompts } = await client.listPrompts();
+    const promptNames = prompts.map((p) => p.name).sort();
+    check(JSON.stringify(promptNames) === JSON.stringify(assistantPrompts), `prompts: ${promptNames}`);
+    const rent = await client.getPrompt({ name: 'rent_gpu_for_model',
+      arguments: { model: 'meta-llama/Llama-3.1-8B-Instruct', budget_per_hour: '0.5' } });
+    const rentText = rent.messages.map((m) => m.content.text).join('\n');
+    check(rent.messages.length === 1 && rent.messages[0].role === 'user' && /create_gpu_instance/.test(rentText) &&
+      /"max_price_per_hour": 0\.5/.test(rentText), `rent_gpu_for_model: ${JSON.stringify(rent)}`);
+    let missing = '';
+    try {
+      await client.getPrompt({ name: 'rent_gpu_for_model', arguments: { model: 'x' } });
+    } catch (err) {
+      missing = String(err?.message || err);
+    }
+    check(/budget_per_hour/.test(missing), `a missing argument: ${missing || 'accepted'}`);
+    const done = await client.complete({ ref: { type: 'ref/prompt', name: 'rent_gpu_for_model' },
+      argument: { name: 'gpu', value: '4090' } });
+    check(done.completion.values.length > 0 && done.completion.values.every((v) => /4090/.test(v)),
+      `gpu completions: ${JSON.stringify(done.completion)}`);
+    log(`${prompts.length} prompts; gpu "4090" completes to ${done.completion.values.join(', ')}`);
 
     const offers = await callOK(client, 'list_gpu_instances', { provider: 'vast.ai', max_price: 1, limit: 5 });
     check(offers.offers.length > 0, 'no offers under $1/h');
