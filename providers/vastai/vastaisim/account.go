@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 )
@@ -48,20 +48,20 @@ func (s *Server) accrued(in *instance, from, to time.Time) cost {
 		return c
 	}
 	var gpu time.Duration
-	add := func(a, b time.Time) {
+	add := func(a, b time.Time, rate float64) {
 		a, b = later(a, start), earlier(b, end)
 		if b.After(a) {
 			gpu += b.Sub(a)
+			c.gpu += rate * b.Sub(a).Hours()
 		}
 	}
 	for _, r := range in.runs {
-		add(r.from, r.to)
+		add(r.from, r.to, r.rate)
 	}
 	if !in.runFrom.IsZero() {
-		add(in.runFrom, end)
+		add(in.runFrom, end, in.gpuRate())
 	}
 	c.gpuHours = gpu.Hours()
-	c.gpu = in.gpuRate() * c.gpuHours
 	c.disk = in.offer.StorageTotalCost * end.Sub(start).Hours()
 	c.total = c.gpu + c.disk
 	return c
@@ -102,18 +102,19 @@ func (s *Server) currentUser(w http.ResponseWriter, r *http.Request, _ []byte, _
 	})
 }
 
-// chargesPageMax is the charges endpoint's default and largest limit.
-const chargesPageMax = 500
-
 // showCharges answers GET /api/v0/charges/ with one result per instance
 // that existed in the requested day range; select_filters with both day
-// bounds is required.
+// bounds is required. limit defaults to and is capped at pageMax (vast.py:
+// "max: 100"). Every result and every line item carries start, end (unix
+// seconds), type, source, description, amount (USD), metadata and items,
+// the fields vast.py's `show invoices-v1 --charges --verbose` reads at
+// every level.
 func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _ int64) {
 	v, _ := queryJSON(r, "select_filters")
 	sf, _ := v.(map[string]any)
 	day, _ := sf["day"].(map[string]any)
-	gte, ok1 := day["gte"].(float64)
-	lte, ok2 := day["lte"].(float64)
+	gte, ok1 := numberOf(day["gte"])
+	lte, ok2 := numberOf(day["lte"])
 	if !ok1 || !ok2 {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false,
 			"msg": "Must provide both 'day' gte and lte filters for instance charges"})
@@ -128,21 +129,19 @@ func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _
 			}
 		}
 	}
-	limit := chargesPageMax
-	if v, ok := queryJSON(r, "limit"); ok {
-		if n, _ := v.(float64); n > 0 && n < chargesPageMax {
-			limit = int(n)
-		}
+	limit, ok := pageLimit(r, pageMax)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_args", "limit must be a positive number")
+		return
 	}
-	offset := 0
-	if v, ok := queryJSON(r, "after_token"); ok {
-		tok := fmt.Sprint(v)
-		n, err := strconv.Atoi(strings.TrimPrefix(tok, "off_"))
-		if !strings.HasPrefix(tok, "off_") || err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, "invalid_token", "Invalid pagination token")
-			return
-		}
-		offset = n
+	offset, ok := pageOffset(r)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_token", "Invalid pagination token")
+		return
+	}
+	latestFirst := false
+	if v, ok := queryJSON(r, "latest_first"); ok {
+		latestFirst = v == true || v == "true"
 	}
 	from := time.Unix(int64(gte), 0)
 	to := time.Unix(int64(lte), 0)
@@ -156,36 +155,29 @@ func (s *Server) showCharges(w http.ResponseWriter, r *http.Request, _ []byte, _
 		if !c.override && !c.end.After(c.start) {
 			continue
 		}
+		start, end := float64(c.start.Unix()), float64(c.end.Unix())
+		item := func(typ, desc string, amount float64) map[string]any {
+			return map[string]any{"start": start, "end": end, "type": typ, "source": nil,
+				"description": desc, "amount": round6(amount), "metadata": map[string]any{}, "items": []any{}}
+		}
 		results = append(results, map[string]any{
-			"start": float64(c.start.Unix()), "end": float64(c.end.Unix()), "type": "instance",
+			"start": start, "end": end, "type": "instance",
 			"source":      fmt.Sprintf("instance-%d", in.id),
 			"description": fmt.Sprintf("Instance %d: %d× %s", in.id, in.offer.NumGPUs, in.offer.GPUName),
 			"amount":      round6(c.total),
-			"metadata":    map[string]any{"label": in.label, "instance_id": in.id},
+			"metadata":    map[string]any{"label": in.label, "instance_id": in.id, "is_bid": in.isBid},
 			"items": []map[string]any{
-				{"type": "gpu", "description": fmt.Sprintf("%.3f hours at $%.3f/hour", c.gpuHours, in.gpuRate()),
-					"amount": round6(c.gpu)},
-				{"type": "disk", "description": fmt.Sprintf("%.3f hours of %.0f GB storage at $%.3f/GB/month",
-					c.end.Sub(c.start).Hours(), in.disk, in.offer.StorageCost), "amount": round6(c.disk)},
+				item("gpu", fmt.Sprintf("%.3f hours at $%.3f/hour", c.gpuHours, in.gpuRate()), c.gpu),
+				item("disk", fmt.Sprintf("%.3f hours of %.0f GB storage at $%.3f/GB/month",
+					c.end.Sub(c.start).Hours(), in.disk, in.offer.StorageCost), c.disk),
 			},
 		})
 	}
 	s.mu.Unlock()
-	total := len(results)
-	if offset > total {
-		offset = total
+	if latestFirst {
+		slices.Reverse(results)
 	}
-	page := results[offset:]
-	var next any
-	if len(page) > limit {
-		page = page[:limit]
-		next = fmt.Sprintf("off_%d", offset+limit)
-	}
-	if page == nil {
-		page = []map[string]any{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "count": len(page), "total": total,
-		"next_token": next, "results": page})
+	writePage(w, results, offset, limit)
 }
 
 func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
@@ -195,6 +187,7 @@ func round6(f float64) float64 { return math.Round(f*1e6) / 1e6 }
 func (s *Server) Instances() []SimInstance {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advanceMarket(s.now())
 	var out []SimInstance
 	for _, in := range s.sortedInstances() {
 		out = append(out, s.snapshot(in))
@@ -206,6 +199,7 @@ func (s *Server) Instances() []SimInstance {
 func (s *Server) Instance(id int64) (SimInstance, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advanceMarket(s.now())
 	in := s.instances[id]
 	if in == nil {
 		return SimInstance{}, false
@@ -223,7 +217,8 @@ func (s *Server) snapshot(in *instance) SimInstance {
 	si := SimInstance{
 		ID: in.id, OfferID: in.offer.ID, Label: in.label, Image: in.image, Env: env, DiskGB: in.disk,
 		Status: st, Destroyed: in.destroyed, DPHTotal: in.gpuRate() + in.offer.StorageTotalCost,
-		IsBid: in.isBid, Charged: s.accrued(in, time.Time{}, time.Time{}).total,
+		IsBid: in.isBid, Bid: in.bid, Paused: in.paused, Preemptions: in.preemptions, StatusMsg: in.statusMsg,
+		Charged:   s.accrued(in, time.Time{}, time.Time{}).total,
 		CreatedAt: in.created, DestroyedAt: in.destroyedAt,
 	}
 	if in.inf != nil {
@@ -265,6 +260,7 @@ func (s *Server) InstanceInference(id int64) *InferenceServer {
 func (s *Server) Offers() []Offer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advanceMarket(s.now())
 	s.settleChurn(s.now())
 	out := make([]Offer, 0, len(s.offers))
 	for _, id := range s.offerIDs() {

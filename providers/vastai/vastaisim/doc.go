@@ -29,9 +29,27 @@
 //     {"instances":null}; DELETE destroys, then answers 404 not_found.
 //   - Billing is vast.ai's: storage (storage_cost $/GB/month × disk) from
 //     creation to destroy, GPU time (dph_base, or the bid) only while
-//     running. GET /api/v0/users/current/ (credit) and GET
-//     /api/v0/charges/ (per instance, with gpu and disk items) report it
-//     alike.
+//     running, each GPU period at the bid then in force. GET
+//     /api/v0/users/current/ (credit) and GET /api/v0/charges/ (per
+//     instance, with gpu and disk items) report it alike.
+//   - type "bid" (or "interruptible") searches return interruptible rows:
+//     is_bid true, priced at min_bid (20–50% of on-demand, as vast.ai's
+//     "50–80%" cheaper). PUT /api/v0/search/asks/ ({"select_cols","q"}, the
+//     CLI's --new) answers as bundles does.
+//   - PUT /api/v0/instances/bid_price/{id}/ changes a bid (a null price
+//     takes the winning one); PUT /api/v0/instances/reboot/{id}/ restarts
+//     the container without losing priority; PUT
+//     /api/v0/instances/request_logs/{id}/ answers a result_url served
+//     without a key; GET /api/v1/invoices/ lists the starting credit. The
+//     charges and invoices pages hold at most 100 results, and every
+//     result and line item has start, end, type, source, description,
+//     amount, metadata and items (what vast.py's --verbose reads).
+//   - Options.Market makes the market move (market.go): on-demand
+//     outranks interruptible and the highest bid wins; an outranked
+//     instance is paused (stopped, storage billed) and resumes by itself;
+//     a seeded hazard or a trace (ParseTrace) drives it; prices walk
+//     within bounds; hosts leave and arrive; a floor of single-GPU offers
+//     refills.
 //   - Offer churn (Options.OfferChurn) lets someone else rent a share of
 //     the offers each search lists, deterministically under Options.Seed,
 //     so that failover across offers can be exercised end to end.

@@ -21,6 +21,14 @@ const (
 	EndpointManage  Endpoint = "manage"  // PUT /api/v0/instances/{id}/
 	EndpointUser    Endpoint = "user"    // GET /api/v0/users/current/
 	EndpointCharges Endpoint = "charges" // GET /api/v0/charges/
+	// EndpointBid is PUT /api/v0/instances/bid_price/{id}/.
+	EndpointBid Endpoint = "bid"
+	// EndpointReboot is PUT /api/v0/instances/reboot/{id}/.
+	EndpointReboot Endpoint = "reboot"
+	// EndpointLogs is PUT /api/v0/instances/request_logs/{id}/.
+	EndpointLogs Endpoint = "logs"
+	// EndpointInvoices is GET /api/v1/invoices/.
+	EndpointInvoices Endpoint = "invoices"
 )
 
 // DefaultRateLimits returns vast.ai's documented minimum intervals between
@@ -28,13 +36,17 @@ const (
 // search 10 per minute.
 func DefaultRateLimits() map[Endpoint]time.Duration {
 	return map[Endpoint]time.Duration{
-		EndpointCreate:  4500 * time.Millisecond,
-		EndpointDestroy: 3 * time.Second,
-		EndpointList:    time.Second,
-		EndpointShow:    2 * time.Second,
-		EndpointManage:  time.Second,
-		EndpointCharges: 3 * time.Second,
-		EndpointSearch:  6 * time.Second,
+		EndpointCreate:   4500 * time.Millisecond,
+		EndpointDestroy:  3 * time.Second,
+		EndpointList:     time.Second,
+		EndpointShow:     2 * time.Second,
+		EndpointManage:   time.Second,
+		EndpointCharges:  3 * time.Second,
+		EndpointSearch:   6 * time.Second,
+		EndpointBid:      time.Second,
+		EndpointReboot:   time.Second,
+		EndpointLogs:     time.Second,
+		EndpointInvoices: 3 * time.Second,
 	}
 }
 

@@ -25,6 +25,10 @@ type SimInstance struct {
 	Endpoint    string  // inference base URL while running, else ""
 	DPHTotal    float64 // USD/hour while running: GPU (or the bid) plus storage
 	IsBid       bool
+	Bid         float64 // USD/hour of a bid instance's GPU time
+	Paused      bool    // outranked by someone else (Options.Market); resumes by itself
+	Preemptions int     // times it was paused
+	StatusMsg   string  // status_msg
 	Charged     float64 // USD charged so far (what the charges endpoint reports, unrounded)
 	CreatedAt   time.Time
 	DestroyedAt time.Time
@@ -52,10 +56,37 @@ type instance struct {
 	inf         *InferenceServer
 	destroyed   bool
 	destroyedAt time.Time
+	// paused: meant to run, but someone else holds its GPUs at a higher
+	// priority (Options.Market); it resumes by itself.
+	paused      bool
+	preemptions int       // times it was paused
+	rebootEnd   time.Time // "rebooting" until then
+	events      []logLine // what the logs endpoint reports
 }
 
-// span is a period of GPU billing.
-type span struct{ from, to time.Time }
+// logLine is one line of an instance's logs.
+type logLine struct {
+	at     time.Time
+	daemon bool // the host daemon's line, not the container's
+	text   string
+}
+
+// maxLogLines bounds an instance's kept log lines.
+const maxLogLines = 1000
+
+// logf appends a log line at t.
+func (in *instance) logf(t time.Time, daemon bool, format string, args ...any) {
+	if len(in.events) >= maxLogLines {
+		in.events = in.events[1:]
+	}
+	in.events = append(in.events, logLine{at: t, daemon: daemon, text: fmt.Sprintf(format, args...)})
+}
+
+// span is a period of GPU billing at a rate (USD/hour).
+type span struct {
+	from, to time.Time
+	rate     float64
+}
 
 // startRun makes in run from now: it reaches "running" after StartDelay,
 // when its GPU time starts to bill.
@@ -75,7 +106,7 @@ func (in *instance) endRun(now time.Time) {
 		return
 	}
 	if now.After(in.runFrom) {
-		in.runs = append(in.runs, span{in.runFrom, now})
+		in.runs = append(in.runs, span{in.runFrom, now, in.gpuRate()})
 	}
 	in.runFrom = time.Time{}
 }
@@ -106,8 +137,10 @@ func (s *Server) status(in *instance) string {
 	switch {
 	case in.forced != "":
 		st = in.forced
-	case in.intended == "stopped":
+	case in.intended == "stopped", in.paused:
 		st = "stopped"
+	case s.now().Before(in.rebootEnd):
+		st = "rebooting"
 	default:
 		el, d := s.now().Sub(in.phaseStart), s.opts.StartDelay
 		switch {
@@ -128,6 +161,7 @@ func (s *Server) status(in *instance) string {
 		inf.SetChunkDelay(s.opts.ChunkDelay)
 		in.inf = inf
 		in.statusMsg = "success, running " + in.image
+		in.logf(s.now(), false, "container started; inference server listening on port %d", inf.Port())
 	}
 	if st != "running" {
 		in.stopInference()
@@ -167,7 +201,7 @@ func (s *Server) instanceJSON(in *instance) map[string]any {
 		actual = st
 	}
 	curState := "running"
-	if in.intended == "stopped" {
+	if in.intended == "stopped" || in.paused {
 		curState = "stopped"
 	}
 	pairs := make([][]string, 0, len(in.env))
@@ -360,6 +394,7 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 		delete(s.taken, askID)
 	}
 	o.Rented = true
+	minBid := o.MinBid
 	in := &instance{
 		id: s.nextInstance, offer: o.priced(disk), label: req.Label, image: req.Image,
 		runtype: req.Runtype, onstart: req.Onstart, env: env, disk: disk, isBid: req.Price != nil,
@@ -375,21 +410,29 @@ func (s *Server) createInstance(w http.ResponseWriter, _ *http.Request, body []b
 	s.created++
 	s.instances[in.id] = in
 	s.startRun(in, now)
+	in.logf(now, true, "instance %d created on machine %d: pulling %s", in.id, o.MachineID, in.image)
 	lowBid := req.Price != nil && *req.Price < o.MinBid
 	mode, ambiguous := s.faults.takeAmbiguous()
 	switch {
 	case taken:
 		in.stopRun(now)
 		in.statusMsg = "created stopped: the machine is rented by another client (cancel_unavail is false)"
+	case lowBid && s.mkt != nil:
+		// Below the minimum bid the instance exists but waits, paused,
+		// until its bid wins the machine (the minimum bid walks down).
+		s.settleOne(in, now)
 	case lowBid, req.TargetState == "stopped", ambiguous && mode == AmbiguousStopped:
 		in.stopRun(now)
+	}
+	if s.mkt != nil {
+		s.keepFloor()
 	}
 	s.mu.Unlock()
 
 	switch {
 	case lowBid: // the bid is too low: the instance exists, stopped, yet the reply is an error
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price",
-			"msg":          fmt.Sprintf("bid %g is below the minimum %g; instance created stopped", *req.Price, o.MinBid),
+			"msg":          fmt.Sprintf("bid %g is below the minimum %g; instance created stopped", *req.Price, minBid),
 			"new_contract": in.id, "ask_id": askID})
 	case ambiguous && mode == AmbiguousServerError:
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"success": false, "error": "internal_error",
@@ -467,6 +510,11 @@ func (s *Server) destroyInstance(w http.ResponseWriter, _ *http.Request, _ []byt
 	if o := s.offers[in.offer.ID]; o != nil && o.Rented {
 		s.relist(o.ID)
 	}
+	if s.mkt != nil {
+		// The machine is free again: whoever outranked us keeps it only
+		// as a listed offer would be kept, so the claim ends here.
+		delete(s.mkt.claims, in.offer.MachineID)
+	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": fmt.Sprintf("destroying instance %d.", id)})
 }
@@ -499,12 +547,21 @@ func (s *Server) manageInstance(w http.ResponseWriter, _ *http.Request, body []b
 			"msg": fmt.Sprintf("label for %d set to '%s'", id, in.label)})
 		return
 	}
+	now := s.now()
 	switch *req.State {
 	case "stopped":
-		in.stopRun(s.now())
+		in.stopRun(now)
+		in.paused = false
+		in.logf(now, true, "instance %d stopped", in.id)
 	case "running":
 		if in.intended != "running" {
-			s.startRun(in, s.now())
+			s.startRun(in, now)
+			in.logf(now, true, "instance %d starting", in.id)
+			if s.mkt != nil {
+				// A stopped instance gave up its GPUs: if someone took
+				// them meanwhile, it waits until they leave.
+				s.settleOne(in, now)
+			}
 		}
 	default:
 		writeError(w, http.StatusBadRequest, "invalid_args", "state must be running or stopped")

@@ -93,6 +93,15 @@ func (o Offer) priced(storageGB float64) Offer {
 	return o
 }
 
+// asBid returns o, priced for storageGB, as a bid row: its GPU price is
+// the current minimum bid.
+func (o Offer) asBid(storageGB float64) Offer {
+	o.DPHBase = o.MinBid
+	o = o.priced(storageGB)
+	o.IsBid = true
+	return o
+}
+
 type gpuSpec struct {
 	name       string
 	ramMB      int
@@ -101,22 +110,26 @@ type gpuSpec struct {
 	dlperf     float64 // per GPU
 	tflops     float64 // per GPU
 	memBW      float64
+	// bidShare is min_bid over the on-demand price: vast.ai says
+	// interruptible is "often 50%+ cheaper" ("saves 50-80%"); one public
+	// example is an RTX 4090 at about $0.24/h on demand, min_bid $0.12/h.
+	bidShare float64
 }
 
 var gpuSpecs = map[string]gpuSpec{
-	"RTX 3080":  {"RTX 3080", 10240, 0.09, 860, 18, 29.8, 760},
-	"RTX 3090":  {"RTX 3090", 24576, 0.18, 860, 24, 35.6, 936},
-	"RTX 4090":  {"RTX 4090", 24564, 0.35, 890, 48, 82.6, 1008},
-	"RTX 5090":  {"RTX 5090", 32607, 0.62, 1200, 70, 104.8, 1792},
-	"RTX A5000": {"RTX A5000", 24564, 0.22, 860, 20, 27.8, 768},
-	"RTX A6000": {"RTX A6000", 49140, 0.45, 860, 30, 38.7, 768},
-	"L4":        {"L4", 23034, 0.30, 890, 20, 30.3, 300},
-	"L40S":      {"L40S", 46068, 0.85, 890, 55, 91.6, 864},
-	"A100 PCIE": {"A100 PCIE", 40960, 0.75, 800, 60, 19.5, 1555},
-	"A100 SXM4": {"A100 SXM4", 81920, 1.15, 800, 75, 19.5, 2039},
-	"H100 PCIE": {"H100 PCIE", 81559, 1.85, 900, 110, 51.2, 2000},
-	"H100 SXM":  {"H100 SXM", 81559, 2.20, 900, 140, 66.9, 3350},
-	"H200":      {"H200", 143771, 3.05, 900, 150, 66.9, 4800},
+	"RTX 3080":  {"RTX 3080", 10240, 0.09, 860, 18, 29.8, 760, 0.45},
+	"RTX 3090":  {"RTX 3090", 24576, 0.18, 860, 24, 35.6, 936, 0.45},
+	"RTX 4090":  {"RTX 4090", 24564, 0.35, 890, 48, 82.6, 1008, 0.5},
+	"RTX 5090":  {"RTX 5090", 32607, 0.62, 1200, 70, 104.8, 1792, 0.5},
+	"RTX A5000": {"RTX A5000", 24564, 0.22, 860, 20, 27.8, 768, 0.45},
+	"RTX A6000": {"RTX A6000", 49140, 0.45, 860, 30, 38.7, 768, 0.4},
+	"L4":        {"L4", 23034, 0.30, 890, 20, 30.3, 300, 0.5},
+	"L40S":      {"L40S", 46068, 0.85, 890, 55, 91.6, 864, 0.4},
+	"A100 PCIE": {"A100 PCIE", 40960, 0.75, 800, 60, 19.5, 1555, 0.4},
+	"A100 SXM4": {"A100 SXM4", 81920, 1.15, 800, 75, 19.5, 2039, 0.35},
+	"H100 PCIE": {"H100 PCIE", 81559, 1.85, 900, 110, 51.2, 2000, 0.4},
+	"H100 SXM":  {"H100 SXM", 81559, 2.20, 900, 140, 66.9, 3350, 0.35},
+	"H200":      {"H200", 143771, 3.05, 900, 150, 66.9, 4800, 0.4},
 }
 
 // DefaultCatalog returns the simulator's default market: 34 offers from
@@ -192,7 +205,7 @@ func DefaultCatalog() []Offer {
 			DiskSpace: math.Round((400+float64(i*37%900))*1000) / 1000, DiskBW: 2500,
 			InetUp: 500 + float64(i*13%400), InetDown: 800 + float64(i*29%900),
 			DPHBase:     math.Round(g.perGPU*float64(r.n)*r.mult*1e6) / 1e6,
-			StorageCost: 0.15, MinBid: math.Round(g.perGPU*float64(r.n)*0.6*1e6) / 1e6,
+			StorageCost: 0.15, MinBid: math.Round(g.perGPU*float64(r.n)*r.mult*g.bidShare*1e6) / 1e6,
 			Reliability: r.rel, Reliability2: r.rel, Verification: "verified",
 			Geolocation: r.geo, PublicIPAddr: fmt.Sprintf("203.0.113.%d", 10+i),
 			DirectPortCount: 100, Rentable: !r.noRnt, Duration: 30 * 86400,
@@ -231,6 +244,32 @@ func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byt
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
 		return
 	}
+	s.search(w, q)
+}
+
+// searchAsks answers PUT /api/v0/search/asks/, the search `vastai search
+// offers --new` sends: {"select_cols":["*"],"q":{...}} with q the bundles
+// query. The simulator returns every column whatever select_cols says.
+func (s *Server) searchAsks(w http.ResponseWriter, _ *http.Request, body []byte, _ int64) {
+	var req struct {
+		SelectCols []string       `json:"select_cols"`
+		Q          map[string]any `json:"q"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	if req.Q == nil {
+		req.Q = map[string]any{}
+	}
+	s.search(w, req.Q)
+}
+
+// search answers a bundles query. With type "bid" (or "interruptible")
+// the rows are interruptible prices: is_bid true, dph_base and the
+// search.gpuCostPerHour the offer's min_bid, dph_total that plus storage,
+// so filters and order on dph_total see what a bid costs.
+func (s *Server) search(w http.ResponseWriter, q map[string]any) {
 	fs, err := parseFilters(q, isOfferField, offerKind)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
@@ -243,8 +282,11 @@ func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byt
 			return
 		}
 	}
+	bid := false
 	switch t, _ := q["type"].(string); t {
-	case "", "on-demand", "ondemand", "bid", "reserved", "interruptible":
+	case "", "on-demand", "ondemand", "reserved":
+	case "bid", "interruptible":
+		bid = true
 	default:
 		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("invalid type %q", t))
 		return
@@ -265,7 +307,11 @@ func (s *Server) searchOffers(w http.ResponseWriter, r *http.Request, body []byt
 		if !s.listed(id) {
 			continue
 		}
-		row := toRow(s.offers[id].priced(storage))
+		o := s.offers[id].priced(storage)
+		if bid {
+			o = o.asBid(storage)
+		}
+		row := toRow(o)
 		if matches(row, fs) {
 			rows = append(rows, row)
 		}

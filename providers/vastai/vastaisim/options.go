@@ -78,6 +78,11 @@ type Options struct {
 	// find its offer (the sandbox's choice, so that a walkthrough's
 	// first rent always works).
 	ChurnAfter int
+	// Market, when set, makes the market move: bids that preempt and
+	// resume, prices on a bounded walk, hosts that come and go, a floor of
+	// single-GPU offers (see Market and DefaultMarket). Nil (the default)
+	// keeps prices and supply fixed and never preempts.
+	Market *Market
 }
 
 // withDefaults returns o with its zero fields set to their defaults (a
@@ -140,6 +145,11 @@ func (o Options) Validate() error {
 	for ep, d := range o.RateLimits {
 		if d < 0 {
 			return fmt.Errorf("vastaisim.Options.RateLimits[%s]: must not be negative, got %v", ep, d)
+		}
+	}
+	if o.Market != nil {
+		if err := o.Market.Validate(); err != nil {
+			return err
 		}
 	}
 	return validateCatalog(o.Catalog)

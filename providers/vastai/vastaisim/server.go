@@ -36,6 +36,10 @@ type Server struct {
 	listings     map[int64]uint64    // ask id → how many searches listed it
 	minMarket    int                 // churn never leaves fewer offers listed
 	gpuNames     []string            // the catalog's distinct gpu_name values
+	started      time.Time           // when New ran, by the simulator's clock
+	mkt          *marketState        // nil without Options.Market
+	logs         map[string]string   // result_url token → log text
+	logOrder     []string            // tokens, oldest first
 
 	faults faultState
 
@@ -81,6 +85,12 @@ func New(o Options) *Server {
 	}
 	sort.Strings(s.gpuNames)
 	s.faults.init(o.RateLimits)
+	s.logs = map[string]string{}
+	s.started = o.Now()
+	if o.Market != nil {
+		s.mkt = newMarket(*o.Market, o.Catalog, o.Now())
+		s.advanceMarket(s.mkt.start)
+	}
 	return s
 }
 
@@ -212,6 +222,33 @@ func (s *Server) match(r *http.Request) (rt route, ok bool) {
 			return route{EndpointManage, n, s.manageInstance}, true
 		}
 		return route{endpoint: EndpointShow}, true
+	case is("api", "v0", "instances", "bid_price", "*"), is("api", "v0", "instances", "reboot", "*"),
+		is("api", "v0", "instances", "request_logs", "*"):
+		n, ok := id()
+		if !ok {
+			return route{}, false
+		}
+		ep, h := EndpointBid, s.changeBid
+		switch segs[3] {
+		case "reboot":
+			ep, h = EndpointReboot, s.rebootInstance
+		case "request_logs":
+			ep, h = EndpointLogs, s.requestLogs
+		}
+		if m == http.MethodPut {
+			return route{ep, n, h}, true
+		}
+		return route{endpoint: ep}, true
+	case is("api", "v0", "search", "asks"):
+		if m == http.MethodPut || m == http.MethodPost {
+			return route{EndpointSearch, 0, s.searchAsks}, true
+		}
+		return route{endpoint: EndpointSearch}, true
+	case is("api", "v1", "invoices"):
+		if m == http.MethodGet {
+			return route{EndpointInvoices, 0, s.showInvoices}, true
+		}
+		return route{endpoint: EndpointInvoices}, true
 	case is("api", "v0", "users", "current"):
 		if m == http.MethodGet {
 			return route{EndpointUser, 0, s.currentUser}, true
@@ -247,10 +284,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.gpuNamesUnique(w)
 		return
 	}
+	if tok, ok := strings.CutPrefix(r.URL.Path, logsPath); ok && r.Method == http.MethodGet {
+		// A logs result_url, fetched without a key like vast.ai's.
+		s.serveLogs(w, tok)
+		return
+	}
 	ident, ok := s.authenticate(w, r)
 	if !ok {
 		return
 	}
+	s.mu.Lock()
+	s.advanceMarket(s.now())
+	s.mu.Unlock()
 	rt, ok := s.match(r)
 	if !ok {
 		writeError(w, http.StatusNotFound, "not_found", "No such endpoint: "+r.URL.Path)
