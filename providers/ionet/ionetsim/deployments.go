@@ -127,6 +127,7 @@ func (d *deployment) secretKeys() []string {
 func (s *Server) advance() {
 	now := s.opts.Now().UTC()
 	s.releaseHolds(now)
+	s.walkCapacity(now)
 	closed := false
 	select {
 	case <-s.closing: // no new listeners once closed

@@ -72,6 +72,14 @@ type Options struct {
 	// ChurnHold is how long capacity taken by someone else stays taken.
 	// Default DefaultChurnHold.
 	ChurnHold time.Duration
+	// CapacityWalk, between 0 (the default: off) and 1, is how much of a
+	// location's catalog capacity other customers may take or give back
+	// per CapacityTick: each hardware at each location walks on its own
+	// (seeded by Seed), taking only free GPUs, never ours.
+	CapacityWalk float64
+	// CapacityTick is the capacity walk's step. Default
+	// DefaultCapacityTick.
+	CapacityTick time.Duration
 	// Now is the clock. Default time.Now. Lifecycle steps happen lazily,
 	// when a request or an inspection call observes the clock past them.
 	Now func() time.Time
@@ -101,6 +109,9 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.CapacityTick <= 0 {
+		o.CapacityTick = DefaultCapacityTick
+	}
 	return o
 }
 
@@ -128,6 +139,12 @@ func (o Options) Validate() error {
 	}
 	if math.IsNaN(o.OfferChurn) || o.OfferChurn < 0 || o.OfferChurn > 1 {
 		return fmt.Errorf("ionetsim.Options.OfferChurn: must be between 0 and 1, got %v", o.OfferChurn)
+	}
+	if math.IsNaN(o.CapacityWalk) || o.CapacityWalk < 0 || o.CapacityWalk > 1 {
+		return fmt.Errorf("ionetsim.Options.CapacityWalk: must be between 0 and 1, got %v", o.CapacityWalk)
+	}
+	if o.CapacityTick < 0 {
+		return fmt.Errorf("ionetsim.Options.CapacityTick: must not be negative, got %v", o.CapacityTick)
 	}
 	return validateCatalog(o.Catalog)
 }

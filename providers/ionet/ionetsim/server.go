@@ -38,6 +38,7 @@ type Server struct {
 	winCount int
 	counts   map[string]int
 	churn    churn
+	capacity capacity
 	srv      *http.Server
 }
 
@@ -55,6 +56,7 @@ func New(o Options) *Server {
 		counts:  map[string]int{},
 		churn:   churn{listed: map[offerKey]uint64{}, pending: map[offerKey]bool{}},
 	}
+	s.initCapacity()
 	s.handler = s.routes()
 	return s
 }
