@@ -45,7 +45,11 @@ const diffAdmitsPerAccount = 25
 //
 // The seed is logged and printed on failure; rerun one with
 // ADMIT_SEED=<seed> (or -args -admit.seed=<seed>). ADMIT_CASES sets the
-// number of admissions (default 10,000).
+// number of admissions (default 10,000; raceAdmitCases under -race, where
+// .ci/run also runs it at full size without the race detector).
+// raceAdmitCases is the default number of admissions under -race.
+const raceAdmitCases = 1_500
+
 func TestAdmissionDifferential(t *testing.T) {
 	seed := *admitSeed
 	if v := os.Getenv("ADMIT_SEED"); seed == 0 && v != "" {
@@ -64,7 +68,11 @@ func TestAdmissionDifferential(t *testing.T) {
 			t.Fatalf("ADMIT_CASES=%q: %v", v, err)
 		}
 	}
-	if cases <= 0 {
+	switch {
+	case cases > 0:
+	case raceEnabled:
+		cases = raceAdmitCases
+	default:
 		cases = 10_000
 	}
 	t.Logf("seed %d (rerun with ADMIT_SEED=%d), %d admissions", seed, seed, cases)
