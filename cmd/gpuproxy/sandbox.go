@@ -134,7 +134,8 @@ func startSandbox(cfg *config, stdout io.Writer) (*sandbox, error) {
 	if cfg.MeteringInterval == billing.DefaultMeterInterval { // the default: not configured
 		cfg.MeteringInterval = sandboxMeteringInterval
 	}
-	if sb.sims, err = startSimulators(simOptions{vastChurn: sandboxOfferChurn, vastChurnAfter: sandboxChurnAfter}); err != nil {
+	if sb.sims, err = startSimulators(simOptions{vastChurn: sandboxOfferChurn, vastChurnAfter: sandboxChurnAfter,
+		market: sandboxMarket()}); err != nil {
 		sb.Close()
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -47,7 +48,30 @@ type simOptions struct {
 	// vastChurnAfter is how many vast.ai instances must be created before
 	// its churn starts (vastaisim.Options.ChurnAfter).
 	vastChurnAfter int
+	// seed drives churn, the market and the capacity walk of both.
+	seed int64
+	// market, when set, makes vast.ai's market move (bids, preemption,
+	// price walk, hosts, a refilling floor); nil keeps it fixed.
+	market *vastaisim.Market
+	// capacityWalk is io.net's per-location capacity walk
+	// (ionetsim.Options.CapacityWalk); 0 keeps capacity fixed.
+	capacityWalk float64
 }
+
+// sandboxMarket is the market serve --sandbox runs on vast.ai: bids are
+// preempted and resume, prices walk, and two single-GPU offers of every
+// model stay listed, so the README's examples never run the market dry.
+// Hosts do not come and go (a listed offer a walkthrough picked stays);
+// churn already takes offers away.
+func sandboxMarket() *vastaisim.Market {
+	m := vastaisim.DefaultMarket()
+	m.HostRate = 0
+	return &m
+}
+
+// simCapacityWalk is io.net's capacity walk when `gpuproxy sim --market`
+// sets none: up to a tenth of a location's capacity moves per minute.
+const simCapacityWalk = 0.1
 
 // startSimulators starts both simulators. Close stops them.
 func startSimulators(o simOptions) (*simulators, error) {
@@ -67,8 +91,9 @@ func startSimulators(o simOptions) (*simulators, error) {
 		vastDelay, ioDelay = -1, time.Nanosecond
 	}
 	vo := vastaisim.Options{APIKey: o.vastKey, StartDelay: vastDelay,
-		OfferChurn: o.vastChurn, ChurnAfter: o.vastChurnAfter}
-	iono := ionetsim.Options{APIKey: o.ioKey, StartDelay: ioDelay, OfferChurn: o.ioChurn}
+		OfferChurn: o.vastChurn, ChurnAfter: o.vastChurnAfter, Seed: o.seed, Market: o.market}
+	iono := ionetsim.Options{APIKey: o.ioKey, StartDelay: ioDelay, OfferChurn: o.ioChurn, Seed: o.seed,
+		CapacityWalk: o.capacityWalk}
 	if err := vo.Validate(); err != nil {
 		return nil, err
 	}
@@ -128,12 +153,34 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"share (0 to 1) of the offers each search lists that someone else rents before your create, on both simulators; "+
 			"a create on one gets the provider's offer-gone answer (0: none; serve --sandbox uses "+
 			strconv.FormatFloat(sandboxOfferChurn, 'g', -1, 64)+" on vast.ai)")
+	seed := f.Int64("seed", 0, "seed of offer churn, the market and io.net's capacity walk: equal seeds, equal markets")
+	dm := vastaisim.DefaultMarket()
+	market := f.Bool("market", false,
+		"make the market move: vast.ai bids preempted and resumed, prices on a bounded walk, hosts leaving and arriving, "+
+			"single-GPU offers refilled; io.net capacity moving per location (any flag below turns it on too)")
+	hazard := f.Float64("preempt-hazard", dm.Hazard, "vast.ai: outranking rentals per hour per interruptible instance")
+	hold := f.Duration("preempt-hold", dm.Hold, "vast.ai: mean time an outranking rental keeps the GPUs")
+	walk := f.Float64("price-walk", dm.Walk, "vast.ai: largest relative price step per tick (0: prices fixed)")
+	bound := f.Float64("price-bound", dm.WalkBound, "vast.ai: prices stay within list × (1 ± this)")
+	hosts := f.Float64("host-rate", dm.HostRate, "vast.ai: hosts leaving, and arriving, per hour")
+	singles := f.Int("min-singles", dm.MinSingles, "vast.ai: single-GPU offers of every model kept listed")
+	tick := f.Duration("market-tick", dm.Tick, "the market's step")
+	trace := f.String("market-trace", "", "vast.ai: a trace file of market events (JSON lines: at, kind, gpu, value)")
+	capWalk := f.Float64("capacity-walk", simCapacityWalk,
+		"io.net: share of a location's capacity that may change per tick (0: fixed)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if len(f.args) > 0 {
 		return fmt.Errorf("sim: unexpected argument %q", f.args[0])
 	}
+	f.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "preempt-hazard", "preempt-hold", "price-walk", "price-bound", "host-rate", "min-singles",
+			"market-tick", "market-trace", "capacity-walk":
+			*market = true
+		}
+	})
 	host, portText, err := net.SplitHostPort(*listen)
 	if err != nil {
 		return fmt.Errorf("sim: --listen: %w", err)
@@ -149,7 +196,26 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("sim: --offer-churn must be between 0 and 1, got %v", *churn)
 	}
 	o := simOptions{vastAddr: net.JoinHostPort(host, "0"), ioAddr: net.JoinHostPort(host, "0"),
-		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay, vastChurn: *churn, ioChurn: *churn}
+		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay, vastChurn: *churn, ioChurn: *churn, seed: *seed}
+	if *market {
+		m := vastaisim.Market{Tick: *tick, Hazard: *hazard, Hold: *hold, OnDemandShare: dm.OnDemandShare,
+			Walk: *walk, WalkBound: *bound, HostRate: *hosts, MinSingles: *singles}
+		if *trace != "" {
+			file, err := os.Open(*trace)
+			if err != nil {
+				return fmt.Errorf("sim: --market-trace: %w", err)
+			}
+			m.Trace, err = vastaisim.ParseTrace(file)
+			file.Close()
+			if err != nil {
+				return fmt.Errorf("sim: --market-trace %s: %w", *trace, err)
+			}
+		}
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+		o.market, o.capacityWalk = &m, *capWalk
+	}
 	if port != 0 {
 		o.vastAddr, o.ioAddr = net.JoinHostPort(host, strconv.Itoa(port)), net.JoinHostPort(host, strconv.Itoa(port+1))
 	}
@@ -177,7 +243,8 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_ = c.Close()
 	}
 	log.Info("marketplace simulators serving", "vastai", sims.vastURL, "ionet", sims.ioURL,
-		"start_delay", max(*delay, 0).String(), "offer_churn", *churn, "pid", os.Getpid())
+		"start_delay", max(*delay, 0).String(), "offer_churn", *churn, "market", *market, "seed", *seed,
+		"pid", os.Getpid())
 	<-ctx.Done()
 	log.Info("simulators stopped")
 	return nil
