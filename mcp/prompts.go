@@ -95,7 +95,7 @@ func (s *Server) promptSpecs() []promptSpec {
 				Description: "Explain why gpuproxy refused a call (a spending limit, no matching offer, a " +
 					"confirmation, a scope, the rate limit) and what can be done about it.",
 				Arguments: []*sdk.PromptArgument{{Name: "request_id", Title: "Request id", Description: "the " +
-					"refused request's id (its X-Request-Id header) if you have it; omit for the latest refusal"}}},
+					"refused request's id (its X-Request-Id header) if you have it, to quote to an operator"}}},
 			needs:  []string{"get_spending_info"},
 			expand: s.refusalText,
 		},
@@ -258,13 +258,15 @@ func (s *Server) rentText(_ context.Context, c promptCall) (string, error) {
 		"adds up). If nothing fits, show me the cheapest offers that nearly fit and stop: do not raise the budget "+
 		"yourself.", search)
 	if c.has("check_spending_limit") {
-		cost := budget
-		if hours > 0 {
-			cost = budget * gpuproxy.Micros(hours)
+		check := fmt.Sprintf("Call check_spending_limit with estimated_cost %s (the guard rails admit a rent by "+
+			"spec at its cap for the one-hour admission horizon). If a window would be exceeded, tell me which, by "+
+			"how much, and stop.", budget)
+		if hours > 0 && c.has("get_spending_info") {
+			check += fmt.Sprintf(" The whole run may cost up to %s: if that is more than a window's remaining "+
+				"(get_spending_info), warn me that the limits may refuse further spending before the %d hour(s) end.",
+				(budget * gpuproxy.Micros(hours)).Dollars(), hours)
 		}
-		st.add("Call check_spending_limit with estimated_cost %s (the guard rails admit a rent by spec at its cap "+
-			"for one hour, a prepaid io.net rental at its whole price). If a window would be exceeded, tell me "+
-			"which, by how much, and stop.", cost)
+		st.add("%s", check)
 	}
 	gpus := `"gpu": "<the GPU models that fit>"`
 	if gpu != "" {

@@ -96,7 +96,7 @@ func TestPromptsListAndGet(t *testing.T) {
 			}
 			mustContain(t, "rent prompt", text, `"meta-llama/Llama-3.1-8B-Instruct"`, "at most $1.5 per hour",
 				"for 3 hour(s) (at most $4.5 in all)", "list_gpu_instances with max_price 1.5", `gpu_name "RTX 4090"`,
-				"check_spending_limit with estimated_cost 4.5", `"gpu": "RTX 4090"`, `"max_price_per_hour": 1.5}`,
+				"check_spending_limit with estimated_cost 1.5", "The whole run may cost up to $4.5", `"gpu": "RTX 4090"`, `"max_price_per_hour": 1.5}`,
 				`max_duration "3h"`, "idempotency_key", "destroy_gpu_instance", "proxy_inference_request", "create_service")
 		})
 	}
