@@ -269,8 +269,11 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, body *countingBod
 func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response,
 	body *countingBody, u *gpuproxy.Usage, start time.Time, tap answerTap) int {
 	copyResponseHeader(w.Header(), resp.Header)
-	if tap != nil {
+	if tap != nil && tap.reframes() {
 		// A filtered body's length may change (a usage chunk taken out).
+		// Any other answer keeps its length: a complete answer of known
+		// length is what lets the server take a keep-alive connection
+		// over after it.
 		w.Header().Del("Content-Length")
 	}
 	w.WriteHeader(resp.StatusCode)

@@ -451,7 +451,13 @@ func askUsage(body []byte) ([]byte, bool) {
 type answerTap interface {
 	h1client.Filter
 	counts() tokenCounts
+	// reframes reports whether the tap may change the answer's length
+	// (it takes events out).
+	reframes() bool
 }
+
+func (t *sseTap) reframes() bool  { return t.drop }
+func (t *jsonTap) reframes() bool { return false }
 
 func (t *sseTap) counts() tokenCounts { return t.tokenCounts }
 

@@ -163,3 +163,32 @@ func TestStreamUsageOffLeavesTheRequest(t *testing.T) {
 		t.Fatalf("record: %+v", rec)
 	}
 }
+
+// TestJSONAnswerKeepsItsLength: reading a JSON answer's tokens does not
+// change it, so it keeps the Content-Length the instance gave it (a
+// complete answer of known length is what lets the server take the
+// keep-alive connection over after it) and its record has the tokens.
+func TestJSONAnswerKeepsItsLength(t *testing.T) {
+	body := `{"id":"c0","object":"chat.completion","model":"` + upstreamModel + `","choices":[],` +
+		`"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}`
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		_, _ = w.Write([]byte(body))
+	}))
+	defer hs.Close()
+	e := newEnv(t, envOpts{})
+	e.fleet.add(e.acct.ID, "gpi_len", hs.URL)
+	r := e.do(e.key, "POST", "/api/v1/proxy/gpi_len/v1/chat/completions", []byte(`{"model":"x","messages":[]}`),
+		map[string]string{"Content-Type": "application/json"})
+	if r.Status != 200 || string(r.Body) != body {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	if got := r.Header.Get("Content-Length"); got != fmt.Sprint(len(body)) {
+		t.Fatalf("Content-Length %q, want %d (Transfer-Encoding %q)", got, len(body), r.Header.Get("Transfer-Encoding"))
+	}
+	rec := e.usage(e.key, "", 1).Records[0]
+	if rec.PromptTokens != 4 || rec.CompletionTokens != 2 || rec.Model != upstreamModel {
+		t.Fatalf("record: %+v", rec)
+	}
+}
