@@ -140,45 +140,51 @@ func (o openAI) serve(w http.ResponseWriter, r *http.Request, acct int64, key st
 		defer cancel()
 	}
 	exclude := ""
+	var cause error // why the first replica tried could not serve
 	for try := 0; ; try++ {
 		rt, err := p.services.Pick(ctx, acct, *mo.Model, exclude)
 		if err != nil {
 			if ctx.Err() != nil && r.Context().Err() != nil {
 				return statusClientClosed
 			}
+			if cause != nil && gpuproxy.ErrorCode(err) == gpuproxy.EUNAVAILABLE {
+				// No other replica: the first one's failure says more
+				// (e.g. spending that cannot be verified right now).
+				err = cause
+			}
 			return writeOpenAIErr(w, p, err)
 		}
 		u.ServiceID, u.InstanceID = rt.ServiceID, rt.InstanceID
 		status, retry := o.exchange(ctx, w, r, acct, key, rt, body, u, start, try == 0)
-		if !retry {
+		if retry == nil {
 			return status
 		}
-		exclude = rt.InstanceID
+		exclude, cause = rt.InstanceID, retry
 	}
 }
 
 // exchange sends the request to one replica and relays its answer. It
-// reports retry (and writes nothing) when the replica could not be reached
-// or answered a 5xx without a body, and may be retried elsewhere; the
-// pick is then ended here. Otherwise finish ends it with the usage record
-// (a detached stream's when the stream ends).
+// reports retry, the reason (and writes nothing), when the replica could
+// not be reached or answered a 5xx without a body, and may be retried
+// elsewhere; the pick is then ended here. Otherwise finish ends it with
+// the usage record (a detached stream's when the stream ends).
 func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, acct int64, key string, rt gpuproxy.ServiceRoute,
-	body []byte, u *gpuproxy.Usage, start time.Time, canRetry bool) (status int, retry bool) {
+	body []byte, u *gpuproxy.Usage, start time.Time, canRetry bool) (status int, retry error) {
 	p := o.p
 	svc, id := rt.ServiceID, rt.InstanceID
-	again := func() (int, bool) {
+	again := func(cause error) (int, error) {
 		p.services.Done(svc, id)
 		u.ServiceID, u.InstanceID = "", ""
-		return 0, true
+		return 0, cause
 	}
 	t := target{acct: acct, key: key, id: id, method: http.MethodPost, path: r.URL.Path, query: r.URL.RawQuery,
 		header: r.Header, length: int64(len(body)), rid: u.RequestID}
 	x, err := p.prepare(ctx, &t, u)
 	if err != nil {
 		if canRetry && gpuproxy.ErrorCode(err) != gpuproxy.EFORBIDDEN {
-			return again() // the replica's instance is gone: another may serve
+			return again(err) // the replica's instance is gone: another may serve
 		}
-		return writeOpenAIErr(w, p, err), false
+		return writeOpenAIErr(w, p, err), nil
 	}
 	x.data, x.length = body, int64(len(body))
 	p.askStreamUsage(&x)
@@ -189,28 +195,29 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		p.services.Done(svc, id)
 		u.ServiceID, u.InstanceID = "", ""
-		return writeOpenAIErr(w, p, err), false
+		return writeOpenAIErr(w, p, err), nil
 	}
 	p.activity.begin(u.RequestID, id, p.opts.Now()) // ended by finish, a stream's when it ends
 	x.header["X-Forwarded-For"] = forwardedFor(r)
 	resp, err := p.send(ctx, &x)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return statusClientClosed, false
+			return statusClientClosed, nil
 		}
 		// Not reached (a connect failure), or not sent at all (its
 		// breaker is open): another replica may serve.
 		if code := gpuproxy.ErrorCode(err); canRetry && (code == CodeUpstream || code == gpuproxy.EUNAVAILABLE) {
 			p.activity.end(u.RequestID, p.opts.Now())
-			return again()
+			return again(err)
 		}
-		return writeOpenAIErr(w, p, err), false
+		return writeOpenAIErr(w, p, err), nil
 	}
 	if canRetry && resp.StatusCode >= 500 && resp.ContentLength == 0 {
 		resp.Body.Close()
 		p.activity.end(u.RequestID, p.opts.Now())
 		p.unprice(u.RequestID, id)
-		return again()
+		return again(&gpuproxy.Error{Code: CodeUpstream,
+			Message: "the replica's instance answered " + strconv.Itoa(resp.StatusCode) + " without a body"})
 	}
 	detached := false
 	defer func() {
@@ -220,11 +227,11 @@ func (o openAI) exchange(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}()
 	u.TTFB = time.Since(start)
 	if err := p.checkAnswer(resp, &x, false); err != nil {
-		return writeOpenAIErr(w, p, err), false
+		return writeOpenAIErr(w, p, err), nil
 	}
 	status = p.relay(ctx, w, r, resp, nil, u, start, newTap(http.MethodPost, resp, x.addedUsage))
 	detached = status == statusDetached
-	return status, false
+	return status, nil
 }
 
 func (o openAI) readBody(r *http.Request) ([]byte, error) {
