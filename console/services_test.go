@@ -37,13 +37,13 @@ func seedServices(t *testing.T, s *stack) seededServices {
 			Replicas: &services.ReplicasJSON{Min: &min, Max: max}}
 	}
 	var out seededServices
-	if out.llama, err = s.svcs.Create(ctx, s.demo.ID, p.KeyID, def("llama-8b", "meta-llama/Llama-3.1-8B-Instruct", 1, 2)); err != nil {
+	if out.llama, err = s.svcs.Create(ctx, p, def("llama-8b", "meta-llama/Llama-3.1-8B-Instruct", 1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if out.evil, err = s.svcs.Create(ctx, s.demo.ID, p.KeyID, def("evil", `evil<script>alert(1)</script>`, 0, 1)); err != nil {
+	if out.evil, err = s.svcs.Create(ctx, p, def("evil", `evil<script>alert(1)</script>`, 0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if out.others, err = s.svcs.Create(ctx, s.other.ID, "", def("llama-8b", "meta-llama/Llama-3.1-8B-Instruct", 1, 1)); err != nil {
+	if out.others, err = s.svcs.Create(ctx, gpuproxy.Principal{AccountID: s.other.ID}, def("llama-8b", "meta-llama/Llama-3.1-8B-Instruct", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
