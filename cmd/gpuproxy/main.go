@@ -79,6 +79,8 @@ func command(ctx context.Context, cmd string, rest []string, getenv func(string)
 		return cmdInstances(ctx, rest, getenv, stdout, stderr)
 	case "services":
 		return cmdServices(ctx, rest, getenv, stdin, stdout, stderr)
+	case "billing":
+		return cmdBilling(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "gpuproxy", version)
 		return nil
@@ -126,5 +128,6 @@ const usage = `usage: gpuproxy [-c FILE] COMMAND [flags]   (-c FILE before or af
   alerts deliveries --account NAME [--status pending|delivered|failed] [--limit N]
 ` + instancesUsage + `
 ` + servicesUsage + `
+` + billingUsage + `
   version
 `
