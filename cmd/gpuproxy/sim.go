@@ -60,7 +60,8 @@ type simOptions struct {
 
 // sandboxMarket is the market serve --sandbox runs on vast.ai: bids are
 // preempted and resume, prices walk, and two single-GPU offers of every
-// model stay listed, so the README's examples never run the market dry.
+// model (and one of every GPU count) stay listed, so the README's
+// examples never run the market dry.
 // Hosts do not come and go (a listed offer a walkthrough picked stays);
 // churn already takes offers away.
 func sandboxMarket() *vastaisim.Market {
@@ -164,6 +165,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	bound := f.Float64("price-bound", dm.WalkBound, "vast.ai: prices stay within list × (1 ± this)")
 	hosts := f.Float64("host-rate", dm.HostRate, "vast.ai: hosts leaving, and arriving, per hour")
 	singles := f.Int("min-singles", dm.MinSingles, "vast.ai: single-GPU offers of every model kept listed")
+	perSize := f.Int("min-per-size", dm.MinPerSize, "vast.ai: offers of every GPU count (1, 2, 4, 8) kept listed")
 	tick := f.Duration("market-tick", dm.Tick, "the market's step")
 	trace := f.String("market-trace", "", "vast.ai: a trace file of market events (JSON lines: at, kind, gpu, value)")
 	capWalk := f.Float64("capacity-walk", simCapacityWalk,
@@ -177,7 +179,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "preempt-hazard", "preempt-hold", "price-walk", "price-bound", "host-rate", "min-singles",
-			"market-tick", "market-trace", "capacity-walk":
+			"min-per-size", "market-tick", "market-trace", "capacity-walk":
 			*market = true
 		}
 	})
@@ -199,7 +201,7 @@ func cmdSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		vastKey: *vastKey, ioKey: *ioKey, startDelay: *delay, vastChurn: *churn, ioChurn: *churn, seed: *seed}
 	if *market {
 		m := vastaisim.Market{Tick: *tick, Hazard: *hazard, Hold: *hold, OnDemandShare: dm.OnDemandShare,
-			Walk: *walk, WalkBound: *bound, HostRate: *hosts, MinSingles: *singles}
+			Walk: *walk, WalkBound: *bound, HostRate: *hosts, MinSingles: *singles, MinPerSize: *perSize}
 		if *trace != "" {
 			file, err := os.Open(*trace)
 			if err != nil {

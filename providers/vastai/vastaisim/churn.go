@@ -32,6 +32,19 @@ func (s *Server) marketSize() int {
 	return n
 }
 
+// churnableSize counts the offers on the market that churn may take: the
+// catalog's machines, not those the market added (Options.Market); s.mu
+// must be held.
+func (s *Server) churnableSize() int {
+	n := 0
+	for id, o := range s.offers {
+		if s.listed(id) && !o.arrived {
+			n++
+		}
+	}
+	return n
+}
+
 // churn lets someone else rent a share (Options.OfferChurn) of the offers a
 // search has just listed, in ids, once Options.ChurnAfter instances were
 // created; s.mu must be held. Whether an ask is taken depends only on the
@@ -41,11 +54,14 @@ func (s *Server) churn(ids []int64, now time.Time) {
 	if s.opts.OfferChurn <= 0 || s.created < s.opts.ChurnAfter {
 		return
 	}
-	market := s.marketSize()
+	// Offers the market added (a refilled floor, arriving hosts) are
+	// neither taken nor counted: churn works on the catalog's machines as
+	// it did before the market moved.
+	market := s.churnableSize()
 	for _, id := range ids {
 		n := s.listings[id]
 		s.listings[id] = n + 1
-		if !s.listed(id) || churnDraw(s.opts.Seed, id, n) >= s.opts.OfferChurn {
+		if !s.listed(id) || s.offers[id].arrived || churnDraw(s.opts.Seed, id, n) >= s.opts.OfferChurn {
 			continue
 		}
 		if market <= s.minMarket {

@@ -78,6 +78,11 @@ type Market struct {
 	// of the catalog stay listed: when our rents, churn or departing hosts
 	// leave fewer, hosts with one arrive at once. 0: no floor.
 	MinSingles int
+	// MinPerSize is how many verified offers of every GPU count of the
+	// catalog (1, 2, 4, 8 GPUs) stay listed, whatever the model: when
+	// fewer are, a host with a copy of the catalog's first offer of that
+	// count arrives. 0: no floor.
+	MinPerSize int
 	// Trace is a schedule of market events (see TraceEvent and
 	// ParseTrace), applied at their time since the simulator started.
 	Trace []TraceEvent
@@ -86,11 +91,13 @@ type Market struct {
 // DefaultMarket returns a market that moves at a pace a person can watch:
 // a bid instance is outranked about once in two hours for ten minutes on
 // average, prices move up to 2% a minute within ±20% of list, six hosts an
-// hour come and go, and two single-GPU offers of every model stay listed.
+// hour come and go, two single-GPU offers of every model and one offer of
+// every GPU count stay listed.
 // vast.ai publishes no preemption rates; these are illustrative.
 func DefaultMarket() Market {
 	return Market{Tick: DefaultMarketTick, Hazard: 0.5, Hold: DefaultPreemptHold,
-		OnDemandShare: DefaultOnDemandShare, Walk: 0.02, WalkBound: DefaultWalkBound, HostRate: 6, MinSingles: 2}
+		OnDemandShare: DefaultOnDemandShare, Walk: 0.02, WalkBound: DefaultWalkBound, HostRate: 6, MinSingles: 2,
+		MinPerSize: 1}
 }
 
 // withDefaults returns m with its zero fields set to their defaults.
@@ -135,8 +142,9 @@ func (m Market) Validate() error {
 			return fmt.Errorf("vastaisim.Market.%s: must not be negative, got %v", d.name, d.v)
 		}
 	}
-	if m.MinSingles < 0 {
-		return fmt.Errorf("vastaisim.Market.MinSingles: must not be negative, got %d", m.MinSingles)
+	if m.MinSingles < 0 || m.MinPerSize < 0 {
+		return fmt.Errorf("vastaisim.Market.MinSingles and MinPerSize: must not be negative, got %d and %d",
+			m.MinSingles, m.MinPerSize)
 	}
 	for i, e := range m.Trace {
 		if err := e.validate(); err != nil {
@@ -439,7 +447,7 @@ func (s *Server) arrive(t Offer) {
 	s.nextOffer++
 	o.MachineID, o.HostID = ms.machine, ms.host
 	o.DPHBase, o.MinBid = round6(t.DPHBase*f), round6(t.MinBid*f)
-	o.Rented, o.Rentable, o.Verification = false, true, "verified"
+	o.Rented, o.Rentable, o.Verification, o.arrived = false, true, "verified", true
 	o.PublicIPAddr = fmt.Sprintf("198.51.100.%d", 1+ms.arrivals%254)
 	ms.list[o.MachineID] = listPrice{base: o.DPHBase, minBid: o.MinBid}
 	lv := ms.levelOf(o.GPUName)
@@ -475,8 +483,16 @@ func (s *Server) floorOf(gpu string) int {
 }
 
 // keepFloor lists new single-GPU offers of every catalog model that has
-// fewer than its floor listed.
+// fewer than its floor listed, and new offers of every GPU count that has
+// fewer than MinPerSize.
 func (s *Server) keepFloor() {
+	if n := s.mkt.m.MinPerSize; n > 0 {
+		for _, t := range s.sizeTemplates() {
+			for have := s.ofSize(t.NumGPUs); have < n; have++ {
+				s.arrive(t)
+			}
+		}
+	}
 	for _, gpu := range s.gpuNames {
 		t, ok := s.singleTemplate(gpu)
 		if !ok {
@@ -486,6 +502,31 @@ func (s *Server) keepFloor() {
 			s.arrive(t)
 		}
 	}
+}
+
+// sizeTemplates is the catalog's first verified, rentable offer of each
+// GPU count, in catalog order.
+func (s *Server) sizeTemplates() []Offer {
+	var out []Offer
+	seen := map[int]bool{}
+	for _, t := range s.mkt.templates {
+		if t.Rentable && t.Verification == "verified" && !seen[t.NumGPUs] {
+			seen[t.NumGPUs] = true
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ofSize counts the listed verified, rentable offers of n GPUs.
+func (s *Server) ofSize(n int) int {
+	c := 0
+	for id, o := range s.offers {
+		if o.NumGPUs == n && o.Rentable && o.Verification == "verified" && s.listed(id) {
+			c++
+		}
+	}
+	return c
 }
 
 // singleTemplate is the catalog's single-GPU offer of a model, or its

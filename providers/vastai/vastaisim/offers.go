@@ -64,6 +64,10 @@ type Offer struct {
 	DLPerfPerDPHTotal float64     `json:"dlperf_per_dphtotal"`
 	Score             float64     `json:"score"`
 	Search            OfferPrices `json:"search"`
+
+	// arrived marks an offer the market added (a refilled floor, an
+	// arriving host): offer churn neither takes nor counts it.
+	arrived bool
 }
 
 // OfferPrices is the per-offer cost summary vast.ai adds to rows
