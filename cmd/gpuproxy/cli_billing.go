@@ -39,17 +39,18 @@ func cmdBilling(ctx context.Context, args []string, getenv func(string) string, 
 	format := f.String("format", "csv", "csv or jsonl")
 	account := f.String("account", "", "admins: another account's name, or all")
 	out := f.String("o", "", "write to FILE instead of stdout")
-	urlFlag := f.String("url", "", "the gpuproxy server (default $GPUPROXY_URL, else "+DefaultServerURL+")")
+	urlFlag := f.String("url", "", "the gpuproxy server (default $GPUPROXY_URL, else the running sandbox, else "+DefaultServerURL+")")
 	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
 	if f.NArg() > 0 {
 		return fmt.Errorf("billing focus: unexpected argument %q", f.Arg(0))
 	}
-	base, key, err := apiTarget(*urlFlag, getenv)
+	srv, err := apiTarget(*urlFlag, getenv)
 	if err != nil {
 		return err
 	}
+	base, key := srv.base, srv.key
 	q := url.Values{}
 	for name, v := range map[string]string{"from": *from, "to": *to, "format": *format, "account": *account} {
 		if v != "" {
@@ -65,7 +66,7 @@ func cmdBilling(ctx context.Context, args []string, getenv func(string) string, 
 	req.Header.Set("X-API-Key", key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach gpuproxy at %s (start `gpuproxy serve`, or set --url or GPUPROXY_URL): %w", base, err)
+		return srv.unreachable(err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {

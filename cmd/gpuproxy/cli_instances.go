@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +18,9 @@ import (
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
-// DefaultServerURL is the gpuproxy that `instances` commands call unless
-// --url or GPUPROXY_URL says otherwise: serve's default address.
+// DefaultServerURL is the gpuproxy that CLI commands call unless --url,
+// GPUPROXY_URL or a running sandbox says otherwise: serve's default
+// address.
 const DefaultServerURL = "http://127.0.0.1:8080"
 
 // instancesTimeout bounds one create call: a rent by spec may try several
@@ -131,7 +133,7 @@ func (l *listFlag) Set(v string) error {
 // of a running gpuproxy's REST API, acting as the key in GPUPROXY_API_KEY.
 func cmdInstances(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("instances")
-	url := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else "+DefaultServerURL+")")
+	url := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else the running sandbox, else "+DefaultServerURL+")")
 	image := f.String("image", "", "container image, e.g. vllm/vllm-openai:latest (required)")
 	label := f.String("label", "", "your label for the instance")
 	hours := f.Int("hours", 0, "prepaid hours (io.net, or a spec's prepaid offers)")
@@ -167,11 +169,11 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	}
 	set := setFlags(f)
 	if len(f.args) > 0 && (f.args[0] == "update" || f.args[0] == "keepalive") {
-		base, key, err := apiTarget(*url, getenv)
+		srv, err := apiTarget(*url, getenv)
 		if err != nil {
 			return err
 		}
-		return cmdInstanceLifetime(ctx, f.args, lf, set, base, key, stdout)
+		return cmdInstanceLifetime(ctx, f.args, lf, set, srv, stdout)
 	}
 	if len(f.args) != 1 || f.args[0] != "create" {
 		return fmt.Errorf("usage: gpuproxy instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]…), " +
@@ -246,39 +248,74 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		}
 		body.Ports = append(body.Ports, n)
 	}
-	base, key, err := apiTarget(*url, getenv)
+	srv, err := apiTarget(*url, getenv)
 	if err != nil {
 		return err
 	}
-	inst, err := callAPI(ctx, http.MethodPost, base, "/api/v1/gpu/instances", key, *idem, body, specFlagOf, stderr)
+	inst, err := callAPI(ctx, http.MethodPost, srv, "/api/v1/gpu/instances", *idem, body, specFlagOf, stderr)
 	if err != nil {
 		return err
 	}
 	return printCreated(stdout, inst)
 }
 
-// apiTarget is the gpuproxy to call (--url, else GPUPROXY_URL, else
-// DefaultServerURL) and the key to call it with (GPUPROXY_API_KEY).
-func apiTarget(urlFlag string, getenv func(string) string) (base, key string, err error) {
-	key = getenv("GPUPROXY_API_KEY")
-	if key == "" {
-		return "", "", errors.New("GPUPROXY_API_KEY must hold the API key to act as (an assistant or engineer key)")
+// apiServer is the running gpuproxy a CLI command calls: its base URL,
+// where that URL came from (said when it cannot be reached) and the key
+// to call it with.
+type apiServer struct {
+	base, via, key string
+}
+
+// unreachable is the error of a request that reached no server at s.
+func (s apiServer) unreachable(err error) error {
+	return fmt.Errorf("cannot reach gpuproxy at %s (%s; start `gpuproxy serve`, or set --url or GPUPROXY_URL): %w",
+		s.base, s.via, err)
+}
+
+// apiTarget is the gpuproxy to call: --url, else GPUPROXY_URL, else the
+// URL of the sandbox running on DATABASE_URL's database (or, with
+// DATABASE_URL unset, the one of this folder, as `mcp --sandbox` finds
+// it), else DefaultServerURL; and the key to call it with
+// (GPUPROXY_API_KEY).
+func apiTarget(urlFlag string, getenv func(string) string) (apiServer, error) {
+	s := apiServer{key: getenv("GPUPROXY_API_KEY")}
+	if s.key == "" {
+		return s, errors.New("GPUPROXY_API_KEY must hold the API key to act as (an assistant or engineer key)")
 	}
-	base = urlFlag
-	if base == "" {
-		base = getenv("GPUPROXY_URL")
+	s.base, s.via = urlFlag, "--url"
+	if s.base == "" {
+		s.base, s.via = getenv("GPUPROXY_URL"), "GPUPROXY_URL"
 	}
-	if base == "" {
-		base = DefaultServerURL
+	if s.base == "" {
+		if sb, ok := runningSandbox(getenv); ok {
+			s.base, s.via = sb.URL, sb.describe()+", found through its state file"
+		}
 	}
-	return strings.TrimRight(base, "/"), key, nil
+	if s.base == "" {
+		s.base, s.via = DefaultServerURL, "the default: no --url, GPUPROXY_URL or running sandbox"
+	}
+	s.base = strings.TrimRight(s.base, "/")
+	return s, nil
+}
+
+// runningSandbox is the `serve --sandbox` running on DATABASE_URL's
+// database, or with DATABASE_URL unset on this folder's sandboxDB.
+func runningSandbox(getenv func(string) string) (sandboxState, bool) {
+	if u := getenv("DATABASE_URL"); u != "" {
+		return sandboxFor(u)
+	}
+	path, err := filepath.Abs(sandboxDB)
+	if err != nil {
+		return sandboxState{}, false
+	}
+	return sandboxFor("sqlite:" + path)
 }
 
 // callAPI sends one request about an instance (body nil: none) and
 // decodes the instance, or turns the API's error into one naming the
 // CLI's flags (names: API field → flag; the offers tried, if any, go to
 // stderr first).
-func callAPI(ctx context.Context, method, base, path, key, idem string, body any, names map[string]string,
+func callAPI(ctx context.Context, method string, srv apiServer, path, idem string, body any, names map[string]string,
 	stderr io.Writer) (instanceReply, error) {
 	var rd io.Reader
 	if body != nil {
@@ -290,21 +327,21 @@ func callAPI(ctx context.Context, method, base, path, key, idem string, body any
 	}
 	ctx, cancel := context.WithTimeout(ctx, instancesTimeout)
 	defer cancel()
-	url := base + path
+	url := srv.base + path
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return instanceReply{}, fmt.Errorf("--url %s: %w", base, err)
+		return instanceReply{}, fmt.Errorf("--url %s: %w", srv.base, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("X-API-Key", key)
+	req.Header.Set("X-API-Key", srv.key)
 	if idem != "" {
 		req.Header.Set("Idempotency-Key", idem)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return instanceReply{}, fmt.Errorf("cannot reach gpuproxy at %s (start `gpuproxy serve`, or set --url or GPUPROXY_URL): %w", base, err)
+		return instanceReply{}, srv.unreachable(err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))

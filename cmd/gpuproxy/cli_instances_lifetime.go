@@ -96,7 +96,7 @@ func (b lifetimeBody) empty() bool { return b == lifetimeBody{} }
 
 // cmdInstanceLifetime runs `instances update ID` and `instances keepalive
 // ID` (args: the subcommand and the id).
-func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, set map[string]bool, base, key string,
+func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, set map[string]bool, srv apiServer,
 	stdout io.Writer) error {
 	sub := args[0]
 	if len(args) != 2 || args[1] == "" {
@@ -114,7 +114,7 @@ func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, s
 	}
 	path := "/api/v1/gpu/instances/" + url.PathEscape(id)
 	if sub == "keepalive" {
-		inst, err := callAPI(ctx, http.MethodPost, base, path+"/keepalive", key, "", nil, lifetimeFlagOf, io.Discard)
+		inst, err := callAPI(ctx, http.MethodPost, srv, path+"/keepalive", "", nil, lifetimeFlagOf, io.Discard)
 		if err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func cmdInstanceLifetime(ctx context.Context, args []string, lf lifetimeFlags, s
 	if body.empty() {
 		return errors.New("give at least one of --max-duration, --idle-timeout, --idle-action, --idle-grace, --spend-cap")
 	}
-	inst, err := callAPI(ctx, http.MethodPatch, base, path, key, "", body, lifetimeFlagOf, io.Discard)
+	inst, err := callAPI(ctx, http.MethodPatch, srv, path, "", body, lifetimeFlagOf, io.Discard)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ type serviceFlags struct {
 // the key in GPUPROXY_API_KEY.
 func cmdServices(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	f := newFlags("services")
-	urlFlag := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else "+DefaultServerURL+")")
+	urlFlag := f.String("url", "", "the gpuproxy to call (default GPUPROXY_URL, else the running sandbox, else "+DefaultServerURL+")")
 	var gpus listFlag
 	sf := serviceFlags{
 		file:     f.String("f", "", "the service's definition as JSON (as POST /api/v1/services takes it; - for stdin); for update, the fields to change"),
@@ -171,11 +171,11 @@ func cmdServices(ctx context.Context, args []string, getenv func(string) string,
 	case sub != "create" && sub != "list" && (len(f.args) != 2 || f.args[1] == ""):
 		return fmt.Errorf("usage: gpuproxy services %s NAME|ID", sub)
 	}
-	base, key, err := apiTarget(*urlFlag, getenv)
+	srv, err := apiTarget(*urlFlag, getenv)
 	if err != nil {
 		return err
 	}
-	c := servicesClient{base: base, key: key, stdout: stdout, json: *sf.asJSON}
+	c := servicesClient{apiServer: srv, stdout: stdout, json: *sf.asJSON}
 	var path string
 	if len(f.args) == 2 {
 		path = "/api/v1/services/" + url.PathEscape(f.args[1])
@@ -352,9 +352,9 @@ func setField(m map[string]any, field string, v any) error {
 
 // servicesClient calls the services routes of one gpuproxy as one key.
 type servicesClient struct {
-	base, key string
-	stdout    io.Writer
-	json      bool // print the answers as JSON
+	apiServer
+	stdout io.Writer
+	json   bool // print the answers as JSON
 }
 
 // call sends one request about a service (body nil: none) and decodes
@@ -398,7 +398,7 @@ func (c servicesClient) do(ctx context.Context, method, path string, body any, n
 	req.Header.Set("X-API-Key", c.key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach gpuproxy at %s (start `gpuproxy serve`, or set --url or GPUPROXY_URL): %w", c.base, err)
+		return nil, c.unreachable(err)
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))

@@ -184,8 +184,9 @@ func databaseName(databaseURL string) string {
 }
 
 // seedSandbox creates the demo account (default limits, $500 credit) and
-// prints ready-to-paste exports (the keys and the sandbox's database, so
-// that CLI commands in another terminal reach it) and examples.
+// prints ready-to-paste exports (the sandbox's URL, the keys and its
+// database, so that CLI commands and the README's examples in another
+// terminal reach it) and examples.
 func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base, databaseURL string) error {
 	if _, err := a.Auth.Account(ctx, "demo"); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
 		acct, err := a.Auth.CreateAccount(ctx, "demo")
@@ -206,25 +207,27 @@ func seedSandbox(ctx context.Context, a *app.App, w io.Writer, base, databaseURL
 	}
 	fmt.Fprintf(w, `
 sandbox: simulated vast.ai and io.net on loopback; account "demo" with $500 credit and the default limits.
-Paste these into your shell (the CLI, e.g. "gpuproxy accounts list", then reaches this sandbox too):
+Paste these into your shell (the CLI, e.g. "gpuproxy accounts list" or "gpuproxy services list", then
+reaches this sandbox too, and the README's examples call $GPUPROXY_URL):
 
+export GPUPROXY_URL=%s
 export GPUPROXY_ADMIN_KEY=%s
 export GPUPROXY_API_KEY=%s
 export DATABASE_URL=%s
 
 Then try:
-  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" %s/api/v1/spending
-  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" '%s/api/v1/gpu/offers?max_price=2&limit=5'
-  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" -X POST %s/api/v1/gpu/instances -H 'Idempotency-Key: first' \
+  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" $GPUPROXY_URL/api/v1/spending
+  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" "$GPUPROXY_URL/api/v1/gpu/offers?max_price=2&limit=5"
+  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" -X POST $GPUPROXY_URL/api/v1/gpu/instances -H 'Idempotency-Key: first' \
        -d '{"provider":"vast.ai","offer_id":"OFFER_ID","image":"vllm/vllm-openai:latest"}'
-  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" %s/api/v1/gpu/instances
-  curl -s -H "X-API-Key: $GPUPROXY_ADMIN_KEY" %s/api/v1/billing/transactions
+  curl -s -H "X-API-Key: $GPUPROXY_API_KEY" $GPUPROXY_URL/api/v1/gpu/instances
+  curl -s -H "X-API-Key: $GPUPROXY_ADMIN_KEY" $GPUPROXY_URL/api/v1/billing/transactions
 
 Web console: %s/console/ (sign in by pasting either key)
 MCP on stdio (e.g. as Claude's command): with the exports above, "gpuproxy mcp" uses this sandbox's
 database and simulated providers; in this folder "gpuproxy mcp --sandbox" needs only GPUPROXY_API_KEY.
 
-`, admin, asst, shellQuote(databaseURL), base, base, base, base, base, base)
+`, shellQuote(base), admin, asst, shellQuote(databaseURL), base)
 	return nil
 }
 

@@ -70,6 +70,17 @@ func TestSandboxEndToEnd(t *testing.T) {
 	}
 	c := client{t: t, base: base}
 	api, admin := keys["api"], keys["admin"]
+	// On any port, the printed GPUPROXY_URL is the sandbox's, and a CLI
+	// command that calls the server finds the sandbox without it, through
+	// the state file of DATABASE_URL's sandbox.
+	if m := regexp.MustCompile(`export GPUPROXY_URL=(\S+)\n`).FindStringSubmatch(stdout.String()); m == nil || m[1] != base {
+		t.Fatalf("printed GPUPROXY_URL %v, want %s:\n%s", m, base, stdout.String())
+	}
+	var svcs strings.Builder
+	if err := run(ctx, []string{"services", "list"}, envFunc(map[string]string{"DATABASE_URL": keys["db"], "GPUPROXY_API_KEY": api}),
+		strings.NewReader(""), &svcs, io.Discard); err != nil {
+		t.Fatalf("services list without GPUPROXY_URL on the sandbox at %s: %v\n%s", base, err, svcs.String())
+	}
 
 	st, offers := c.call("GET", "/api/v1/gpu/offers?max_price=1&limit=5", api, "")
 	list, _ := offers["offers"].([]any)
