@@ -15,16 +15,36 @@
 # Shorthands: list = tools/list, call = tools/call, read = resources/read.
 # For any other method, the second argument is its params object (JSON).
 #
-# Environment: GPUPROXY_URL (default http://127.0.0.1:8080), GPUPROXY_API_KEY.
+# Environment: GPUPROXY_API_KEY; GPUPROXY_URL (default: the running
+# sandbox's URL, from its state file beside DATABASE_URL's SQLite file or
+# ./data/sandbox.db, as the CLI finds it; else http://127.0.0.1:8080).
 # Exit status: 0 on success, 1 on a JSON-RPC error or a tool result with
 # isError, 2 on usage or transport errors.
 set -euo pipefail
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# sandbox_url prints the URL of the sandbox running on the SQLite database
+# of DATABASE_URL (default ./data/sandbox.db), if its process is alive.
+sandbox_url() {
+  local db="${DATABASE_URL:-}" state pid
+  case "$db" in
+    '') db=data/sandbox.db ;;
+    sqlite:*) db="${db#sqlite:}"; db="${db#//}" ;;
+    *) return 0 ;;
+  esac
+  state="$db-sandbox.json"
+  [ -r "$state" ] || return 0
+  pid=$(sed -n 's/^ *"pid": *\([0-9]*\).*/\1/p' "$state")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  sed -n 's/^ *"url": *"\([^"]*\)".*/\1/p' "$state"
+}
 
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
-url="${GPUPROXY_URL:-http://127.0.0.1:8080}"
+url="${GPUPROXY_URL:-}"
+[ -n "$url" ] || url="$(sandbox_url)"
+[ -n "$url" ] || url=http://127.0.0.1:8080
 key="${GPUPROXY_API_KEY:-}"
 [ -n "$key" ] || { echo "test-mcp: set GPUPROXY_API_KEY" >&2; exit 2; }
 

@@ -9,22 +9,51 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
-// readmeCommand is one curl example of the README: its text with
-// continuation lines joined, and the line it starts on.
+// readmeCommand is one example of the README: its text with
+// continuation lines joined (a ```js block: the whole block), and the line
+// it starts on.
 type readmeCommand struct {
 	line int
 	text string
+	js   bool
 }
 
-// isLocalCurl tells a curl example that talks to the local server.
+// isLocalCurl tells a curl example that talks to the local server, which
+// every example names as $GPUPROXY_URL.
 func isLocalCurl(s string) bool {
-	return strings.HasPrefix(s, "curl ") && (strings.Contains(s, "localhost:8080") || strings.Contains(s, "127.0.0.1:8080"))
+	return strings.HasPrefix(s, "curl ") && strings.Contains(s, "$GPUPROXY_URL")
 }
+
+// hardCodesServer tells an example that names the server by a fixed
+// address instead of $GPUPROXY_URL: it fails on any other port.
+func hardCodesServer(s string) bool {
+	return strings.Contains(s, "localhost:8080") || strings.Contains(s, "127.0.0.1:8080")
+}
+
+// isServerCLI tells a CLI example that calls the running server (--url,
+// GPUPROXY_URL, the running sandbox), which the test runs in-process.
+func isServerCLI(s string) bool {
+	f := strings.Fields(s)
+	if len(f) < 2 || f[0] != "gpuproxy" {
+		return false
+	}
+	switch f[1] {
+	case "services", "instances", "billing":
+		return true
+	}
+	return false
+}
+
+// isMCPScript tells an example of scripts/test-mcp.sh.
+func isMCPScript(s string) bool { return strings.HasPrefix(s, "scripts/test-mcp.sh ") }
 
 // isAdminCLI tells a CLI example that administers the store (accounts,
 // keys, limits, credits, alerts), which the test runs in-process.
@@ -76,8 +105,10 @@ func shellWords(s string) []string {
 }
 
 // readmeCurls returns every curl command in the README's ```sh blocks
-// that talks to the local server, and every administering CLI command, in
-// order.
+// that talks to the local server, every CLI command that administers the
+// store or calls the server, every scripts/test-mcp.sh line and every
+// ```js block, in order. A curl example that hard-codes the server's
+// address fails the test.
 func readmeCurls(t *testing.T, path string) []readmeCommand {
 	t.Helper()
 	f, err := os.Open(path)
@@ -87,11 +118,21 @@ func readmeCurls(t *testing.T, path string) []readmeCommand {
 	defer f.Close()
 	var out []readmeCommand
 	var cur readmeCommand
-	inBlock := false
+	inBlock, inJS := false, false
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		l := sc.Text()
 		switch {
+		case inJS && l == "```":
+			out = append(out, cur)
+			inJS, cur = false, readmeCommand{}
+			continue
+		case inJS:
+			cur.text += l + "\n"
+			continue
+		case l == "```js" && !inBlock:
+			inJS, cur = true, readmeCommand{line: n + 1, js: true}
+			continue
 		case strings.HasPrefix(l, "```"):
 			inBlock = l == "```sh" && !inBlock
 			cur = readmeCommand{}
@@ -107,7 +148,10 @@ func readmeCurls(t *testing.T, path string) []readmeCommand {
 			cur.text = strings.TrimSuffix(cur.text, `\`) + " "
 			continue
 		}
-		if isLocalCurl(cur.text) || isAdminCLI(cur.text) {
+		if strings.HasPrefix(cur.text, "curl ") && hardCodesServer(cur.text) {
+			t.Errorf("README:%d names the server by a fixed address, not $GPUPROXY_URL: %s", cur.line, cur.text)
+		}
+		if isLocalCurl(cur.text) || isAdminCLI(cur.text) || isServerCLI(cur.text) || isMCPScript(cur.text) {
 			out = append(out, cur)
 		}
 		cur = readmeCommand{}
@@ -118,12 +162,16 @@ func readmeCurls(t *testing.T, path string) []readmeCommand {
 	return out
 }
 
-// TestREADMEExamples runs the README's curl examples and its
-// administering CLI commands, in order and as written, against `serve
-// --sandbox` with the keys it prints: each curl must answer a 2xx (curl
-// --fail-with-body), each CLI command succeed. Placeholders the README explains
-// (OFFER_ID, gpi_…, KEY_ID) are filled with live ids; an example still
-// holding "…" (a cursor, a token) is skipped.
+// TestREADMEExamples runs the README's curl examples, its CLI commands,
+// its scripts/test-mcp.sh lines and its OpenAI SDK example, in order and as
+// written, against `serve --sandbox` on a port other than the default
+// with the GPUPROXY_URL and keys it prints: each curl must answer a 2xx
+// (curl --fail-with-body) that is no JSON-RPC error or failed tool, each
+// command succeed. The CLI commands that call the server get no
+// GPUPROXY_URL: they find the sandbox through its state file.
+// Placeholders the README explains (OFFER_ID, gpi_…, KEY_ID) are filled
+// with live ids; an example still holding "…" (a cursor, a token) is
+// skipped.
 func TestREADMEExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -146,7 +194,17 @@ func TestREADMEExamples(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	base := waitListening(t, stdout, done)
 	admin, api := sandboxKeys(t, stdout)
-	host := strings.TrimPrefix(base, "http://")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// scripts/test-mcp.sh, like the CLI, finds the running sandbox of
+	// DATABASE_URL without GPUPROXY_URL.
+	mcpSh := exec.Command(filepath.Join(root, "scripts", "test-mcp.sh"), "ping")
+	mcpSh.Env = append(os.Environ(), "GPUPROXY_URL=", "DATABASE_URL="+env["DATABASE_URL"], "GPUPROXY_API_KEY="+api)
+	if out, err := mcpSh.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/test-mcp.sh ping without GPUPROXY_URL on the sandbox at %s: %v\n%s", base, err, out)
+	}
 	c := client{t: t, base: base}
 
 	// The cheapest live offer of each provider, for OFFER_ID.
@@ -172,7 +230,12 @@ func TestREADMEExamples(t *testing.T) {
 	keyID, _, _ := strings.Cut(strings.TrimPrefix(api, "gpx_"), "_")
 	ran := 0
 	for _, cmd := range cmds {
-		text := strings.NewReplacer("localhost:8080", host, "http://127.0.0.1:8080", base).Replace(cmd.text)
+		text := cmd.text
+		if cmd.js {
+			runREADMEScript(t, cmd, dir, base, api)
+			ran++
+			continue
+		}
 		switch {
 		case strings.Contains(text, `"provider":"io.net"`):
 			text = strings.ReplaceAll(text, "OFFER_ID", offers["io.net"])
@@ -198,10 +261,10 @@ func TestREADMEExamples(t *testing.T) {
 			t.Logf("README:%d skipped (placeholder): %s", cmd.line, text)
 			continue
 		}
-		if isAdminCLI(text) {
+		if isAdminCLI(text) || isServerCLI(text) {
 			var out strings.Builder
-			err := run(ctx, shellWords(text)[1:], envFunc(map[string]string{"DATABASE_URL": env["DATABASE_URL"]}),
-				strings.NewReader(""), &out, &out)
+			err := run(ctx, shellWords(text)[1:], envFunc(map[string]string{"DATABASE_URL": env["DATABASE_URL"],
+				"GPUPROXY_API_KEY": api}), strings.NewReader(""), &out, &out)
 			if err != nil {
 				t.Errorf("README:%d failed (%v):\n  %s\n  => %s", cmd.line, err, cmd.text, out.String())
 			}
@@ -210,11 +273,17 @@ func TestREADMEExamples(t *testing.T) {
 		}
 		sh := exec.Command("bash", "-c", `set -o pipefail; curl() { command curl --fail-with-body --max-time 20 "$@"; }; `+text)
 		sh.Dir = dir
-		sh.Env = append(os.Environ(), "GPUPROXY_API_KEY="+api, "GPUPROXY_ADMIN_KEY="+admin)
+		sh.Env = append(os.Environ(), "GPUPROXY_URL="+base, "GPUPROXY_API_KEY="+api, "GPUPROXY_ADMIN_KEY="+admin)
+		if isMCPScript(text) {
+			sh.Dir = root
+		}
 		out, err := sh.CombinedOutput()
 		if err != nil {
 			t.Errorf("README:%d failed (%v):\n  %s\n  => %s", cmd.line, err, cmd.text, out)
 			continue
+		}
+		if strings.Contains(text, "/api/v1/mcp") && mcpFailed.Match(out) {
+			t.Errorf("README:%d answered a JSON-RPC error or a failed tool:\n  %s\n  => %s", cmd.line, cmd.text, out)
 		}
 		ran++
 		if strings.Contains(text, "POST") && strings.Contains(text, "/gpu/instances") {
@@ -232,6 +301,35 @@ func TestREADMEExamples(t *testing.T) {
 		t.Fatalf("ran %d of %d README examples; too many skipped", ran, len(cmds))
 	}
 	t.Logf("ran %d of %d README curl examples", ran, len(cmds))
+}
+
+// mcpFailed matches a JSON-RPC error answer or a tool's failure.
+var mcpFailed = regexp.MustCompile(`"error":\s*\{\s*"code"|"isError":\s*true`)
+
+// runREADMEScript runs a ```js example of the README with node, the
+// e2e/openai-client packages (the official OpenAI SDK) and the variables
+// the sandbox printed.
+func runREADMEScript(t *testing.T, cmd readmeCommand, dir, base, api string) {
+	t.Helper()
+	node, client := teststack.OpenAIClient(t)
+	scriptDir := filepath.Join(dir, "js", strconv.Itoa(cmd.line))
+	if err := os.MkdirAll(scriptDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(client, "node_modules"), filepath.Join(scriptDir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(scriptDir, "example.mjs")
+	if err := os.WriteFile(script, []byte(cmd.text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js := exec.CommandContext(ctx, node, script)
+	js.Env = append(os.Environ(), "GPUPROXY_URL="+base, "GPUPROXY_API_KEY="+api)
+	if out, err := js.CombinedOutput(); err != nil {
+		t.Errorf("README:%d (js) failed (%v):\n%s\n  => %s", cmd.line, err, cmd.text, out)
+	}
 }
 
 // waitRunning waits until instance id is running.
