@@ -128,9 +128,33 @@ func (s *Service) rentedIn(ctx context.Context, call gpuproxy.CreateCall, spec b
 	return gpuproxy.Instance{}, false, nil
 }
 
+// leftRows tells whether a run of the call wrote any instance row (an
+// attempt admitted, whatever its end): for a create of one offer its row,
+// for a rent by spec its attempts' rows.
+func (s *Service) leftRows(ctx context.Context, call gpuproxy.CreateCall, spec bool) (bool, error) {
+	keys := []string{call.Key}
+	if spec {
+		keys = keys[:0]
+		for n := 1; n <= MaxMaxAttempts; n++ {
+			keys = append(keys, attemptKey(call.Key, callTag(call), n))
+		}
+	}
+	for _, k := range keys {
+		_, err := s.store.InstanceByKey(ctx, call.AccountID, k)
+		switch {
+		case err == nil:
+			return true, nil
+		case gpuproxy.ErrorCode(err) != gpuproxy.ENOTFOUND:
+			return false, err
+		}
+	}
+	return false, nil
+}
+
 // finish records a call's outcome. An outcome a retry must not replay — a
 // confirmation asked for, a rate limit, our own database unavailable or
-// failing — forgets the call instead, so the retry starts afresh. A
+// failing, bad input refused before any row was written — forgets the call
+// instead, so the retry starts afresh. A
 // database restarting is waited for a few seconds; if it stays down the
 // call stays running, and a later retry resolves it (see once).
 func (s *Service) finish(ctx context.Context, call gpuproxy.CreateCall, spec bool, inst gpuproxy.Instance,
@@ -158,6 +182,22 @@ func (s *Service) finish(ctx context.Context, call gpuproxy.CreateCall, spec boo
 			return inst, err
 		}
 		call.State, call.InstanceID = gpuproxy.CallDone, rented.ID
+	case e.Code == gpuproxy.EINVALID:
+		// Bad input found before anything was executed (no admission, no
+		// row: an offer id that is no id) saves no result under the key,
+		// as Stripe does: the same line rerun with the fix succeeds. Bad
+		// input a provider refused after our row was written is an
+		// outcome like any other.
+		var left bool
+		if !s.retryStore(func() (lerr error) { left, lerr = s.leftRows(fctx, call, spec); return lerr },
+			"looking for what a refused create call left", call.Key) {
+			return inst, err
+		}
+		if !left {
+			s.retryStore(func() error { return s.store.AbandonCreateCall(fctx, call) }, "forgetting a create call", call.Key)
+			return inst, err
+		}
+		call.State, call.Err = gpuproxy.CallFailed, &gpuproxy.Error{Code: e.Code, Message: e.Message, Details: e.Details}
 	default:
 		call.State, call.Err = gpuproxy.CallFailed, &gpuproxy.Error{Code: e.Code, Message: e.Message, Details: e.Details}
 	}

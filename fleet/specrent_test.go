@@ -231,6 +231,39 @@ func TestCreateCallsAreIdempotent(t *testing.T) {
 	}
 }
 
+// TestInvalidCreateSavesNoResult: a keyed create refused as bad input
+// before anything ran (an offer id that is no id) saves nothing under its
+// key, as Stripe's rule says: the same key with the fix rents, and its
+// retry answers that instance.
+func TestInvalidCreateSavesNoResult(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			w := newWorld(t, k, worldOpts{replicas: 2})
+			ctx := context.Background()
+			typo := fleet.CreateRequest{Provider: providers.VastAI, OfferID: "OFFER_ID", Image: "i", IdempotencyKey: "job-42"}
+			if _, err := w.fleets[0].Create(ctx, w.acct.ID, typo); gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
+				t.Fatalf("typo: want 400, got %v", err)
+			}
+			fixed := typo
+			fixed.OfferID = w.offer(providers.VastAI, 50).ID
+			inst, err := w.fleets[1].Create(ctx, w.acct.ID, fixed)
+			if err != nil || inst.Status == gpuproxy.Failed {
+				t.Fatalf("the fix with the same key: %+v %v", inst, err)
+			}
+			again, err := w.fleets[0].Create(ctx, w.acct.ID, fixed)
+			if err != nil || again.ID != inst.ID {
+				t.Fatalf("retry of the fix: %+v %v", again, err)
+			}
+			if _, err := w.fleets[0].Create(ctx, w.acct.ID, typo); gpuproxy.ErrorCode(err) != gpuproxy.ECONFLICT {
+				t.Fatalf("the typo again, once the key rented: want 409, got %v", err)
+			}
+			if n := creates(w); n != 1 {
+				t.Fatalf("creates sent: %d, want 1", n)
+			}
+		})
+	}
+}
+
 // TestRacingRentsBySpec: many callers on two replicas rent by spec at once
 // under a limit that fits only some: no offer is rented twice, the window
 // is never passed, and every refusal is a 402 or a no_matching_offer.
