@@ -27,6 +27,7 @@ func TestCapabilitiesAreExact(t *testing.T) {
 				c.Completions == nil {
 				t.Fatalf("capabilities %+v lack tools, subscribable resources, prompts or completions", c)
 			}
+			//lint:ignore SA1019 the capability must stay undeclared while the SDK still has the field
 			if c.Logging != nil || c.Prompts.ListChanged || c.Tools.ListChanged || c.Resources.ListChanged {
 				t.Fatalf("capabilities %+v declare logging or list changes", c)
 			}
@@ -37,6 +38,7 @@ func TestCapabilitiesAreExact(t *testing.T) {
 					t.Errorf("%s: %v, want method not found", what, err)
 				}
 			}
+			//lint:ignore SA1019 a deprecated request must still be refused
 			if err := cs.SetLoggingLevel(ctx, &sdk.SetLoggingLevelParams{Level: "info"}); via == viaStreamable {
 				// 2026-07-28 requests carry _meta this one lacks: any
 				// refusal will do, never a success.

@@ -518,7 +518,6 @@ func applyTap(u *gpuproxy.Usage, t answerTap) {
 // h1client.Emitter), bounded by MaxResponseBody.
 type writerEmitter struct {
 	w       http.ResponseWriter
-	f       http.Flusher
 	written int64
 	max     int64
 }

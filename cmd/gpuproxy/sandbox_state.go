@@ -87,7 +87,7 @@ func sandboxFiles(databaseURL string) (state, lock string, err error) {
 		sum := sha256.Sum256([]byte(databaseURL))
 		base = filepath.Join(dir, "gpuproxy", "sandbox-"+hex.EncodeToString(sum[:12]))
 	default:
-		return "", "", fmt.Errorf("DATABASE_URL must start with postgres://, postgresql:// or sqlite:")
+		return "", "", errors.New("DATABASE_URL must start with postgres://, postgresql:// or sqlite: (a SQLite path)")
 	}
 	return base + "-sandbox.json", base + "-sandbox.lock", nil
 }

@@ -264,9 +264,7 @@ func normalizeEndpoint(raw string) string {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return ""
 	}
-	if strings.HasSuffix(u.Host, ":") {
-		u.Host = strings.TrimSuffix(u.Host, ":")
-	}
+	u.Host = strings.TrimSuffix(u.Host, ":")
 	return u.Scheme + "://" + strings.ToLower(u.Host) + strings.TrimRight(u.EscapedPath(), "/")
 }
 
