@@ -54,10 +54,10 @@ func TestEconomicsStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantCharges := []economics.InstanceCharge{
-			{InstanceID: economicstest.InstA, Amount: 14_500_000},
-			{InstanceID: economicstest.InstB, Amount: 9_000_001},
+			{InstanceID: economicstest.InstA, KeyID: economicstest.KeyB, Amount: 14_500_000},
+			{InstanceID: economicstest.InstB, KeyID: economicstest.KeyA, Amount: 9_000_001},
 			{InstanceID: economicstest.InstC, Amount: 400_000},
-			{InstanceID: economicstest.InstD, Amount: 1_000_000},
+			{InstanceID: economicstest.InstD, KeyID: economicstest.KeyA, Amount: 1_000_000},
 		}
 		if !equal(charges, wantCharges) {
 			t.Fatalf("charges = %+v\nwant %+v", charges, wantCharges)
@@ -70,16 +70,25 @@ func TestEconomicsStore(t *testing.T) {
 		}
 		wantCharges = []economics.InstanceCharge{
 			{Bucket: 2, InstanceID: economicstest.InstC, Amount: 400_000},
-			{Bucket: 5, InstanceID: economicstest.InstA, Amount: 10_000_000},
-			{Bucket: 7, InstanceID: economicstest.InstA, Amount: 500_000},
-			{Bucket: 8, InstanceID: economicstest.InstA, Amount: -1_000_000},
-			{Bucket: 8, InstanceID: economicstest.InstB, Amount: 6_000_000},
-			{Bucket: 9, InstanceID: economicstest.InstA, Amount: 5_000_000},
-			{Bucket: 9, InstanceID: economicstest.InstB, Amount: 3_000_001},
-			{Bucket: 9, InstanceID: economicstest.InstD, Amount: 1_000_000},
+			{Bucket: 5, InstanceID: economicstest.InstA, KeyID: economicstest.KeyB, Amount: 10_000_000},
+			{Bucket: 7, InstanceID: economicstest.InstA, KeyID: economicstest.KeyB, Amount: 500_000},
+			{Bucket: 8, InstanceID: economicstest.InstA, KeyID: economicstest.KeyB, Amount: -1_000_000},
+			{Bucket: 8, InstanceID: economicstest.InstB, KeyID: economicstest.KeyA, Amount: 6_000_000},
+			{Bucket: 9, InstanceID: economicstest.InstA, KeyID: economicstest.KeyB, Amount: 5_000_000},
+			{Bucket: 9, InstanceID: economicstest.InstB, KeyID: economicstest.KeyA, Amount: 3_000_001},
+			{Bucket: 9, InstanceID: economicstest.InstD, KeyID: economicstest.KeyA, Amount: 1_000_000},
 		}
 		if !equal(charges, wantCharges) {
 			t.Fatalf("hourly charges = %+v\nwant %+v", charges, wantCharges)
+		}
+
+		// What the ledger charged each key: the creator's GPU entries, the
+		// lease the calling key's, C's adjustment no key's; no credit.
+		kc, err := s.KeyCharges(ctx, a.ID, from, to)
+		wantKC := []economics.KeyCharge{{KeyID: "", Amount: 400_000}, {KeyID: economicstest.KeyA, Amount: 10_300_001},
+			{KeyID: economicstest.KeyB, Amount: 14_500_000}}
+		if err != nil || !equal(kc, wantKC) {
+			t.Fatalf("key charges = %+v, %v\nwant %+v", kc, err, wantKC)
 		}
 
 		usage, err := s.UsageGroups(ctx, a.ID, from, to, 0)
@@ -89,13 +98,14 @@ func TestEconomicsStore(t *testing.T) {
 		A, B := economicstest.InstA, economicstest.InstB
 		llama, svc := economicstest.Llama, economicstest.Service
 		wantUsage := []economics.UsageGroup{
-			{InstanceID: "", Model: llama, KeyID: economicstest.KeyB, ServiceID: svc, Requests: 1, Errors: 1},
+			{InstanceID: "", Model: economicstest.Typo, KeyID: economicstest.KeyA, Requests: 1, Failed: 1},
+			{InstanceID: "", Model: llama, KeyID: economicstest.KeyB, ServiceID: svc, Requests: 1, Errors: 1, Failed: 1},
 			{InstanceID: A, Requests: 1},
 			{InstanceID: A, Model: llama, KeyID: economicstest.KeyA, Requests: 1, PromptTokens: 1000, CompletionTokens: 3000, Cost: 10_000},
 			{InstanceID: A, Model: llama, KeyID: economicstest.KeyB, Requests: 1, PromptTokens: 500, CompletionTokens: 500, Cost: 10_000},
 			{InstanceID: A, Model: economicstest.Mistral, KeyID: economicstest.KeyA, Requests: 1, CompletionTokens: 2000, Cost: 20_000},
-			{InstanceID: B, Model: llama, KeyID: economicstest.KeyA, ServiceID: svc, Requests: 1, PromptTokens: 2000, CompletionTokens: 6000, Cost: 50_000},
-			{InstanceID: B, Model: llama, KeyID: economicstest.KeyB, ServiceID: svc, Requests: 1, Errors: 1},
+			{InstanceID: B, Model: llama, KeyID: economicstest.KeyB, ServiceID: svc, Requests: 1, Errors: 1, Failed: 1},
+			{InstanceID: B, Model: economicstest.Upstream, KeyID: economicstest.KeyA, ServiceID: svc, Requests: 1, PromptTokens: 2000, CompletionTokens: 6000, Cost: 50_000},
 		}
 		if !equal(usage, wantUsage) {
 			t.Fatalf("usage = %+v\nwant %+v", usage, wantUsage)
@@ -108,7 +118,7 @@ func TestEconomicsStore(t *testing.T) {
 		for _, u := range usage {
 			buckets[u.Bucket] += u.Requests
 		}
-		if want := map[int64]int64{1: 2, 2: 1, 3: 1, 6: 2, 9: 1}; !equalMaps(buckets, want) {
+		if want := map[int64]int64{1: 2, 2: 1, 3: 1, 4: 1, 6: 2, 9: 1}; !equalMaps(buckets, want) {
 			t.Fatalf("requests per hour = %v, want %v", buckets, want)
 		}
 
@@ -118,11 +128,11 @@ func TestEconomicsStore(t *testing.T) {
 		}
 		T := economicstest.T0
 		wantRuns := []economics.InstanceRun{
-			{ID: A, Provider: "vast.ai", GPUName: "RTX 4090", NumGPUs: 2, Started: T.Add(-2 * time.Hour)},
-			{ID: B, Provider: "io.net", GPUName: "H100", NumGPUs: 1, ServiceID: svc, Started: T.Add(5 * time.Hour), Ended: T.Add(11 * time.Hour)},
+			{ID: A, Provider: "vast.ai", GPUName: "RTX 4090", NumGPUs: 2, KeyID: economicstest.KeyB, Started: T.Add(-2 * time.Hour)},
+			{ID: B, Provider: "io.net", GPUName: "H100", NumGPUs: 1, ServiceID: svc, KeyID: economicstest.KeyA, Started: T.Add(5 * time.Hour), Ended: T.Add(11 * time.Hour)},
 			// C ended before the period; its adjustment in it names it.
 			{ID: economicstest.InstC, Provider: "vast.ai", GPUName: "A100", NumGPUs: 1, Started: T.Add(-5 * time.Hour), Ended: T.Add(-time.Hour)},
-			{ID: economicstest.InstD, Provider: "vast.ai", GPUName: "H100", NumGPUs: 1, ServiceID: svc, Started: T.Add(8 * time.Hour)},
+			{ID: economicstest.InstD, Provider: "vast.ai", GPUName: "H100", NumGPUs: 1, ServiceID: svc, KeyID: economicstest.KeyA, Started: T.Add(8 * time.Hour)},
 		}
 		if !equal(runs, wantRuns) {
 			t.Fatalf("runs = %+v\nwant %+v", runs, wantRuns)
@@ -140,13 +150,14 @@ func TestEconomicsStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantSpans := []economics.Span{
-			{InstanceID: "", Group: economicstest.KeyB, At: T.Add(3 * time.Hour), Latency: 30 * time.Second},
+			{InstanceID: "", Group: economicstest.KeyB, ServiceID: svc, At: T.Add(3 * time.Hour), Latency: 30 * time.Second},
+			{InstanceID: "", Group: economicstest.KeyA, At: T.Add(4 * time.Hour), Latency: time.Millisecond},
 			{InstanceID: A, Group: economicstest.KeyA, At: T.Add(time.Hour), Latency: 10 * time.Minute},
 			{InstanceID: A, Group: economicstest.KeyB, At: T.Add(65 * time.Minute), Latency: 10 * time.Minute},
 			{InstanceID: A, Group: "", At: T.Add(2 * time.Hour), Latency: time.Minute},
 			{InstanceID: A, Group: economicstest.KeyA, At: T.Add(590 * time.Minute), Latency: 20 * time.Minute},
-			{InstanceID: B, Group: economicstest.KeyA, At: T.Add(6 * time.Hour), Latency: 30 * time.Minute},
-			{InstanceID: B, Group: economicstest.KeyB, At: T.Add(370 * time.Minute), Latency: 5 * time.Minute},
+			{InstanceID: B, Group: economicstest.KeyA, ServiceID: svc, At: T.Add(6 * time.Hour), Latency: 30 * time.Minute},
+			{InstanceID: B, Group: economicstest.KeyB, ServiceID: svc, At: T.Add(370 * time.Minute), Latency: 5 * time.Minute},
 		}
 		if !equal(spans, wantSpans) {
 			t.Fatalf("spans = %+v\nwant %+v", spans, wantSpans)
@@ -172,7 +183,7 @@ func TestEconomicsStore(t *testing.T) {
 
 		// The other account sees its own only.
 		charges, err = s.InstanceCharges(ctx, b.ID, from, to, 0)
-		if want := []economics.InstanceCharge{{InstanceID: economicstest.InstX, Amount: 50_000_000}}; err != nil || !equal(charges, want) {
+		if want := []economics.InstanceCharge{{InstanceID: economicstest.InstX, KeyID: economicstest.KeyX, Amount: 50_000_000}}; err != nil || !equal(charges, want) {
 			t.Fatalf("other's charges = %+v, %v", charges, err)
 		}
 		runs, err = s.InstanceRuns(ctx, b.ID, from, to)

@@ -30,11 +30,27 @@
 //   - By instance, each row is one instance's own figures: its GPU cost is
 //     its ledger charges in the period. Requests that reached no instance
 //     form the row "".
-//   - By model, key or service, each instance's GPU cost is split over the
+//   - By key, a row's GPU cost is the ledger's attribution: an instance's
+//     entries name the key that created it (the ledger's key_id), so its
+//     GPU cost, idle time included, is that key's, whoever called it; a
+//     key's proxy charges are its own calls' (the calling key, as the
+//     ledger's settled proxy charges name it). Charged is what the
+//     ledger charged the key in the period (every entry attributed to
+//     it: charges and adjustments less refunds), the same figure as the
+//     ledger's summary by key and the console's. GPU cost shared by
+//     token share is the separate column SharedGPUCost
+//     (gpu_cost_by_token_share), split as by model; the costs per million
+//     tokens use it, as they answer what the key's tokens cost.
+//   - By model, key (SharedGPUCost) or service, each instance's GPU cost is split over the
 //     groups whose requests it served in the period, by their share of its
 //     tokens (prompt + completion); with no tokens on it, by their share
 //     of its requests; with no requests, it goes whole to the group ""
-//     (GPU time no request used). By service, a request's group is its
+//     (GPU time no request used; by key, to the key that created it). By
+//     model, a request through a service counts under the service's
+//     model (the name callers ask for), whatever name the upstream
+//     answered with (kept as Row.Upstream); models whose requests all
+//     failed (status 400 and above, or none) with no tokens, charges or
+//     GPU cost fold into the one row ErrorsOnly. By service, a request's group is its
 //     own service (Usage.ServiceID; requests through the instance proxy
 //     have none), and an instance no request used goes to the service it
 //     is a replica of ("" when it is none). Services are shown by name.
@@ -47,7 +63,7 @@
 //
 //   - Requests, errors (answered 5xx, or not answered), tokens and proxy
 //     charges are sums of the group's usage records.
-//   - Cost per million tokens is GPUCost × 1,000,000 / tokens, rounded
+//   - Cost per million tokens is SharedGPUCost × 1,000,000 / tokens, rounded
 //     half away from zero (half up for a cost that is not negative), in
 //     micro-dollars: per million completion tokens (PerMillionOutput) and
 //     per million prompt + completion tokens (PerMillionTokens); nil
@@ -60,6 +76,11 @@
 //     An instance runs from its start (StartedAt) to when it was
 //     terminated, stopped or its meter stopped, whichever came first, or
 //     to now. Utilization is Busy / Running (0 when not running).
+//     BusyGPUCost is SharedGPUCost × Busy / Running (toward zero): the
+//     part of the GPU cost with a request in flight; the rest is idle.
+//     PerMillionOutputBusy is BusyGPUCost per million completion tokens,
+//     shown beside the all-in figure so idle GPUs cannot pass for
+//     expensive tokens.
 //   - Totals sum the rows' requests, errors, tokens, GPU cost and proxy
 //     charges, and compute cost per million tokens on those sums. Busy and
 //     Running in the totals are the account's: every instance of the

@@ -37,17 +37,38 @@ type Row struct {
 	Errors           int64 // answered 5xx, or not answered
 	PromptTokens     int64
 	CompletionTokens int64
-	// GPUCost is the group's share of its instances' ledger charges in
-	// the period (idle time included), allocated by token share.
+	// GPUCost is the group's GPU cost in the period (idle time
+	// included): by key, the ledger's attribution (an instance's charges
+	// are the key's that created it); otherwise its share of its
+	// instances' ledger charges, allocated by token share (SharedGPUCost).
 	GPUCost gpuproxy.Micros
+	// SharedGPUCost is the group's share of its instances' ledger charges
+	// by token share (see the package documentation): what its tokens
+	// cost. It equals GPUCost except by key.
+	SharedGPUCost gpuproxy.Micros
 	// ProxyCharges is what the group's requests were charged (per-request
 	// cost and per-token prices).
 	ProxyCharges gpuproxy.Micros
-	// PerMillionOutput and PerMillionTokens are GPUCost per million
+	// Charged is, by key only (nil otherwise), what the ledger charged the
+	// key in the period: its charges and adjustments less its refunds,
+	// the figure of the ledger's summary by key.
+	Charged *gpuproxy.Micros
+	// BusyGPUCost is the part of SharedGPUCost spent while the group's
+	// requests were in flight (SharedGPUCost × Busy / Running); the rest
+	// is idle GPU time.
+	BusyGPUCost gpuproxy.Micros
+	// PerMillionOutput and PerMillionTokens are SharedGPUCost per million
 	// completion tokens and per million tokens (prompt + completion);
+	// PerMillionOutputBusy is BusyGPUCost per million completion tokens;
 	// nil without such tokens.
-	PerMillionOutput *gpuproxy.Micros
-	PerMillionTokens *gpuproxy.Micros
+	PerMillionOutput     *gpuproxy.Micros
+	PerMillionTokens     *gpuproxy.Micros
+	PerMillionOutputBusy *gpuproxy.Micros
+	// Upstream lists, by model, the other names the instances reported
+	// for the group's requests (a service's upstream answering "sim-llm"
+	// for "llama-70b"); by model with ErrorsOnly, the models folded into
+	// it.
+	Upstream []string
 	// Busy is the time with at least one of the group's requests in
 	// flight on its instances; Running the time those instances ran in
 	// the period; Utilization is Busy / Running (0 when not running).
@@ -55,6 +76,12 @@ type Row struct {
 	Running     time.Duration
 	Utilization float64
 }
+
+// ErrorsOnly is the by-model group of the models whose requests all
+// failed (status 400 and above, or not answered) with no tokens, no
+// proxy charges and no GPU cost: a typo'd model that only got 404s is
+// not a model of the account's economics. Row.Upstream lists them.
+const ErrorsOnly = "(errors only)"
 
 // Summary is a query's rows (by GPU cost, largest first) and their total.
 type Summary struct {

@@ -64,6 +64,30 @@ func TestSummaryByHand(t *testing.T) {
 	})
 }
 
+// TestBusyCost: the busy part of the GPU cost is its token share ×
+// busy / running (toward zero), and its cost per million output tokens
+// is beside the all-in one: the fleet's 3360 s busy of 61200 s running
+// is $24.900001 × 3360 / 61200 = $1.367058(88) → 1367058, per million of
+// 11500 output tokens 118874608.7 → 118874609.
+func TestBusyCost(t *testing.T) {
+	eachKind(t, func(t *testing.T, k dbtest.Kind) {
+		s, a, _ := seeded(t, k)
+		got, err := economics.New(s, fixedNow).Summary(context.Background(), economics.Query{AccountID: a.ID,
+			From: economicstest.From, To: economicstest.To, GroupBy: economics.ByModel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Totals.BusyGPUCost != 1_367_058 || ptr(got.Totals.PerMillionOutputBusy) != "118874609" {
+			t.Errorf("totals busy cost %d, per 1M output on busy time %s; want 1367058, 118874609",
+				got.Totals.BusyGPUCost, ptr(got.Totals.PerMillionOutputBusy))
+		}
+		// Mistral: $4.142857 × 600 s / 36000 s = 69047.61 → 69047.
+		if r := got.Rows[1]; r.Group != economicstest.Mistral || r.BusyGPUCost != 69_047 {
+			t.Errorf("row %q busy cost %d, want mistral's 69047", r.Group, r.BusyGPUCost)
+		}
+	})
+}
+
 // wantSummary compares summaries field by field, utilization to 1e-12.
 func wantSummary(t *testing.T, got, want economics.Summary) {
 	t.Helper()
@@ -120,6 +144,9 @@ func rowDiff(got, want economics.Row) string {
 	add("prompt tokens", got.PromptTokens, want.PromptTokens)
 	add("completion tokens", got.CompletionTokens, want.CompletionTokens)
 	add("GPU cost", got.GPUCost, want.GPUCost)
+	add("GPU cost by token share", got.SharedGPUCost, want.SharedGPUCost)
+	add("charged", ptr(got.Charged), ptr(want.Charged))
+	add("upstream", strings.Join(got.Upstream, ","), strings.Join(want.Upstream, ","))
 	add("proxy charges", got.ProxyCharges, want.ProxyCharges)
 	add("per 1M output", ptr(got.PerMillionOutput), ptr(want.PerMillionOutput))
 	add("per 1M tokens", ptr(got.PerMillionTokens), ptr(want.PerMillionTokens))
@@ -146,12 +173,12 @@ func TestSummaryOtherAccount(t *testing.T) {
 		want := economics.Summary{Query: got.Query, Rows: []economics.Row{
 			// $50 over 900000 and 1000000 tokens; busy 4h–5h of 10h.
 			{Group: economicstest.InstX, Label: "8× H100 on vast.ai", Requests: 1, PromptTokens: 100_000,
-				CompletionTokens: 900_000, GPUCost: 50_000_000, ProxyCharges: 70_000, PerMillionOutput: per(55_555_556),
+				CompletionTokens: 900_000, GPUCost: 50_000_000, SharedGPUCost: 50_000_000, ProxyCharges: 70_000, PerMillionOutput: per(55_555_556),
 				PerMillionTokens: per(50_000_000), Busy: time.Hour, Running: 10 * time.Hour, Utilization: 0.1},
 			{Group: economicstest.InstA, Requests: 1, PromptTokens: 100_000, CompletionTokens: 900_000, ProxyCharges: 70_000,
 				PerMillionOutput: per(0), PerMillionTokens: per(0)},
 		}, Totals: economics.Row{Requests: 2, PromptTokens: 200_000, CompletionTokens: 1_800_000, GPUCost: 50_000_000,
-			ProxyCharges: 140_000, PerMillionOutput: per(27_777_778), PerMillionTokens: per(25_000_000), Busy: time.Hour,
+			SharedGPUCost: 50_000_000, ProxyCharges: 140_000, PerMillionOutput: per(27_777_778), PerMillionTokens: per(25_000_000), Busy: time.Hour,
 			Running: 10 * time.Hour, Utilization: 0.1}}
 		wantSummary(t, got, want)
 	})
@@ -177,6 +204,7 @@ func TestSeriesByHand(t *testing.T) {
 			{At: at(1), Group: economicstest.Llama, CompletionTokens: 3500, PerMillionOutput: &zero}, // r1, r2; A not charged then
 			{At: at(2), Group: "", GPUCost: 400_000},                                                 // C's adjustment; r8
 			{At: at(3), Group: economicstest.Llama},                                                  // r7, no tokens
+			{At: at(4), Group: economics.ErrorsOnly},                                                 // r9, the typo
 			{At: at(5), Group: "", GPUCost: 10_000_000},                                              // A, no request then
 			{At: at(6), Group: economicstest.Llama, CompletionTokens: 6000, PerMillionOutput: &zero},
 			{At: at(7), Group: "", GPUCost: 500_000},

@@ -36,6 +36,29 @@ type RowJSON struct {
 	RunningSeconds              float64          `json:"running_seconds"`
 	// Utilization is busy over running, to six places.
 	Utilization float64 `json:"utilization"`
+	// GPUCostByTokenShare is the group's share of its instances' charges
+	// by token share (equal to gpu_cost except by key, where gpu_cost is
+	// the ledger's: the creating key's).
+	GPUCostByTokenShare       gpuproxy.Micros `json:"gpu_cost_by_token_share"`
+	GPUCostByTokenShareMicros int64           `json:"gpu_cost_by_token_share_micros"`
+	// BusyGPUCost and IdleGPUCost split gpu_cost_by_token_share by
+	// utilization: the part with a request in flight, and the rest.
+	BusyGPUCost       gpuproxy.Micros `json:"busy_gpu_cost"`
+	BusyGPUCostMicros int64           `json:"busy_gpu_cost_micros"`
+	IdleGPUCost       gpuproxy.Micros `json:"idle_gpu_cost"`
+	IdleGPUCostMicros int64           `json:"idle_gpu_cost_micros"`
+	// CostPer1MOutputTokensBusy is busy_gpu_cost per million completion
+	// tokens: what tokens cost on busy time, beside the all-in figure.
+	CostPer1MOutputTokensBusy       *gpuproxy.Micros `json:"cost_per_1m_output_tokens_busy"`
+	CostPer1MOutputTokensBusyMicros *int64           `json:"cost_per_1m_output_tokens_busy_micros"`
+	// Charged is, by key only, what the ledger charged the key in the
+	// period: the ledger's summary by key shows the same figure.
+	Charged       *gpuproxy.Micros `json:"charged,omitempty"`
+	ChargedMicros *int64           `json:"charged_micros,omitempty"`
+	// UpstreamModels lists, by model, the names instances reported for
+	// the group's requests when they differ from it (by model with the
+	// group "(errors only)", the models folded into it).
+	UpstreamModels []string `json:"upstream_models,omitempty"`
 }
 
 // SummaryJSON is a summary as REST (GET /api/v1/usage/summary) and MCP
@@ -57,15 +80,25 @@ func NewRowJSON(r Row) RowJSON {
 		ProxyChargesMicros: int64(r.ProxyCharges), CostPer1MOutputTokens: r.PerMillionOutput,
 		CostPer1MTokens: r.PerMillionTokens, BusySeconds: seconds(r.Busy), RunningSeconds: seconds(r.Running),
 		Utilization: math.Round(r.Utilization*1e6) / 1e6}
-	if r.PerMillionOutput != nil {
-		v := int64(*r.PerMillionOutput)
-		out.CostPer1MOutputTokensMicros = &v
-	}
-	if r.PerMillionTokens != nil {
-		v := int64(*r.PerMillionTokens)
-		out.CostPer1MTokensMicros = &v
-	}
+	out.CostPer1MOutputTokensMicros = optMicros(r.PerMillionOutput)
+	out.CostPer1MTokensMicros = optMicros(r.PerMillionTokens)
+	out.GPUCostByTokenShare, out.GPUCostByTokenShareMicros = r.SharedGPUCost, int64(r.SharedGPUCost)
+	out.BusyGPUCost, out.BusyGPUCostMicros = r.BusyGPUCost, int64(r.BusyGPUCost)
+	idle := r.SharedGPUCost - r.BusyGPUCost
+	out.IdleGPUCost, out.IdleGPUCostMicros = idle, int64(idle)
+	out.CostPer1MOutputTokensBusy = r.PerMillionOutputBusy
+	out.CostPer1MOutputTokensBusyMicros = optMicros(r.PerMillionOutputBusy)
+	out.Charged, out.ChargedMicros = r.Charged, optMicros(r.Charged)
+	out.UpstreamModels = r.Upstream
 	return out
+}
+
+func optMicros(m *gpuproxy.Micros) *int64 {
+	if m == nil {
+		return nil
+	}
+	v := int64(*m)
+	return &v
 }
 
 // NewSummaryJSON renders a summary of the account named account.
@@ -83,12 +116,18 @@ func NewSummaryJSON(account string, s Summary) SummaryJSON {
 func seconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1e6 }
 
 // CSVHeader is the header row of WriteCSV for grouping g: the group's
-// column is named after it (instance_id, model, key_id, service).
+// column is named after it (instance_id, model, key_id with the key's
+// name as label, service); by key, charged_usd ends the line.
 func CSVHeader(g GroupBy) []string {
 	col := map[GroupBy]string{ByInstance: "instance_id", ByModel: "model", ByKey: "key_id", ByService: "service"}[g]
-	return []string{col, "label", "requests", "errors", "prompt_tokens", "completion_tokens", "tokens",
+	h := []string{col, "label", "requests", "errors", "prompt_tokens", "completion_tokens", "tokens",
 		"gpu_cost_usd", "proxy_charges_usd", "cost_per_1m_output_tokens_usd", "cost_per_1m_tokens_usd",
-		"busy_seconds", "running_seconds", "utilization"}
+		"busy_seconds", "running_seconds", "utilization", "gpu_cost_by_token_share_usd", "busy_gpu_cost_usd",
+		"idle_gpu_cost_usd", "cost_per_1m_output_tokens_busy_usd"}
+	if g == ByKey {
+		h = append(h, "charged_usd")
+	}
+	return h
 }
 
 // WriteCSV writes s as CSV: the header (CSVHeader), a line per row with
@@ -104,7 +143,11 @@ func WriteCSV(w io.Writer, s Summary) error {
 		rec := []string{safeText(r.Group), safeText(r.Label), itoa(r.Requests), itoa(r.Errors), itoa(r.PromptTokens),
 			itoa(r.CompletionTokens), itoa(r.Tokens), usd6(r.GPUCost), usd6(r.ProxyCharges),
 			optUSD6(r.CostPer1MOutputTokens), optUSD6(r.CostPer1MTokens), ftoa(r.BusySeconds), ftoa(r.RunningSeconds),
-			ftoa(r.Utilization)}
+			ftoa(r.Utilization), usd6(r.GPUCostByTokenShare), usd6(r.BusyGPUCost), usd6(r.IdleGPUCost),
+			optUSD6(r.CostPer1MOutputTokensBusy)}
+		if s.Query.GroupBy == ByKey {
+			rec = append(rec, optUSD6(r.Charged))
+		}
 		if err := cw.Write(rec); err != nil {
 			return err
 		}

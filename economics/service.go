@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -49,11 +51,19 @@ func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
 		return Summary{Query: q}, err
 	}
 
+	var keyCharges []KeyCharge
+	if q.GroupBy == ByKey {
+		if keyCharges, err = s.store.KeyCharges(ctx, q.AccountID, q.From, q.To); err != nil {
+			return Summary{Query: q}, err
+		}
+	}
+	p.foldErrorsOnly(usage, charges)
+
 	rows := map[string]*Row{}
 	row := func(g string) *Row {
 		r := rows[g]
 		if r == nil {
-			r = &Row{Group: g, Label: p.label(g)}
+			r = &Row{Group: g, Label: p.label(g), Upstream: p.upstreamOf(g)}
 			rows[g] = r
 		}
 		return r
@@ -79,7 +89,25 @@ func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
 		used[u.InstanceID] = true
 	}
 	for g, c := range p.allocate(usage, charges) {
+		row(g).SharedGPUCost += c
+	}
+	for g, c := range p.gpuCost(usage, charges) {
 		row(g).GPUCost += c
+	}
+	for _, kc := range keyCharges {
+		if kc.Amount != 0 {
+			row(kc.KeyID)
+		}
+	}
+	if q.GroupBy == ByKey {
+		for _, r := range rows {
+			r.Charged = new(gpuproxy.Micros)
+		}
+		for _, kc := range keyCharges {
+			if r := rows[kc.KeyID]; r != nil {
+				*r.Charged += kc.Amount
+			}
+		}
 	}
 	// Every instance of the period: those that ran in it, were charged in
 	// it or served its requests. One no request used counts for the group
@@ -124,7 +152,14 @@ func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
 		t.PromptTokens += r.PromptTokens
 		t.CompletionTokens += r.CompletionTokens
 		t.GPUCost += r.GPUCost
+		t.SharedGPUCost += r.SharedGPUCost
 		t.ProxyCharges += r.ProxyCharges
+		if r.Charged != nil {
+			if t.Charged == nil {
+				t.Charged = new(gpuproxy.Micros)
+			}
+			*t.Charged += *r.Charged
+		}
 	}
 	var running int64
 	for id := range insts {
@@ -163,6 +198,17 @@ func (s *Service) Series(ctx context.Context, q Query, bucket time.Duration) ([]
 	if err != nil {
 		return nil, err
 	}
+	// Errors-only models are folded as the summary of the whole period
+	// folds them, in every bucket alike.
+	whole, err := s.store.UsageGroups(ctx, q.AccountID, q.From, q.To, 0)
+	if err != nil {
+		return nil, err
+	}
+	wholeCharges, err := s.store.InstanceCharges(ctx, q.AccountID, q.From, q.To, 0)
+	if err != nil {
+		return nil, err
+	}
+	p.foldErrorsOnly(whole, wholeCharges)
 	var out []Point
 	for len(usage) > 0 || len(charges) > 0 {
 		// Both lists are ordered by bucket: take the next bucket's rows.
@@ -197,7 +243,7 @@ func (s *Service) Series(ctx context.Context, q Query, bucket time.Duration) ([]
 		for _, u := range bu {
 			point(p.groupOf(u)).CompletionTokens += u.CompletionTokens
 		}
-		for g, c := range p.allocate(bu, bc) {
+		for g, c := range p.gpuCost(bu, bc) {
 			point(g).GPUCost += c
 		}
 		for _, g := range slices.Sorted(maps.Keys(pts)) {
@@ -212,12 +258,15 @@ func (s *Service) Series(ctx context.Context, q Query, bucket time.Duration) ([]
 // finish sets r's figures computed from its sums: the costs per million
 // tokens and utilization, with busy and running in microseconds.
 func (r *Row) finish(busy, running int64) {
-	r.PerMillionOutput = perMillion(r.GPUCost, r.CompletionTokens)
-	r.PerMillionTokens = perMillion(r.GPUCost, r.PromptTokens+r.CompletionTokens)
+	r.PerMillionOutput = perMillion(r.SharedGPUCost, r.CompletionTokens)
+	r.PerMillionTokens = perMillion(r.SharedGPUCost, r.PromptTokens+r.CompletionTokens)
 	r.Busy, r.Running = micros(busy), micros(running)
 	if running > 0 {
 		r.Utilization = float64(busy) / float64(running)
+		r.BusyGPUCost = busyShare(r.SharedGPUCost, busy, running)
 	}
+	r.PerMillionOutputBusy = perMillion(r.BusyGPUCost, r.CompletionTokens)
+	slices.Sort(r.Upstream)
 }
 
 // period is what a query reads besides its sums: the instances and the
@@ -230,11 +279,16 @@ type period struct {
 	services map[string]ServiceName
 	names    []ServiceName // in the store's order (by id), for labels
 	keys     map[string]string
+	// fold holds the models folded into ErrorsOnly (by model);
+	// upstream the other names instances reported per model group.
+	fold     map[string]bool
+	upstream map[string]map[string]bool
 }
 
 func (s *Service) load(ctx context.Context, q Query) (*period, error) {
 	p := &period{q: q, from: q.From.UnixMicro(), to: q.To.UnixMicro(), now: s.now().UnixMicro(),
-		runs: map[string]InstanceRun{}, services: map[string]ServiceName{}}
+		runs: map[string]InstanceRun{}, services: map[string]ServiceName{}, fold: map[string]bool{},
+		upstream: map[string]map[string]bool{}}
 	runs, err := s.store.InstanceRuns(ctx, q.AccountID, q.From, q.To)
 	if err != nil {
 		return nil, err
@@ -291,11 +345,74 @@ func (p *period) serviceGroup(id string) string {
 	return id
 }
 
+// modelOf is a request's model group: the model of the service it went
+// through (the name callers asked for, whatever the upstream answered),
+// else the model the record names; ErrorsOnly for a folded one.
+func (p *period) modelOf(model, serviceID string) string {
+	if n, ok := p.services[serviceID]; ok && serviceID != "" && n.Model != "" {
+		model = n.Model
+	}
+	if p.fold[model] {
+		return ErrorsOnly
+	}
+	return model
+}
+
+// foldErrorsOnly finds, by model, the models whose requests in usage all
+// failed, with no tokens, proxy charges or GPU cost (charges allocated
+// by token share), and records the upstream names of the others.
+func (p *period) foldErrorsOnly(usage []UsageGroup, charges []InstanceCharge) {
+	if p.q.GroupBy != ByModel {
+		return
+	}
+	type sums struct {
+		requests, failed, tokens int64
+		cost                     gpuproxy.Micros
+	}
+	by := map[string]*sums{}
+	for _, u := range usage {
+		g := p.modelOf(u.Model, u.ServiceID)
+		if g != u.Model {
+			if p.upstream[g] == nil {
+				p.upstream[g] = map[string]bool{}
+			}
+			p.upstream[g][u.Model] = true
+		}
+		if by[g] == nil {
+			by[g] = &sums{}
+		}
+		by[g].requests += u.Requests
+		by[g].failed += u.Failed
+		by[g].tokens += u.PromptTokens + u.CompletionTokens
+		by[g].cost += u.Cost
+	}
+	cost := p.allocate(usage, charges)
+	for g, v := range by {
+		if g != "" && v.requests > 0 && v.failed == v.requests && v.tokens == 0 && v.cost == 0 && cost[g] == 0 {
+			p.fold[g] = true
+		}
+	}
+	for g := range p.fold {
+		delete(p.upstream, g)
+	}
+}
+
+// upstreamOf is Row.Upstream of group g.
+func (p *period) upstreamOf(g string) []string {
+	if g == ErrorsOnly && p.q.GroupBy == ByModel {
+		return slices.Sorted(maps.Keys(p.fold))
+	}
+	if up := p.upstream[g]; len(up) > 0 {
+		return slices.Sorted(maps.Keys(up))
+	}
+	return nil
+}
+
 // groupOf is the group of a usage group.
 func (p *period) groupOf(u UsageGroup) string {
 	switch p.q.GroupBy {
 	case ByModel:
-		return u.Model
+		return p.modelOf(u.Model, u.ServiceID)
 	case ByKey:
 		return u.KeyID
 	case ByService:
@@ -307,19 +424,25 @@ func (p *period) groupOf(u UsageGroup) string {
 // spanGroup is the group of a span (EachUsageSpan's Group is the
 // grouping's column).
 func (p *period) spanGroup(sp Span) string {
-	if p.q.GroupBy == ByService {
+	switch p.q.GroupBy {
+	case ByService:
 		return p.serviceGroup(sp.Group)
+	case ByModel:
+		return p.modelOf(sp.Group, sp.ServiceID)
 	}
 	return sp.Group
 }
 
 // unusedGroup is the group an instance's GPU time goes to when no
 // request used it: the instance itself, its service (by service; "" for
-// an instance that is no replica), or "".
+// an instance that is no replica), the key that created it (by key; ""
+// for none), or "".
 func (p *period) unusedGroup(id string) string {
 	switch p.q.GroupBy {
 	case ByInstance:
 		return id
+	case ByKey:
+		return p.runs[id].KeyID
 	case ByService:
 		return p.serviceGroup(p.runs[id].ServiceID)
 	}
@@ -378,6 +501,30 @@ func (p *period) allocate(usage []UsageGroup, charges []InstanceCharge) map[stri
 	return out
 }
 
+// gpuCost is each group's GPU cost (Row.GPUCost): by key, the ledger's
+// attribution (an instance's charges go to the key its entries name, the
+// key that created it); otherwise the allocation by token share.
+func (p *period) gpuCost(usage []UsageGroup, charges []InstanceCharge) map[string]gpuproxy.Micros {
+	if p.q.GroupBy != ByKey {
+		return p.allocate(usage, charges)
+	}
+	out := map[string]gpuproxy.Micros{}
+	for _, c := range charges {
+		out[c.KeyID] += c.Amount
+	}
+	return out
+}
+
+// busyShare is cost × busy / running, rounded toward zero (exact: big
+// integers).
+func busyShare(cost gpuproxy.Micros, busy, running int64) gpuproxy.Micros {
+	if running <= 0 {
+		return 0
+	}
+	n := new(big.Int).Mul(big.NewInt(int64(cost)), big.NewInt(min(busy, running)))
+	return gpuproxy.Micros(n.Quo(n, big.NewInt(running)).Int64())
+}
+
 // label names group g for people.
 func (p *period) label(g string) string {
 	switch p.q.GroupBy {
@@ -389,8 +536,14 @@ func (p *period) label(g string) string {
 			return fmt.Sprintf("%d× %s on %s", max(r.NumGPUs, 1), r.GPUName, r.Provider)
 		}
 	case ByModel:
-		if g == "" {
+		switch g {
+		case "":
 			return "unused GPU time; requests without a model"
+		case ErrorsOnly:
+			return "errors (unknown model): " + strings.Join(slices.Sorted(maps.Keys(p.fold)), ", ")
+		}
+		if up := p.upstream[g]; len(up) > 0 {
+			return "upstream: " + strings.Join(slices.Sorted(maps.Keys(up)), ", ")
 		}
 	case ByKey:
 		if g == "" {

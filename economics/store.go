@@ -21,7 +21,9 @@ type Store interface {
 	// count, and neither do settled proxy leases (what requests were
 	// charged, which is the usage records' cost, not the GPU's). An
 	// entry counts in the bucket its time falls in; an instance with
-	// entries that sum to zero still has its row.
+	// entries that sum to zero still has its row. Entries are summed per
+	// the key the ledger attributes them to (key_id: the key that created
+	// the instance), ordered by bucket, instance and key.
 	InstanceCharges(ctx context.Context, accountID int64, from, to time.Time, bucket time.Duration) ([]InstanceCharge, error)
 	// InstanceRuns lists, by id, the account's instances that were
 	// running at some time in [from, to) or that a ledger entry of the
@@ -34,6 +36,12 @@ type Store interface {
 	EachUsageSpan(ctx context.Context, accountID int64, from, to time.Time, by GroupBy, fn func(Span) error) error
 	// ServiceNames lists the account's services, deleted ones included.
 	ServiceNames(ctx context.Context, accountID int64) ([]ServiceName, error)
+	// KeyCharges nets, per key the ledger attributes them to (key_id;
+	// "" for none), the account's ledger entries whose time is in
+	// [from, to) and that count toward spend (charges and adjustments
+	// add, refunds subtract; credits are left out): what the ledger
+	// charged each key, as its summary by key shows it.
+	KeyCharges(ctx context.Context, accountID int64, from, to time.Time) ([]KeyCharge, error)
 	// KeyNames maps the account's API key ids, revoked ones included, to
 	// their names.
 	KeyNames(ctx context.Context, accountID int64) (map[string]string, error)
@@ -42,13 +50,16 @@ type Store interface {
 // UsageGroup sums the usage records of one bucket that share an
 // instance, a model, a key and a service.
 type UsageGroup struct {
-	Bucket           int64
-	InstanceID       string
-	Model            string
-	KeyID            string
-	ServiceID        string
-	Requests         int64
-	Errors           int64
+	Bucket     int64
+	InstanceID string
+	Model      string
+	KeyID      string
+	ServiceID  string
+	Requests   int64
+	Errors     int64
+	// Failed counts the requests not answered with success: status 400
+	// and above, or not answered (Errors are among them).
+	Failed           int64
 	PromptTokens     int64
 	CompletionTokens int64
 	Cost             gpuproxy.Micros
@@ -59,7 +70,17 @@ type UsageGroup struct {
 type InstanceCharge struct {
 	Bucket     int64
 	InstanceID string
-	Amount     gpuproxy.Micros
+	// KeyID is the key the ledger attributes the entries to: the key that
+	// created the instance ("" for none).
+	KeyID  string
+	Amount gpuproxy.Micros
+}
+
+// KeyCharge is what the ledger charged one key in a period (charges +
+// adjustments − refunds attributed to it).
+type KeyCharge struct {
+	KeyID  string
+	Amount gpuproxy.Micros
 }
 
 // InstanceRun is one instance and the time it ran: from Started (zero:
@@ -72,14 +93,17 @@ type InstanceRun struct {
 	NumGPUs  int
 	// ServiceID is the service it is (or was) a replica of; "" for none.
 	ServiceID string
-	Started   time.Time
-	Ended     time.Time
+	// KeyID is the key that created it ("" for none).
+	KeyID   string
+	Started time.Time
+	Ended   time.Time
 }
 
 // Span is one request in flight: [At, At+Latency] on InstanceID.
 type Span struct {
 	InstanceID string
 	Group      string
+	ServiceID  string // the service the request went through; "" for none
 	At         time.Time
 	Latency    time.Duration
 }

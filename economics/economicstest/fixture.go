@@ -29,10 +29,10 @@ var (
 
 // Ids and names the fixture gives.
 const (
-	InstA   = "gpi_econ_a" // 2× RTX 4090, vast.ai: runs the whole period
-	InstB   = "gpi_econ_b" // 1× H100, io.net: a replica of Service, runs from T0+5h (ended T0+11h)
-	InstC   = "gpi_econ_c" // ended before the period; a truth-up adjustment in it
-	InstD   = "gpi_econ_d" // a replica of Service from T0+8h, no request
+	InstA   = "gpi_econ_a" // 2× RTX 4090, vast.ai, created by KeyB: runs the whole period
+	InstB   = "gpi_econ_b" // 1× H100, io.net, created by KeyA: a replica of Service, runs from T0+5h (ended T0+11h)
+	InstC   = "gpi_econ_c" // created by no key, ended before the period; a truth-up adjustment in it
+	InstD   = "gpi_econ_d" // created by KeyA: a replica of Service from T0+8h, no request
 	InstX   = "gpi_econ_x" // the other account's
 	KeyA    = "key_econ_alice"
 	KeyB    = "key_econ_batch"
@@ -42,6 +42,10 @@ const (
 	ServiceName = "llama-svc"
 	Llama       = "llama-70b"
 	Mistral     = "mistral-7b"
+	// Upstream is the name Service's replica answers with (a request
+	// through Service counts under Llama); Typo a model that only got 404s.
+	Upstream = "sim-llm"
+	Typo     = "gpt-4o"
 )
 
 func h(n float64) time.Time { return T0.Add(time.Duration(n * float64(time.Hour))) }
@@ -62,11 +66,11 @@ func Seed(t testing.TB, s *db.Store, acct, other int64) {
 			t.Fatal(err)
 		}
 	}
-	instance(t, s, acct, InstA, "vast.ai", "RTX 4090", 2, h(-2), time.Time{})
-	instance(t, s, acct, InstB, "io.net", "H100", 1, h(5), h(11))
-	instance(t, s, acct, InstC, "vast.ai", "A100", 1, h(-5), h(-1))
-	instance(t, s, acct, InstD, "vast.ai", "H100", 1, h(8), time.Time{})
-	instance(t, s, other, InstX, "vast.ai", "H100", 8, h(-1), time.Time{})
+	instance(t, s, acct, InstA, KeyB, "vast.ai", "RTX 4090", 2, h(-2), time.Time{})
+	instance(t, s, acct, InstB, KeyA, "io.net", "H100", 1, h(5), h(11))
+	instance(t, s, acct, InstC, "", "vast.ai", "A100", 1, h(-5), h(-1))
+	instance(t, s, acct, InstD, KeyA, "vast.ai", "H100", 1, h(8), time.Time{})
+	instance(t, s, other, InstX, KeyX, "vast.ai", "H100", 8, h(-1), time.Time{})
 
 	if _, err := s.CreateService(ctx, gpuproxy.Service{ID: Service, AccountID: acct, Name: ServiceName, Model: Llama,
 		CreatedAt: h(4)}); err != nil {
@@ -86,8 +90,10 @@ func Seed(t testing.TB, s *db.Store, acct, other int64) {
 		{AccountID: acct, InstanceID: InstA, Type: billing.Refund, Amount: usd, At: h(8)},
 		{AccountID: acct, InstanceID: InstA, Type: billing.Charge, Amount: 5 * usd, At: h(9)},
 		{AccountID: acct, InstanceID: InstA, Type: billing.Charge, Amount: 4 * usd, At: h(10)}, // at To: after
-		// A settled proxy lease names the instance: the requests' charge, not the GPU's.
-		{AccountID: acct, InstanceID: InstA, Type: billing.Charge, Amount: 300_000, At: h(6), IdempotencyKey: "lease:1:" + InstA},
+		// A settled proxy lease names the instance: the requests' charge
+		// (the calling key's), not the GPU's.
+		{AccountID: acct, InstanceID: InstA, Type: billing.Charge, Amount: 300_000, At: h(6), IdempotencyKey: "lease:1:" + InstA,
+			KeyID: KeyA, ByCaller: true},
 		{AccountID: acct, InstanceID: InstB, Type: billing.Charge, Amount: 6 * usd, At: h(8)},
 		{AccountID: acct, InstanceID: InstB, Type: billing.Charge, Amount: 3*usd + 1, At: To.Add(-time.Second)},
 		{AccountID: acct, InstanceID: InstC, Type: billing.Adjustment, Amount: 400_000, At: h(2)},
@@ -114,10 +120,11 @@ func Seed(t testing.TB, s *db.Store, acct, other int64) {
 		u(acct, InstA, Llama, KeyB, "", h(1).Add(5*time.Minute), 10*time.Minute, 200, 500, 500, 10_000),   // r2
 		u(acct, InstA, Mistral, KeyA, "", h(9).Add(50*time.Minute), 20*time.Minute, 200, 0, 2000, 20_000), // r3: runs past To
 		u(acct, InstA, Llama, KeyB, "", T0.Add(-10*time.Minute), 20*time.Minute, 200, 9999, 9999, 99_000), // arrived before From
-		u(acct, InstB, Llama, KeyA, Service, h(6), 30*time.Minute, 200, 2000, 6000, 50_000),               // r5
+		u(acct, InstB, Upstream, KeyA, Service, h(6), 30*time.Minute, 200, 2000, 6000, 50_000),            // r5: answered as sim-llm
 		u(acct, InstB, Llama, KeyB, Service, h(6).Add(10*time.Minute), 5*time.Minute, 502, 0, 0, 0),       // r6
 		u(acct, "", Llama, KeyB, Service, h(3), 30*time.Second, 503, 0, 0, 0),                             // r7: no replica
 		u(acct, InstA, "", "", "", h(2), time.Minute, 200, 0, 0, 0),                                       // r8: no model, no key
+		u(acct, "", Typo, KeyA, "", h(4), time.Millisecond, 404, 0, 0, 0),                                 // r9: a typo, 404
 		u(acct, InstA, Llama, KeyA, "", To, time.Minute, 200, 7777, 7777, 0),                              // at To: after
 		u(other, InstX, Llama, KeyX, "", h(4), time.Hour, 200, 100_000, 900_000, 70_000),                  // other account
 		u(other, InstA, Llama, KeyX, "", h(4), time.Hour, 200, 100_000, 900_000, 70_000),                  // other account, our id
@@ -127,12 +134,12 @@ func Seed(t testing.TB, s *db.Store, acct, other int64) {
 	}
 }
 
-// instance creates a running instance started at started, terminated at
-// ended unless zero.
-func instance(t testing.TB, s *db.Store, acct int64, id, provider, gpu string, n int, started, ended time.Time) {
+// instance creates a running instance, created by key, started at
+// started, terminated at ended unless zero.
+func instance(t testing.TB, s *db.Store, acct int64, id, key, provider, gpu string, n int, started, ended time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	in := gpuproxy.Instance{ID: id, AccountID: acct, Provider: provider, OfferID: "o-" + id, GPUName: gpu, NumGPUs: n,
+	in := gpuproxy.Instance{ID: id, AccountID: acct, KeyID: key, Provider: provider, OfferID: "o-" + id, GPUName: gpu, NumGPUs: n,
 		PricePerHour: usd, Billing: "hourly", Image: "vllm/vllm-openai", IdempotencyKey: "econ-" + id}
 	req := guardrails.AdmitRequest{AccountID: acct, Cost: 1, Now: started.Add(-time.Minute), Horizon: time.Hour,
 		Defaults: []guardrails.Window{{Minutes: 60, Limit: 1_000_000 * usd}}}
@@ -155,7 +162,7 @@ func instance(t testing.TB, s *db.Store, acct int64, id, provider, gpu string, n
 // row is a hand-computed row: busy and running in seconds.
 func row(g, label string, req, errs, p, c int64, gpu, proxy gpuproxy.Micros, perOut, perTok *gpuproxy.Micros, busy, running int64) economics.Row {
 	r := economics.Row{Group: g, Label: label, Requests: req, Errors: errs, PromptTokens: p, CompletionTokens: c,
-		GPUCost: gpu, ProxyCharges: proxy, PerMillionOutput: perOut, PerMillionTokens: perTok,
+		GPUCost: gpu, SharedGPUCost: gpu, ProxyCharges: proxy, PerMillionOutput: perOut, PerMillionTokens: perTok,
 		Busy: time.Duration(busy) * time.Second, Running: time.Duration(running) * time.Second}
 	if running > 0 {
 		r.Utilization = float64(busy) / float64(running)
@@ -176,13 +183,20 @@ func m(v gpuproxy.Micros) *gpuproxy.Micros { return &v }
 // 1:00–1:10; r2 A llama batch 500+500, 1:05–1:15; r3 A mistral alice
 // 0+2000, 9:50–10:10 clipped to To; r5 B llama alice via the service
 // 2000+6000, 6:00–6:30; r6 B llama batch 502, 6:10–6:15; r7 no instance
-// llama batch 503 via the service; r8 A no model no key, 2:00–2:01.
+// llama batch 503 via the service; r8 A no model no key, 2:00–2:01; r9
+// no instance, the typo model, alice, 404 (not an error: a client's).
+// By model, r5 (answered as sim-llm) counts under the service's model
+// and r9 folds into the errors-only row. By key, GPU cost is the creating
+// key's (A batch's, B and D alice's, C no key's) and charged the
+// ledger's per key (with the $0.30 lease alice's); the token share
+// (SharedGPUCost) splits as by model, D (no request) to alice, its
+// creator.
 func Want(g economics.GroupBy) economics.Summary {
-	// Totals are the same for every grouping: 7 requests, 2 errors,
+	// Totals are the same for every grouping: 8 requests, 2 errors,
 	// 3500 + 11500 tokens, $24.900001 of GPU (× 1e6 / 11500 =
 	// 2165217478.26…; / 15000 = 1660000066.67), $0.09 of proxy charges;
 	// busy A 15 + 1 + 10 min, B 30 min = 3360 s over 10 + 5 + 2 h.
-	totals := row("", "", 7, 2, 3500, 11500, 24_900_001, 90_000, m(2_165_217_478), m(1_660_000_067), 3360, 61200)
+	totals := row("", "", 8, 2, 3500, 11500, 24_900_001, 90_000, m(2_165_217_478), m(1_660_000_067), 3360, 61200)
 	s := economics.Summary{Query: economics.Query{From: From, To: To, GroupBy: g}, Totals: totals}
 	switch g {
 	case economics.ByInstance:
@@ -193,7 +207,7 @@ func Want(g economics.GroupBy) economics.Summary {
 			row(InstB, "1× H100 on io.net", 2, 1, 2000, 6000, 9_000_001, 50_000, m(1_500_000_167), m(1_125_000_125), 1800, 18000),
 			row(InstD, "1× H100 on vast.ai", 0, 0, 0, 0, 1_000_000, 0, nil, nil, 0, 7200),
 			row(InstC, "1× A100 on vast.ai", 0, 0, 0, 0, 400_000, 0, nil, nil, 0, 0),
-			row("", "requests without an instance", 1, 1, 0, 0, 0, 0, nil, nil, 0, 0),
+			row("", "requests without an instance", 2, 1, 0, 0, 0, 0, nil, nil, 0, 0),
 		}
 	case economics.ByModel:
 		s.Rows = []economics.Row{
@@ -201,30 +215,58 @@ func Want(g economics.GroupBy) economics.Summary {
 			// mistral 2000/7000 = 4142857.14 → 4142857, none 0; the 1 left
 			// to llama. B's $9.000001 all llama. 19357144e6 / 9500 =
 			// 2037594105.26; / 13000 = 1489011076.92.
-			row(Llama, "", 5, 2, 3500, 9500, 19_357_144, 70_000, m(2_037_594_105), m(1_489_011_077), 2700, 54000),
+			row(Llama, "upstream: "+Upstream, 5, 2, 3500, 9500, 19_357_144, 70_000, m(2_037_594_105), m(1_489_011_077), 2700, 54000),
 			row(Mistral, "", 1, 0, 0, 2000, 4_142_857, 20_000, m(2_071_428_500), m(2_071_428_500), 600, 36000),
 			// C's $0.40 and D's $1 (no request); r8's A, C and D.
 			row("", "unused GPU time; requests without a model", 1, 0, 0, 0, 1_400_000, 0, nil, nil, 60, 43200),
+			row(economics.ErrorsOnly, "errors (unknown model): "+Typo, 1, 0, 0, 0, 0, 0, nil, nil, 0, 0),
 		}
+		s.Rows[0].Upstream = []string{Upstream}
+		s.Rows[3].Upstream = []string{Typo}
 	case economics.ByKey:
-		// A by tokens: alice 6000/7000 = 12428571.43 → 12428571 + 1 left,
-		// batch 1000/7000 = 2071428.57 → 2071428. B: alice 8000 of 8000.
+		// GPU cost by creator: batch A's $14.50; alice B's $9.000001 and
+		// D's $1; no key C's $0.40. Charged (the ledger per key): batch
+		// 14.5; alice 10.000001 + the $0.30 lease; none C's $0.40.
+		// Token share: A by tokens: alice 6000/7000 = 12428571.43 →
+		// 12428571 + 1 left, batch 1000/7000 = 2071428.57 → 2071428. B:
+		// alice 8000 of 8000. D (no request) to alice, C to none.
 		s.Rows = []economics.Row{
-			// 21428573e6 / 11000 = 1948052090.91; / 14000 = 1530612357.14
-			row(KeyA, "alice", 3, 0, 3000, 11000, 21_428_573, 80_000, m(1_948_052_091), m(1_530_612_357), 3000, 54000),
-			row(KeyB, "batch", 3, 2, 500, 500, 2_071_428, 10_000, m(4_142_856_000), m(2_071_428_000), 900, 54000),
-			row("", "unused GPU time; requests without an API key", 1, 0, 0, 0, 1_400_000, 0, nil, nil, 60, 43200),
+			// Shared 22428573: e6 / 11000 = 2038961181.82; / 14000 = 1602040928.57.
+			// Running A, B and D: 17 h.
+			row(KeyB, "batch", 3, 2, 500, 500, 14_500_000, 10_000, m(4_142_856_000), m(2_071_428_000), 900, 54000),
+			row(KeyA, "alice", 4, 0, 3000, 11000, 10_000_001, 80_000, m(2_038_961_182), m(1_602_040_929), 3000, 61200),
+			row("", "unused GPU time; requests without an API key", 1, 0, 0, 0, 400_000, 0, nil, nil, 60, 36000),
 		}
+		s.Rows[0].SharedGPUCost, s.Rows[0].Charged = 2_071_428, m(14_500_000)
+		s.Rows[1].SharedGPUCost, s.Rows[1].Charged = 22_428_573, m(10_300_001)
+		s.Rows[2].Charged = m(400_000)
+		s.Totals.Charged = m(25_200_001)
 	case economics.ByService:
 		s.Rows = []economics.Row{
 			// A's and C's GPU (no service); 14.9e12 / 5500 = 2709090909.09;
 			// / 7000 = 2128571428.57.
-			row("", "unused GPU time outside services; requests not through a service", 4, 0, 1500, 5500, 14_900_000, 40_000,
+			row("", "unused GPU time outside services; requests not through a service", 5, 0, 1500, 5500, 14_900_000, 40_000,
 				m(2_709_090_909), m(2_128_571_429), 1560, 36000),
 			// B's and D's (D idle, a replica); 10000001e6 / 6000 =
 			// 1666666833.33; / 8000 = 1250000125.
 			row(ServiceName, Llama, 3, 2, 2000, 6000, 10_000_001, 50_000, m(1_666_666_833), m(1_250_000_125), 1800, 25200),
 		}
 	}
+	for i := range s.Rows {
+		busyCost(&s.Rows[i])
+	}
+	busyCost(&s.Totals)
 	return s
+}
+
+// busyCost fills r's busy GPU cost (its token share × busy / running,
+// toward zero) and its cost per million output tokens (half up); the
+// economics tests check a few of them worked out by hand.
+func busyCost(r *economics.Row) {
+	if r.Running > 0 {
+		r.BusyGPUCost = gpuproxy.Micros(int64(r.SharedGPUCost) * r.Busy.Microseconds() / r.Running.Microseconds())
+	}
+	if r.CompletionTokens > 0 {
+		r.PerMillionOutputBusy = m((r.BusyGPUCost*1_000_000*2 + gpuproxy.Micros(r.CompletionTokens)) / gpuproxy.Micros(2*r.CompletionTokens))
+	}
 }
