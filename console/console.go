@@ -234,39 +234,68 @@ func (c *Console) loginForm(w http.ResponseWriter, r *http.Request) {
 type loginData struct{ Next string }
 
 // login checks the pasted key once and starts a session naming its id.
+// It runs behind the pipeline's sign-in (httpapi.AuthSignIn): the body
+// limit, the attempt limit per address and per key, and the key the form
+// offers (handler.SignInKey) authenticated; a refused attempt is
+// rendered by signInRefusal.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read"))
+	p, ok := httpapi.PrincipalFrom(r)
+	if !ok { // the sign-in route always has one; never start a session without
+		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "sign in with an API key"))
 		return
+	}
+	c.ses.setCookie(w, r, c.ses.start(p.KeyID, c.opts.Now()))
+	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
+}
+
+// errNotAKey refuses a sign-in with something other than an API key.
+var errNotAKey = gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED,
+	"Paste an API key (it starts with "+auth.KeyPrefix+"); tokens cannot start a console session.")
+
+// SignInKey implements httpapi.SignInAuthenticator for the sign-in form:
+// its api_key, from a form posted from this console's own page.
+func (h handler) SignInKey(r *http.Request) (string, error) {
+	if err := r.ParseForm(); err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return "", &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(mb.Limit),
+				Details: map[string]any{"limit_bytes": mb.Limit}}
+		}
+		return "", gpuproxy.Errorf(gpuproxy.EINVALID, "the form could not be read")
 	}
 	// A browser marks a form posted from another site; signing a person in
 	// from elsewhere (login CSRF) is refused.
 	if crossSite(r) {
-		c.fail(w, r, nil, gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "sign in from this console's own page"))
-		return
+		return "", gpuproxy.Errorf(gpuproxy.EFORBIDDEN, "sign in from this console's own page")
 	}
-	next := safeNext(r.PostForm.Get("next"))
 	key := strings.TrimSpace(r.PostForm.Get("api_key"))
-	again := func(status int, msg string) {
-		c.render(w, r, status, "login", &page{Title: "Sign in", Error: msg, Data: loginData{Next: next}})
-	}
 	if !strings.HasPrefix(key, auth.KeyPrefix) {
-		again(http.StatusUnauthorized, "Paste an API key (it starts with "+auth.KeyPrefix+"); tokens cannot start a console session.")
-		return
+		return "", errNotAKey
 	}
-	p, err := c.svc.Auth.Authenticate(r.Context(), key)
-	switch gpuproxy.ErrorCode(err) {
-	case "":
-	case gpuproxy.EUNAUTHORIZED:
-		again(http.StatusUnauthorized, "That key was not accepted: it is unknown or revoked.")
-		return
+	return key, nil
+}
+
+// signInRefusal renders a refused sign-in: the form again with what was
+// wrong (a key not accepted: 401; too many attempts: 429, Retry-After
+// set), or an error page (a form that cannot be read, a cross-site post,
+// the key store down).
+func (c *Console) signInRefusal(w http.ResponseWriter, r *http.Request, status int, err error) {
+	_ = r.ParseForm() // parsed already unless the address's attempts ran out first
+	again := func(msg string) {
+		c.render(w, r, status, "login", &page{Title: "Sign in", Error: msg,
+			Data: loginData{Next: safeNext(r.PostForm.Get("next"))}})
+	}
+	switch {
+	case errors.Is(err, errNotAKey):
+		again(gpuproxy.ErrorMessage(err))
+	case gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED:
+		again("That key was not accepted: it is unknown or revoked.")
+	case gpuproxy.ErrorCode(err) == gpuproxy.ERATELIMITED:
+		m := gpuproxy.ErrorMessage(err)
+		again(strings.ToUpper(m[:1]) + m[1:] + ".")
 	default:
 		c.fail(w, r, nil, err)
-		return
 	}
-	c.ses.setCookie(w, r, c.ses.start(p.KeyID, c.opts.Now()))
-	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // logoutForm asks for a POST, so a link elsewhere cannot sign a person out.
@@ -291,7 +320,8 @@ func (c *Console) loggedOut(w http.ResponseWriter, r *http.Request) {
 
 // target is the account a page shows: the caller's own, or — for admin
 // keys only — the one named by ?account=. A non-admin naming another
-// account gets not found, as in the API.
+// account gets not found, as in the API. This is authorization by the
+// request's data, beside the route's scope the pipeline checked.
 func (c *Console) target(q *req) (id int64, name string, err error) {
 	n := q.r.FormValue("account")
 	if n == "" || n == q.p.AccountName {

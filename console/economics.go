@@ -90,9 +90,6 @@ func (c *Console) economicsQuery(q *req) (economics.Query, string, error) {
 	if c.svc.Economics == nil {
 		return economics.Query{}, "", gpuproxy.Errorf(gpuproxy.ENOTFOUND, "this server runs without unit economics")
 	}
-	if err := q.p.Require(gpuproxy.ScopeBillingRead); err != nil {
-		return economics.Query{}, "", err
-	}
 	v := q.r.URL.Query()
 	from, to, err := httpapi.TimeRange(v.Get)
 	if err != nil {

@@ -101,7 +101,7 @@ func countdown(d time.Duration) string {
 // service, as POST /api/v1/gpu/instances/{id}/keepalive does
 // (instances:write): its idle timeout starts over.
 func (c *Console) keepAlive(q *req) error {
-	if err := c.needFleet(q, gpuproxy.ScopeInstancesWrite); err != nil {
+	if err := c.needFleet(); err != nil {
 		return err
 	}
 	acct, name, err := c.target(q)

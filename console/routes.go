@@ -16,33 +16,46 @@ import (
 // caller (AuthenticateSession: the session cookie, its key still valid)
 // and applies that key's rate limit; the console renders the refusals
 // (WriteRefusal: the sign-in page, or an error page). Any other method or
-// path under /console/ gets the console's "no such page".
+// path under /console/ gets the console's "no such page". Sign-in is a
+// sign-in route (httpapi.AuthSignIn): the pipeline limits its attempts
+// and checks the key the form offers (SignInKey) before login runs.
 func (c *Console) Routes() []httpapi.Route {
+	// The scope each page needs, enforced by the pipeline before the page
+	// runs. A page open to every signed-in key (anyKey) shows each key only
+	// what its scopes allow; what a page still checks itself depends on
+	// the request's data (account=, admins only), not on the route.
+	const (
+		anyKey         = httpapi.AnyScope
+		billing        = gpuproxy.ScopeBillingRead
+		instancesRead  = gpuproxy.ScopeInstancesRead
+		instancesWrite = gpuproxy.ScopeInstancesWrite
+		admin          = gpuproxy.ScopeAdmin
+	)
 	return []httpapi.Route{
 		c.open(http.MethodGet, "/", c.home),
 		c.open(http.MethodGet, "/console", c.home),
 		c.open(http.MethodGet, "/console/static/:file", c.static),
 		c.open(http.MethodGet, "/console/login", c.loginForm),
-		c.open(http.MethodPost, "/console/login", c.login),
-		c.page(http.MethodGet, "/console/logout", c.logoutForm),
-		c.pageOr(http.MethodPost, "/console/logout", c.logout, c.loggedOut),
-		c.page(http.MethodGet, "/console/", takes(c.overview, "account", "range")),
-		c.page(http.MethodGet, "/console/transactions", takes(c.transactions, ledgerParams...)),
-		c.page(http.MethodGet, "/console/transactions.csv", takes(c.transactionsCSV, append(ledgerParams, "all")...)),
-		c.page(http.MethodGet, "/console/instances", takes(c.instances, "account", "status")),
-		c.page(http.MethodGet, "/console/instances/:id", takes(c.instance, "account", "done")),
-		c.page(http.MethodPost, "/console/instances/:id/destroy", takes(c.destroyInstance, "account")),
-		c.page(http.MethodPost, "/console/instances/:id/keepalive", takes(c.keepAlive, "account")),
-		c.page(http.MethodGet, "/console/services", takes(c.services, "account")),
-		c.page(http.MethodGet, "/console/services/:id", takes(c.service, "account")),
-		c.page(http.MethodGet, "/console/economics", takes(c.economics, economicsParams...)),
-		c.page(http.MethodGet, "/console/economics.csv", takes(c.economicsCSV, economicsParams...)),
-		c.page(http.MethodGet, "/console/accounts", takes(c.accounts, "saved")),
-		c.page(http.MethodPost, "/console/accounts/:account/limits", takes(c.setLimits)),
-		c.page(http.MethodGet, "/console/oauth/authorize", takes(c.oauthConsent, "id")),
-		c.page(http.MethodPost, "/console/oauth/authorize", c.oauthAnswer),
-		c.page(http.MethodGet, "/console/apps", takes(c.apps, "revoked")),
-		c.page(http.MethodPost, "/console/apps/:grant/revoke", takes(c.revokeApp)),
+		c.signIn(http.MethodPost, "/console/login", c.login),
+		c.page(http.MethodGet, "/console/logout", anyKey, c.logoutForm),
+		c.pageOr(http.MethodPost, "/console/logout", anyKey, c.logout, c.loggedOut),
+		c.page(http.MethodGet, "/console/", anyKey, takes(c.overview, "account", "range")),
+		c.page(http.MethodGet, "/console/transactions", billing, takes(c.transactions, ledgerParams...)),
+		c.page(http.MethodGet, "/console/transactions.csv", billing, takes(c.transactionsCSV, append(ledgerParams, "all")...)),
+		c.page(http.MethodGet, "/console/instances", instancesRead, takes(c.instances, "account", "status")),
+		c.page(http.MethodGet, "/console/instances/:id", instancesRead, takes(c.instance, "account", "done")),
+		c.page(http.MethodPost, "/console/instances/:id/destroy", instancesWrite, takes(c.destroyInstance, "account")),
+		c.page(http.MethodPost, "/console/instances/:id/keepalive", instancesWrite, takes(c.keepAlive, "account")),
+		c.page(http.MethodGet, "/console/services", instancesRead, takes(c.services, "account")),
+		c.page(http.MethodGet, "/console/services/:id", instancesRead, takes(c.service, "account")),
+		c.page(http.MethodGet, "/console/economics", billing, takes(c.economics, economicsParams...)),
+		c.page(http.MethodGet, "/console/economics.csv", billing, takes(c.economicsCSV, economicsParams...)),
+		c.page(http.MethodGet, "/console/accounts", admin, takes(c.accounts, "saved")),
+		c.page(http.MethodPost, "/console/accounts/:account/limits", admin, takes(c.setLimits)),
+		c.page(http.MethodGet, "/console/oauth/authorize", anyKey, takes(c.oauthConsent, "id")),
+		c.page(http.MethodPost, "/console/oauth/authorize", anyKey, c.oauthAnswer),
+		c.page(http.MethodGet, "/console/apps", anyKey, takes(c.apps, "revoked")),
+		c.page(http.MethodPost, "/console/apps/:grant/revoke", anyKey, takes(c.revokeApp)),
 		c.open("*", "/console/*", c.notFound),
 	}
 }
@@ -55,17 +68,24 @@ func (c *Console) open(method, path string, serve http.HandlerFunc) httpapi.Rout
 	return httpapi.Route{Method: method, Path: path, Handler: handler{c: c, serve: serve}}
 }
 
-// page is a route for a signed-in person: a session route whose handler
-// gets the signed-in request; a request without a session goes to the
-// sign-in page.
-func (c *Console) page(method, path string, h func(q *req) error) httpapi.Route {
-	return c.pageOr(method, path, h, nil)
+// signIn is the sign-in route: the pipeline authenticates the key its
+// form offers (handler.SignInKey) within the attempt limit.
+func (c *Console) signIn(method, path string, serve http.HandlerFunc) httpapi.Route {
+	return httpapi.Route{Method: method, Path: path, Auth: httpapi.AuthSignIn,
+		Handler: handler{c: c, serve: serve, signIn: true}}
+}
+
+// page is a route for a signed-in person holding scope: a session route
+// whose handler gets the signed-in request; a request without a session
+// goes to the sign-in page.
+func (c *Console) page(method, path string, scope gpuproxy.Scope, h func(q *req) error) httpapi.Route {
+	return c.pageOr(method, path, scope, h, nil)
 }
 
 // pageOr is page answering a request without a session with out (nil:
 // the sign-in page).
-func (c *Console) pageOr(method, path string, h func(q *req) error, out http.HandlerFunc) httpapi.Route {
-	return httpapi.Route{Method: method, Path: path, Auth: httpapi.AuthSession,
+func (c *Console) pageOr(method, path string, scope gpuproxy.Scope, h func(q *req) error, out http.HandlerFunc) httpapi.Route {
+	return httpapi.Route{Method: method, Path: path, Auth: httpapi.AuthSession, Scope: scope,
 		Handler: handler{c: c, signed: h, out: out}}
 }
 
@@ -78,6 +98,7 @@ type handler struct {
 	serve  http.HandlerFunc   // a route without a session
 	signed func(q *req) error // a session route
 	out    http.HandlerFunc   // a session route's answer without a session (default: the sign-in page)
+	signIn bool               // the sign-in route: refusals are the form again (signInRefusal)
 }
 
 // ServeHTTP implements http.Handler.
@@ -138,9 +159,11 @@ func (h handler) AuthenticateSession(r *http.Request) (*http.Request, gpuproxy.P
 // one whose key was revoked loses its cookie too; other refusals (the
 // rate limit, a body over the server's limit, the key store down) are
 // error pages with their status.
-func (h handler) WriteRefusal(w http.ResponseWriter, r *http.Request, _ int, err error) {
+func (h handler) WriteRefusal(w http.ResponseWriter, r *http.Request, status int, err error) {
 	securityHeaders(w)
 	switch {
+	case h.signIn:
+		h.c.signInRefusal(w, r, status, err)
 	case errors.Is(err, errRevoked):
 		clearCookie(w, r)
 		h.c.toLogin(w, r, "revoked")

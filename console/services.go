@@ -80,17 +80,18 @@ type servicesData struct {
 	CapPlaces, CostPlaces int
 }
 
-// needServices refuses the services pages without instances:read, or
-// when the server runs without services.
-func (c *Console) needServices(q *req) error {
+// needServices refuses the services pages when the server runs without
+// services. (Their scope, instances:read, is the routes', enforced by the
+// pipeline.)
+func (c *Console) needServices() error {
 	if c.svc.Services == nil {
 		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "this server runs without services")
 	}
-	return q.p.Require(gpuproxy.ScopeInstancesRead)
+	return nil
 }
 
 func (c *Console) services(q *req) error {
-	if err := c.needServices(q); err != nil {
+	if err := c.needServices(); err != nil {
 		return err
 	}
 	acct, name, err := c.target(q)
@@ -134,7 +135,7 @@ type serviceData struct {
 }
 
 func (c *Console) service(q *req) error {
-	if err := c.needServices(q); err != nil {
+	if err := c.needServices(); err != nil {
 		return err
 	}
 	acct, name, err := c.target(q)

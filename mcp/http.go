@@ -32,21 +32,22 @@ const (
 // Routes is the MCP server's route table: /mcp (Streamable HTTP),
 // GET /api/v1/mcp/sse with POST /api/v1/mcp/messages (legacy SSE) and
 // POST /api/v1/mcp (plain JSON-RPC). They go through the server's
-// pipeline with REST's body limit, credentials, scopes and per-key rate
-// limit, which does not count protocol housekeeping (rpcRoute.CountsRate);
-// the pipeline's refusals are JSON-RPC errors (rpcRoute.WriteRefusal):
+// pipeline with REST's body limit, credentials and per-key rate limit,
+// which does not count protocol housekeeping (rpcRoute.CountsRate). Every
+// key may call them (httpapi.AnyScope): each tool and resource needs the
+// scope its own table names, which the MCP layer checks. The pipeline's refusals are JSON-RPC errors (rpcRoute.WriteRefusal):
 // 401, 413 naming the limit, 429 with Retry-After answering the request's
 // id.
 func (s *Server) Routes() []httpapi.Route {
 	return []httpapi.Route{
 		{Method: "*", Path: StreamablePath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveStreamable))},
-			Auth: httpapi.AuthCredentials},
+			Auth: httpapi.AuthCredentials, Scope: httpapi.AnyScope},
 		{Method: http.MethodGet, Path: SSEPath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveSSE))},
-			Auth: httpapi.AuthCredentials},
+			Auth: httpapi.AuthCredentials, Scope: httpapi.AnyScope},
 		{Method: http.MethodPost, Path: MessagesPath, Handler: rpcRoute{s.guard(http.HandlerFunc(s.serveSSEMessage))},
-			Auth: httpapi.AuthCredentials},
+			Auth: httpapi.AuthCredentials, Scope: httpapi.AnyScope},
 		{Method: http.MethodPost, Path: PlainPath, Handler: rpcRoute{http.HandlerFunc(s.servePlain)},
-			Auth: httpapi.AuthCredentials},
+			Auth: httpapi.AuthCredentials, Scope: httpapi.AnyScope},
 	}
 }
 

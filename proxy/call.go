@@ -14,7 +14,8 @@ import (
 
 // Call sends one request to targetURL for the MCP tool
 // proxy_inference_request, over the same checks and forwarder as the
-// reverse proxy. targetURL must have the scheme, host and port of the
+// reverse proxy. Its caller checked pr's scope: the tool table names
+// proxy:invoke, which the MCP server enforces before the tool runs. targetURL must have the scheme, host and port of the
 // recorded endpoint of one of p's running instances; anything else is
 // refused (forbidden) before any byte is sent. method defaults to POST with
 // a body and GET without. headers go through the same filter as the
@@ -62,14 +63,11 @@ func (p *Proxy) Call(ctx context.Context, pr gpuproxy.Principal, targetURL, meth
 }
 
 // callTarget reads Call's arguments into a target, checking what only Call
-// takes: the scope, the method, the body's size and the target URL (an
+// takes: the method, the body's size and the target URL (an
 // absolute http or https URL without credentials or dot segments). u gets
 // the method and the path as each passes.
 func (p *Proxy) callTarget(pr gpuproxy.Principal, targetURL, method string, headers map[string]string, body []byte,
 	u *gpuproxy.Usage) (target, error) {
-	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
-		return target{}, err
-	}
 	method, err := callMethod(method, len(body) > 0)
 	if err != nil {
 		return target{}, err

@@ -59,8 +59,6 @@ func TestCall(t *testing.T) {
 		body   []byte
 		code   string
 	}{
-		{"no scope", gpuproxy.Principal{AccountID: e.acct.ID, Scopes: []gpuproxy.Scope{gpuproxy.ScopeBillingRead}},
-			s.URL() + "/v1/models", "GET", nil, gpuproxy.EFORBIDDEN},
 		{"another account", invoker(e.acct.ID + 100), s.URL() + "/v1/models", "GET", nil, gpuproxy.EFORBIDDEN},
 		{"bad method", invoker(e.acct.ID), s.URL() + "/v1/models", "CONNECT", nil, gpuproxy.EINVALID},
 		{"not a URL", invoker(e.acct.ID), "::nope", "GET", nil, gpuproxy.EINVALID},

@@ -89,7 +89,7 @@ func responseTooLarge(id string, max int64) error {
 
 // ServeHTTP is the reverse proxy: ANY /api/v1/proxy/{instance_id}/{path...}
 // to the caller's running instance. It must run behind the server's
-// authentication (see Mount).
+// authentication and the route's scope, proxy:invoke (see Routes).
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	pr, ok := httpapi.PrincipalFrom(r)
@@ -113,10 +113,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.Latency = time.Since(start)
 		p.finish(u)
 	}()
-	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
-		u.Status = writeError(w, r, p.log, err)
-		return
-	}
 	u.Status = p.serve(w, r, pr.AccountID, pr.KeyID, id, rest, u, start)
 }
 
@@ -394,7 +390,7 @@ func (p *Proxy) finish(u *gpuproxy.Usage) {
 	if p.opts.Metrics != nil {
 		p.opts.Metrics.ObserveProxyRequest(u.Status, u.BytesIn, u.BytesOut, u.Latency, u.TTFB)
 		if u.PromptTokens > 0 || u.CompletionTokens > 0 {
-			p.opts.Metrics.ObserveTokens(u.Model, u.PromptTokens, u.CompletionTokens)
+			p.opts.Metrics.ObserveTokens(u.AccountID, u.Model, u.PromptTokens, u.CompletionTokens)
 		}
 	}
 }

@@ -50,11 +50,12 @@ func (p *Proxy) openAIRoutes() []httpapi.Route {
 	if p.services == nil {
 		return nil
 	}
-	return []httpapi.Route{{Method: "*", Path: "/v1/*", Prefix: openAIPrefix, Handler: openAI{p}, Auth: httpapi.AuthCredentials}}
+	return []httpapi.Route{{Method: "*", Path: "/v1/*", Prefix: openAIPrefix, Handler: openAI{p},
+		Auth: httpapi.AuthCredentials, Scope: gpuproxy.ScopeProxyInvoke}}
 }
 
-// WriteRefusal implements httpapi.RefusalWriter: the pipeline's 401, 413
-// and 429 in OpenAI's error shape, as its SDKs read them.
+// WriteRefusal implements httpapi.RefusalWriter: the pipeline's 401, 403,
+// 413 and 429 in OpenAI's error shape, as its SDKs read them.
 func (o openAI) WriteRefusal(w http.ResponseWriter, r *http.Request, status int, err error) {
 	writeOpenAI(w, status, err)
 }
@@ -71,10 +72,6 @@ func (o openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rid == "" {
 		rid = p.requestID()
 		w.Header().Set("X-Request-Id", rid)
-	}
-	if err := pr.Require(gpuproxy.ScopeProxyInvoke); err != nil {
-		writeOpenAI(w, HTTPStatus(err), err)
-		return
 	}
 	path := r.URL.Path
 	switch {

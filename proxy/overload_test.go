@@ -29,7 +29,7 @@ var overloads struct {
 }
 
 // ProxyOverloaded completes fakeMetrics: it counts overloads by limit.
-func (m *fakeMetrics) ObserveTokens(model string, prompt, completion int64) {
+func (m *fakeMetrics) ObserveTokens(_ int64, model string, prompt, completion int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.tokens == nil {

@@ -44,8 +44,8 @@ type Metrics interface {
 	// logged with its request id).
 	ProxyUsageDropped(n int)
 	// ObserveTokens counts an answer's tokens by model (its usage
-	// record's).
-	ObserveTokens(model string, prompt, completion int64)
+	// record's), for account (whose model names it bounds).
+	ObserveTokens(account int64, model string, prompt, completion int64)
 	// ProxyOverloaded counts an exchange that failed on a limit of
 	// gpuproxy's own ("open files", "local ports", …), answered 503
 	// overloaded and not held against the instance.
@@ -113,7 +113,8 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 }
 
 // Routes is the proxy's route table, served through the server's
-// pipeline (body limit, authentication and rate limit):
+// pipeline (body limit, authentication and rate limit, and the scope each
+// route names, before its handler runs):
 //
 //	ANY /api/v1/proxy/{instance_id}/{path...}  (scope proxy:invoke; the
 //	    fast path: every path under the prefix, ahead of the router)
@@ -125,9 +126,9 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 func (p *Proxy) Routes() []httpapi.Route {
 	return append(p.openAIRoutes(),
 		httpapi.Route{Method: http.MethodGet, Path: "/api/v1/proxy/usage", Handler: http.HandlerFunc(p.ServeUsage),
-			Auth: httpapi.AuthCredentials},
+			Auth: httpapi.AuthCredentials, Scope: gpuproxy.ScopeProxyInvoke, OrScope: gpuproxy.ScopeBillingRead},
 		httpapi.Route{Method: "*", Path: "/api/v1/proxy/:instance_id/*", Prefix: routePrefix, Handler: p,
-			Auth: httpapi.AuthCredentials})
+			Auth: httpapi.AuthCredentials, Scope: gpuproxy.ScopeProxyInvoke})
 }
 
 // SetServices serves the services' OpenAI-compatible endpoint

@@ -66,12 +66,6 @@ func (p *Proxy) ServeUsage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, p.log, gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "missing or invalid API key or token"))
 		return
 	}
-	if !pr.Has(gpuproxy.ScopeProxyInvoke) && !pr.Has(gpuproxy.ScopeBillingRead) {
-		writeError(w, r, p.log, &gpuproxy.Error{Code: gpuproxy.EFORBIDDEN,
-			Message: "this key lacks the proxy:invoke or billing:read scope",
-			Details: map[string]any{"required_scope": "proxy:invoke or billing:read"}})
-		return
-	}
 	q := r.URL.Query()
 	if err := httpapi.KnownQuery(q, []string{"from", "to", "instance_id", "limit", "cursor"}); err != nil {
 		writeError(w, r, p.log, err)

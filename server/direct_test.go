@@ -90,11 +90,12 @@ func newPrefixEnvWith(t *testing.T, rateLimit int, so server.Options, idle time.
 	})
 	mount := func(r server.Registrar) {
 		r.Add(httpapi.Route{Method: http.MethodGet, Path: "/api/v1/x/static", Auth: httpapi.AuthCredentials,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			Scope: httpapi.AnyScope, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				pe.static.Add(1)
 				_, _ = w.Write([]byte("static"))
 			})},
-			httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: prefix, Auth: httpapi.AuthCredentials})
+			httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: prefix, Auth: httpapi.AuthCredentials,
+				Scope: httpapi.AnyScope})
 	}
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(rateLimit, auth.RateLimitOptions{}),

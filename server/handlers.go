@@ -11,13 +11,6 @@ import (
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
-func echoHandler(h http.Handler) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		h.ServeHTTP(c.Response(), c.Request())
-		return nil
-	}
-}
-
 func (s *Server) health(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"status": "ok", "version": s.opts.Version})
 }

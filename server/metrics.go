@@ -40,6 +40,7 @@ type Metrics struct {
 	tokens        *prometheus.CounterVec
 	tokenModels   sync.Map     // model → *[2]prometheus.Counter (input, output): the models with series
 	tokenModelsN  atomic.Int64 // how many
+	accountModels sync.Map     // account id → *accountModels
 
 	ops *opsCollector // instances running, window usage, metering lag
 
@@ -107,7 +108,7 @@ func NewMetrics() *Metrics {
 		[]string{"limit"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuproxy_tokens_total",
 		Help: "Tokens of proxied answers (instance proxy and services) by direction (input, output) and model " +
-			"(the first 200 models seen; later ones are \"other\")."}, []string{"direction", "model"})
+			"(the first 20 models of each account and 200 of all; later ones are \"other\")."}, []string{"direction", "model"})
 	m.ops = newOpsCollector()
 	m.reg.MustRegister(m.ops, m.ops.errs,
 		m.requests, m.latency, m.admissions, m.storeErrs, m.charges, m.breaker, m.rateLimits, m.kills, m.tagMiss, m.rents, m.lifeActs,
@@ -120,14 +121,49 @@ func NewMetrics() *Metrics {
 // maxTokenModels bounds gpuproxy_tokens_total's model label values.
 const maxTokenModels = 200
 
-// ObserveTokens counts one answer's tokens (proxy.Metrics).
-func (m *Metrics) ObserveTokens(model string, prompt, completion int64) {
+// maxTokenModelsPerAccount bounds the model label values one account's
+// answers may add: model names are the tenants' own strings, and one
+// tenant must not fill the series everyone shares.
+const maxTokenModelsPerAccount = 20
+
+// accountModels are the models one account's answers count under.
+type accountModels struct {
+	mu     sync.Mutex
+	models map[string]bool
+}
+
+// modelLabel is the model label account's answer for model counts under:
+// model for the first maxTokenModelsPerAccount models of the account,
+// "other" after them.
+func (m *Metrics) modelLabel(account int64, model string) string {
+	v, ok := m.accountModels.Load(account)
+	if !ok {
+		v, _ = m.accountModels.LoadOrStore(account, &accountModels{models: map[string]bool{}})
+	}
+	am := v.(*accountModels)
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	if am.models[model] {
+		return model
+	}
+	if len(am.models) >= maxTokenModelsPerAccount {
+		return "other"
+	}
+	am.models[model] = true
+	return model
+}
+
+// ObserveTokens counts one answer's tokens (proxy.Metrics) under its model:
+// the first maxTokenModelsPerAccount models of each account and the first
+// maxTokenModels of all, "other" beyond.
+func (m *Metrics) ObserveTokens(account int64, model string, prompt, completion int64) {
 	if prompt <= 0 && completion <= 0 {
 		return
 	}
 	if model == "" {
 		model = "unknown"
 	}
+	model = m.modelLabel(account, model)
 	v, ok := m.tokenModels.Load(model)
 	if !ok {
 		if m.tokenModelsN.Load() >= maxTokenModels {

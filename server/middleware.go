@@ -17,9 +17,11 @@ import (
 // The one request pipeline. Every request, on every route and on the
 // proxy's fast path alike, goes through observed (request id, panic
 // recovery, one request-log line and one metric sample); every route then
-// goes through the body limit (limitBody) and what its table entry asks
-// for: authentication with the per-key rate limit (authenticate:
-// credentials or a session) and, on REST, a scope (require). A refusal is
+// goes through its first step (front: the body limit, and one credential
+// at most) and what its table entry asks for: authentication with the
+// per-key rate limit (authenticate: credentials, a session, a sign-in
+// form or the metrics token) and the scope the table names (authorize).
+// A refusal is
 // rendered in the route's format when its handler is an
 // httpapi.RefusalWriter. Echo routes take these steps as
 // echo.WrapMiddleware; the fast path composes them directly, without
@@ -151,19 +153,36 @@ func bodyOwner(w http.ResponseWriter) http.ResponseWriter {
 	return w
 }
 
-// authenticate puts h behind the authentication m names: it resolves the
-// caller (credentials: an API key, JWT or OAuth token; session: h's
-// httpapi.SessionAuthenticator), applies the per-key rate limit, puts
-// the caller in the request's context (httpapi.PrincipalFrom) and the
-// request log, and refuses the others — in h's format when h is an
+// authenticate puts rt's handler behind the authentication rt.Auth names
+// and the scope rt.Scope names (authorize): it resolves the caller
+// (credentials: an API key, JWT or OAuth token; session: the handler's
+// httpapi.SessionAuthenticator; sign-in: the key the handler's
+// httpapi.SignInAuthenticator reads, within the attempt limit), applies
+// the per-key rate limit (credentials, session), puts the caller in the
+// request's context (httpapi.PrincipalFrom) and the request log, and
+// refuses the others — in the handler's format when it is an
 // httpapi.RefusalWriter: 401 (with Options.Challenge as WWW-Authenticate
-// where credentials are asked for), 429 with Retry-After. When h is an
-// httpapi.RateCounter, it decides which requests the rate limit counts.
-func (s *Server) authenticate(m httpapi.AuthMode, h http.Handler) http.Handler {
+// where credentials are asked for), 429 with Retry-After, 403 without the
+// scope. A token route (httpapi.AuthToken) takes the metrics token
+// (metricsToken). When the handler is an httpapi.RateCounter, it decides
+// which requests the rate limit counts.
+func (s *Server) authenticate(rt httpapi.Route) http.Handler {
+	h := rt.Handler
+	rw, _ := h.(httpapi.RefusalWriter)
+	next := authorize(rw, rt.Scope, rt.OrScope)(h)
 	var resolve func(*http.Request) (*http.Request, gpuproxy.Principal, error)
-	switch m {
+	switch rt.Auth {
 	case httpapi.AuthNone:
 		return h
+	case httpapi.AuthToken:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := s.metricsToken(r); err != nil {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+				refuse(w, r, rw, err)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
 	case httpapi.AuthCredentials:
 		resolve = s.credentials
 	case httpapi.AuthSession:
@@ -172,17 +191,26 @@ func (s *Server) authenticate(m httpapi.AuthMode, h http.Handler) http.Handler {
 			panic(fmt.Sprintf("server: the handler %T of a session route is not an httpapi.SessionAuthenticator", h))
 		}
 		resolve = sa.AuthenticateSession
+	case httpapi.AuthSignIn:
+		sa, ok := h.(httpapi.SignInAuthenticator)
+		if !ok {
+			panic(fmt.Sprintf("server: the handler %T of a sign-in route is not an httpapi.SignInAuthenticator", h))
+		}
+		resolve = func(r *http.Request) (*http.Request, gpuproxy.Principal, error) {
+			p, err := s.signIn(sa, r)
+			return r, p, err
+		}
 	default:
-		panic(fmt.Sprintf("server: unknown auth mode %d", m))
+		panic(fmt.Sprintf("server: unknown auth mode %d", rt.Auth))
 	}
-	rw, _ := h.(httpapi.RefusalWriter)
 	rc, _ := h.(httpapi.RateCounter)
+	limited := rt.Auth != httpapi.AuthSignIn // sign-in has its attempt limit instead
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rc != nil && !rc.CountsRate(r) {
 			r = r.WithContext(httpapi.WithoutRateCount(r.Context()))
 		}
 		r, p, err := resolve(r)
-		if err == nil {
+		if err == nil && limited {
 			err = s.limit(r, p)
 		}
 		if err != nil && r.Context().Err() != nil {
@@ -195,12 +223,14 @@ func (s *Server) authenticate(m httpapi.AuthMode, h http.Handler) http.Handler {
 			return
 		}
 		if err != nil {
-			if m == httpapi.AuthCredentials && gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
+			if rt.Auth == httpapi.AuthCredentials && gpuproxy.ErrorCode(err) == gpuproxy.EUNAUTHORIZED && s.opts.Challenge != nil {
 				w.Header().Set("WWW-Authenticate", s.opts.Challenge(r))
 			}
 			if secs, ok := gpuproxy.ErrorDetails(err)["retry_after_seconds"].(int); ok {
 				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				r = r.WithContext(httpapi.WithPrincipal(r.Context(), p)) // the refusal may show whose limit it is
+				if p.KeyID != "" {
+					r = r.WithContext(httpapi.WithPrincipal(r.Context(), p)) // the refusal may show whose limit it is
+				}
 			}
 			refuse(w, r, rw, err)
 			return
@@ -208,22 +238,8 @@ func (s *Server) authenticate(m httpapi.AuthMode, h http.Handler) http.Handler {
 		if sw := recorderOf(w); sw != nil {
 			sw.p = &p
 		}
-		h.ServeHTTP(w, r.WithContext(httpapi.WithPrincipal(r.Context(), p)))
+		next.ServeHTTP(w, r.WithContext(httpapi.WithPrincipal(r.Context(), p)))
 	})
-}
-
-// require refuses callers without scope sc (after authenticate).
-func require(sc gpuproxy.Scope) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p, _ := httpapi.PrincipalFrom(r)
-			if err := p.Require(sc); err != nil {
-				httpapi.WriteError(w, r, httpapi.Status(err), err)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 }
 
 // logRequest records one request in the metrics and the request log. It

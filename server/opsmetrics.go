@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -36,10 +34,10 @@ type opsSnapshot struct {
 	hasLag  bool
 }
 
-// windowLoad is one account window's (spent + held + committed) / limit.
+// windowLoad is one account window's (spent + held + committed) / limit,
+// named by the account's id only: an account's name is a tenant's string.
 type windowLoad struct {
 	accountID int64
-	account   string
 	minutes   int
 	ratio     float64
 }
@@ -62,7 +60,7 @@ func newOpsCollector() *opsCollector {
 			"Running instances per provider, every account (read from the database).", []string{"provider"}, nil),
 		load: prometheus.NewDesc("gpuproxy_window_usage_ratio",
 			"Each account window's (spent + held + committed) / limit: 1 means the window is full.",
-			[]string{"account_id", "account", "window_minutes"}, nil),
+			[]string{"account_id", "window_minutes"}, nil),
 		lag: prometheus.NewDesc("gpuproxy_metering_lag_seconds",
 			"Now minus the charged_until of the running meter charged least far (about one metering interval when healthy)."+
 				" Absent when no meter runs.", nil, nil),
@@ -89,7 +87,7 @@ func (c *opsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, w := range snap.windows {
 		ch <- prometheus.MustNewConstMetric(c.load, prometheus.GaugeValue, w.ratio,
-			strconv.FormatInt(w.accountID, 10), w.account, strconv.Itoa(w.minutes))
+			strconv.FormatInt(w.accountID, 10), strconv.Itoa(w.minutes))
 	}
 	if snap.hasLag {
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, snap.lag.Seconds())
@@ -158,30 +156,48 @@ func (s *Server) opsSnapshot(ctx context.Context) (opsSnapshot, error) {
 			if u.Limit <= 0 {
 				continue
 			}
-			snap.windows = append(snap.windows, windowLoad{accountID: a.ID, account: a.Name, minutes: u.Minutes,
+			snap.windows = append(snap.windows, windowLoad{accountID: a.ID, minutes: u.Minutes,
 				ratio: float64(u.Spent+u.Held+u.Committed) / float64(u.Limit)})
 		}
 	}
 	return snap, nil
 }
 
-// MetricsHandler serves /metrics: the Prometheus registry, behind
-// Authorization: Bearer token when token is set. Mount it on its own
-// listener (config metrics.listen) or let the server route it.
-func (m *Metrics) MetricsHandler(token string) http.Handler {
-	h := m.Handler()
-	if token == "" {
-		return h
+// metricsRoute is GET /metrics as a route of the pipeline: the
+// Prometheus registry behind the metrics token (httpapi.AuthToken). It is
+// on the server's routes unless Options.NoMetricsRoute moves it to a
+// listener of its own (MetricsListener); it returns the route's handler
+// behind its pipeline steps, which both serve.
+func (s *Server) metricsRoute() http.Handler {
+	rt := httpapi.Route{Method: http.MethodGet, Path: "/metrics", Handler: s.svc.Metrics.Handler(), Auth: httpapi.AuthToken}
+	if !s.opts.NoMetricsRoute {
+		s.add(rt)
 	}
-	want := sha256.Sum256([]byte(token))
+	return s.front(nil)(s.authenticate(rt))
+}
+
+// MetricsListener serves GET /metrics alone, for a listener of its own
+// (config metrics.listen), through the same pipeline as every route:
+// request id, panic recovery, request log and metrics, the body limit,
+// and the metrics token (Options.MetricsToken; without one, loopback
+// callers only). Any other request is answered 404 (405 for another
+// method on /metrics) through the same request log.
+func (s *Server) MetricsListener() http.Handler {
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpapi.WriteError(w, r, http.StatusNotFound, gpuproxy.Errorf(gpuproxy.ENOTFOUND, "this listener serves GET /metrics only"))
+	})
+	wrongMethod := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodGet)
+		httpapi.WriteError(w, r, http.StatusMethodNotAllowed, gpuproxy.Errorf(gpuproxy.EINVALID, "/metrics takes GET"))
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := sha256.Sum256([]byte(Credential(r.Header)))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
-			httpapi.WriteError(w, r, http.StatusUnauthorized,
-				gpuproxy.Errorf(gpuproxy.EUNAUTHORIZED, "/metrics needs Authorization: Bearer <metrics.token>"))
-			return
+		switch {
+		case r.URL.Path != "/metrics":
+			s.observed(w, r, "unmatched", false, notFound)
+		case r.Method != http.MethodGet:
+			s.observed(w, r, "/metrics", false, wrongMethod)
+		default:
+			s.observed(w, r, "/metrics", false, s.metrics)
 		}
-		h.ServeHTTP(w, r)
 	})
 }

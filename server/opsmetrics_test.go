@@ -133,11 +133,14 @@ func TestOperatorMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, u := range sp.Windows {
-			series := fmt.Sprintf(`gpuproxy_window_usage_ratio{account="acme",account_id="%d",window_minutes="%d"}`, acme.ID, u.Minutes)
+			series := fmt.Sprintf(`gpuproxy_window_usage_ratio{account_id="%d",window_minutes="%d"}`, acme.ID, u.Minutes)
 			want := float64(u.Spent+u.Held+u.Committed) / float64(u.Limit)
 			if v, ok := metricValue(t, body, series); !ok || v != want || v == 0 {
 				t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
 			}
+		}
+		if strings.Contains(body, "acme") {
+			t.Error("the metrics name an account: a tenant's string in a label")
 		}
 		if v, ok := metricValue(t, body, "gpuproxy_metering_lag_seconds"); !ok || v != 90 {
 			t.Errorf("metering lag = %v (present %v), want 90", v, ok)
@@ -152,10 +155,10 @@ func TestOperatorMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, body = scrape(t, hs.URL+"/metrics", "m-token")
-		if _, ok := metricValue(t, body, fmt.Sprintf(`gpuproxy_window_usage_ratio{account="acme",account_id="%d",window_minutes="1440"}`, acme.ID)); ok {
+		if _, ok := metricValue(t, body, fmt.Sprintf(`gpuproxy_window_usage_ratio{account_id="%d",window_minutes="1440"}`, acme.ID)); ok {
 			t.Error("the removed 1440-minute window is still reported")
 		}
-		if _, ok := metricValue(t, body, fmt.Sprintf(`gpuproxy_window_usage_ratio{account="acme",account_id="%d",window_minutes="60"}`, acme.ID)); !ok {
+		if _, ok := metricValue(t, body, fmt.Sprintf(`gpuproxy_window_usage_ratio{account_id="%d",window_minutes="60"}`, acme.ID)); !ok {
 			t.Error("the 60-minute window is gone")
 		}
 		if v, ok := metricValue(t, body, "gpuproxy_metering_lag_seconds"); !ok || v != 0 {
@@ -175,26 +178,43 @@ func TestOperatorMetrics(t *testing.T) {
 }
 
 // TestMetricsOwnListener: with NoMetricsRoute the API listener does not
-// serve /metrics; MetricsHandler serves it elsewhere, open or behind the
-// token.
+// serve /metrics; MetricsListener serves it elsewhere, through the same
+// pipeline: behind the token when one is set, and without one to
+// loopback callers only (not to one a proxy forwarded).
 func TestMetricsOwnListener(t *testing.T) {
 	t.Parallel()
 	st := dbtest.Open(t, dbtest.SQLite)
-	metrics := server.NewMetrics()
-	srv := server.New(server.Services{Auth: auth.New(st, auth.Options{}), Guard: guardrails.New(st, guardrails.Options{}),
-		Ledger: billing.NewLedger(st, nil), Store: st, Metrics: metrics, RateLimiter: auth.NewSharedRateLimiter(100, auth.RateLimitOptions{})},
-		server.Options{NoMetricsRoute: true, Logger: newTestLogger(&strings.Builder{})})
+	newServer := func(token string) *server.Server {
+		return server.New(server.Services{Auth: auth.New(st, auth.Options{}), Guard: guardrails.New(st, guardrails.Options{}),
+			Ledger: billing.NewLedger(st, nil), Store: st, Metrics: server.NewMetrics(),
+			RateLimiter: auth.NewSharedRateLimiter(100, auth.RateLimitOptions{})},
+			server.Options{NoMetricsRoute: true, MetricsToken: token, Logger: newTestLogger(&strings.Builder{})})
+	}
+	srv := newServer("")
 	api := httptest.NewServer(srv)
 	t.Cleanup(api.Close)
 	if code, _ := scrape(t, api.URL+"/metrics", ""); code != 404 {
 		t.Fatalf("API listener /metrics: %d, want 404", code)
 	}
-	open := httptest.NewServer(metrics.MetricsHandler(""))
+	open := httptest.NewServer(srv.MetricsListener())
 	t.Cleanup(open.Close)
 	if code, body := scrape(t, open.URL+"/metrics", ""); code != 200 || !strings.Contains(body, "gpuproxy_http_requests_total") {
-		t.Fatalf("own listener: %d", code)
+		t.Fatalf("own listener, no token, loopback caller: %d", code)
 	}
-	closed := httptest.NewServer(metrics.MetricsHandler("t"))
+	req, _ := http.NewRequest(http.MethodGet, open.URL+"/metrics", nil)
+	req.Header.Set("X-Forwarded-For", "198.51.100.7")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 401 {
+		t.Fatalf("own listener, no token, a forwarded caller: %d, want 401", res.StatusCode)
+	}
+	if code, _ := scrape(t, open.URL+"/health", ""); code != 404 {
+		t.Fatalf("own listener /health: %d, want 404", code)
+	}
+	closed := httptest.NewServer(newServer("t").MetricsListener())
 	t.Cleanup(closed.Close)
 	if code, _ := scrape(t, closed.URL+"/metrics", ""); code != 401 {
 		t.Fatalf("own listener without token: %d", code)

@@ -16,6 +16,9 @@ const (
 	// DefaultGaugeMaxAge is how long one database reading serves the
 	// operator gauges to scrapes by default.
 	DefaultGaugeMaxAge = 10 * time.Second
+	// DefaultSignInPerMinute is how many sign-in attempts one client
+	// address, and one key, may make a minute by default.
+	DefaultSignInPerMinute = 10
 )
 
 // Options configure the server. Zero values take the defaults above;
@@ -33,11 +36,17 @@ type Options struct {
 	// KeepNetHTTP keeps every connection with net/http: no connection is
 	// taken over after a prefix-route request (see internal/takeover).
 	KeepNetHTTP bool
-	// MetricsToken, when set, is the bearer token GET /metrics requires.
+	// MetricsToken, when set, is the bearer token GET /metrics requires
+	// (httpapi.AuthToken); unset, /metrics answers loopback callers only
+	// (MetricsGuard).
 	MetricsToken string
-	// NoMetricsRoute leaves /metrics out of this server: it is served on
-	// a listener of its own (Metrics.MetricsHandler).
+	// NoMetricsRoute leaves /metrics out of this server's routes: it is
+	// served on a listener of its own (Server.MetricsListener).
 	NoMetricsRoute bool
+	// SignInPerMinute bounds the console's sign-in attempts per client
+	// address and per key (default DefaultSignInPerMinute); past it, 429
+	// with Retry-After.
+	SignInPerMinute int
 	// GaugeMaxAge is how long one database reading serves the operator
 	// gauges to scrapes (default DefaultGaugeMaxAge; negative: every
 	// scrape reads).
@@ -53,6 +62,10 @@ func (o Options) Validate() error {
 	if o.MaxBody < 0 {
 		return fmt.Errorf("server.Options.MaxBody: must not be negative, got %d (0 takes the default %s)",
 			o.MaxBody, httpapi.HumanBytes(DefaultMaxBody))
+	}
+	if o.SignInPerMinute < 0 {
+		return fmt.Errorf("server.Options.SignInPerMinute: must not be negative, got %d (0 takes the default %d)",
+			o.SignInPerMinute, DefaultSignInPerMinute)
 	}
 	return nil
 }
@@ -70,6 +83,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.GaugeMaxAge == 0 {
 		o.GaugeMaxAge = DefaultGaugeMaxAge
+	}
+	if o.SignInPerMinute <= 0 {
+		o.SignInPerMinute = DefaultSignInPerMinute
 	}
 	return o
 }

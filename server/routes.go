@@ -27,18 +27,16 @@ import (
 // read (log_level debug prints it at start).
 func (s *Server) routes() {
 	e := s.e
-	body := echo.WrapMiddleware(s.limitBody(nil))
+	body := echo.WrapMiddleware(s.front(nil))
 	e.GET("/health", s.health, body)
 	e.GET("/ready", s.ready, body)
 	e.GET("/openapi.json", s.openAPI, body)
-	if !s.opts.NoMetricsRoute {
-		e.GET("/metrics", echoHandler(s.svc.Metrics.MetricsHandler(s.opts.MetricsToken)), body)
-	}
+	s.metrics = s.metricsRoute()
 	s.svc.Metrics.ops.setSource(s.opsSnapshot, s.opts.GaugeMaxAge)
 
-	api := e.Group("/api/v1", body, echo.WrapMiddleware(func(h http.Handler) http.Handler {
-		return s.authenticate(httpapi.AuthCredentials, h)
-	}), s.knownQuery)
+	api := s.restGroup("/api/v1", e.Group("/api/v1", body, echo.WrapMiddleware(func(h http.Handler) http.Handler {
+		return s.authenticate(httpapi.Route{Auth: httpapi.AuthCredentials, Handler: h})
+	}), s.knownQuery))
 
 	api.GET("/spending", s.getSpending, need(gpuproxy.ScopeSpendingRead))
 	api.POST("/spending/check", s.checkSpending, need(gpuproxy.ScopeSpendingRead))
@@ -97,7 +95,7 @@ func (s *Server) routes() {
 		mount(registrar{s})
 	}
 	for _, r := range s.Routes() { // every route, for operators (and the OpenAPI route test)
-		s.log.Debug("route", "method", r.Method, "path", r.Path, "auth", r.Auth.String())
+		s.log.Debug("route", "method", r.Method, "path", r.Path, "auth", r.Auth.String(), "scope", r.ScopeText())
 	}
 }
 
@@ -114,15 +112,20 @@ type Route struct {
 	Path string
 	// Auth is how the pipeline identifies the caller before the handler
 	// runs: none; credentials (API key, JWT or OAuth token: 401 with the
-	// challenge without them); or session (the console's cookie: the
-	// console's own refusal without one). Both apply the per-key rate
-	// limit (429 with Retry-After).
+	// challenge without them); session (the console's cookie: the
+	// console's own refusal without one); both apply the per-key rate
+	// limit (429 with Retry-After); sign-in (the console's form, within
+	// the attempt limit); or token (the metrics token).
 	Auth httpapi.AuthMode
+	// Scope is what the caller must hold (httpapi.AnyScope: any caller),
+	// or OrScope; the pipeline refuses others with 403 before the handler
+	// runs (httpapi.Route.Scope).
+	Scope, OrScope gpuproxy.Scope
 	// Prefix, when set, is the path prefix the route serves ahead of the
 	// router (the inference proxy's fast path).
 	Prefix string
-	// OwnRefusals: the handler renders the pipeline's refusals (401, 413,
-	// 429) in its own format (httpapi.RefusalWriter: MCP's JSON-RPC
+	// OwnRefusals: the handler renders the pipeline's refusals (401, 403,
+	// 413, 429) in its own format (httpapi.RefusalWriter: MCP's JSON-RPC
 	// errors, the console's pages); otherwise they are in the REST error
 	// shape.
 	OwnRefusals bool
@@ -173,9 +176,12 @@ func (s *Server) Routes() []Route {
 	return out
 }
 
-// policy is the route method path as Routes lists it: a transport's
-// table entry, or a REST route (credentials under /api/v1, none for
-// health, readiness, the OpenAPI document and metrics).
+// ScopeText is r's scope rule as listings show it (httpapi.ScopeText).
+func (r Route) ScopeText() string { return httpapi.ScopeText(r.Scope, r.OrScope) }
+
+// policy is the route method path as Routes lists it: a transport's or a
+// REST route's table entry (restGroup), or none for health, readiness
+// and the OpenAPI document.
 func (s *Server) policy(method, path string) Route {
 	if rt, ok := s.mounted[method+" "+path]; ok {
 		return rt

@@ -61,6 +61,10 @@ type Services struct {
 	// ReadyDetails, when set, adds what it returns to /ready's details
 	// (figures, e.g. the open-files limits; never a reason to be unready).
 	ReadyDetails func() map[string]any
+	// SignInLimiter counts sign-in attempts per client address and per
+	// key (Options.SignInPerMinute each). Nil: a limiter of this process
+	// (app passes one every replica shares).
+	SignInLimiter *auth.RateLimiter
 	// Mount, when set, adds the other transports' route tables (proxy,
 	// console, MCP, OAuth: each one's Routes) through a registrar that
 	// serves them through the pipeline (routes.go).
@@ -81,6 +85,10 @@ type Server struct {
 	// Connections taken over after a prefix-route request, which serve
 	// the prefix routes' next requests (internal/takeover).
 	taken *takeover.Conns
+
+	signIns *auth.RateLimiter // sign-in attempts per address and per key (httpapi.AuthSignIn)
+	metrics http.Handler      // GET /metrics behind its pipeline (MetricsListener)
+	apiDoc  []byte            // the OpenAPI document with each operation's scope from the table
 }
 
 // New builds the echo application with every route.
@@ -91,10 +99,15 @@ func New(svc Services, o Options) *Server {
 	}
 	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger, mounted: map[string]Route{}, static: map[string]bool{}}
 	s.taken = takeover.New(s, takeover.RouterFunc(s.takeoverRoute))
+	s.signIns = svc.SignInLimiter
+	if s.signIns == nil {
+		s.signIns = auth.NewSharedRateLimiter(o.SignInPerMinute, auth.RateLimitOptions{Logger: o.Logger})
+	}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
 	s.e.Use(s.routeLabel)
 	s.routes()
+	s.apiDoc = s.scopedDoc(openAPIDoc)
 	return s
 }
 
@@ -131,7 +144,11 @@ func Credential(h http.Header) string {
 // credentials resolves the caller of r from its API key or token
 // (Credential): the pipeline's credentials authentication.
 func (s *Server) credentials(r *http.Request) (*http.Request, gpuproxy.Principal, error) {
-	p, err := s.svc.Auth.Authenticate(r.Context(), Credential(r.Header))
+	cred, err := credentialOf(r.Header)
+	if err != nil {
+		return r, gpuproxy.Principal{}, err
+	}
+	p, err := s.svc.Auth.Authenticate(r.Context(), cred)
 	return r, p, err
 }
 
@@ -152,9 +169,6 @@ func (s *Server) limit(r *http.Request, p gpuproxy.Principal) error {
 	return nil
 }
 
-// need refuses callers without scope sc: require, as echo middleware.
-func need(sc gpuproxy.Scope) echo.MiddlewareFunc { return echo.WrapMiddleware(require(sc)) }
-
 // principal is the caller authenticate stored in the request.
 func principal(c echo.Context) gpuproxy.Principal {
 	p, _ := httpapi.PrincipalFrom(c.Request())
@@ -170,8 +184,9 @@ type registrar struct{ s *Server }
 var _ Registrar = registrar{}
 
 // Add implements httpapi.Registrar: each route goes behind the pipeline
-// (limitBody, then the authentication its Auth names), on the router or,
-// with a Prefix, ahead of it.
+// (front, then the authentication its Auth names and the scope its Scope
+// names), on the router or, with a Prefix, ahead of it. A route whose
+// scope does not fit its authentication panics (checkScope).
 func (r registrar) Add(table ...httpapi.Route) {
 	for _, rt := range table {
 		r.s.add(rt)
@@ -182,9 +197,11 @@ func (r registrar) Add(table ...httpapi.Route) {
 func (s *Server) add(rt httpapi.Route) {
 	rw, own := rt.Handler.(httpapi.RefusalWriter)
 	_, counts := rt.Handler.(httpapi.RateCounter)
-	h := s.limitBody(rw)(s.authenticate(rt.Auth, rt.Handler))
-	listed := Route{Method: rt.Method, Path: rt.Path, Auth: rt.Auth, Prefix: rt.Prefix, OwnRefusals: own,
-		OwnRateCount: counts && rt.Auth != httpapi.AuthNone}
+	checkScope(rt)
+	h := s.front(rw)(s.authenticate(rt))
+	listed := Route{Method: rt.Method, Path: rt.Path, Auth: rt.Auth, Scope: rt.Scope, OrScope: rt.OrScope,
+		Prefix: rt.Prefix, OwnRefusals: own,
+		OwnRateCount: counts && (rt.Auth == httpapi.AuthCredentials || rt.Auth == httpapi.AuthSession)}
 	if rt.Prefix != "" {
 		s.prefixes = append(s.prefixes, directRoute{s: s, listed: listed, h: h})
 		return

@@ -43,7 +43,8 @@ func newEquivEnv(t *testing.T, h http.HandlerFunc, keepNetHTTP bool, cfg func(*h
 	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{Logger: log}),
 		Ledger: billing.NewLedger(st, nil), Store: st, RateLimiter: auth.NewSharedRateLimiter(1_000_000, auth.RateLimitOptions{}),
 		Mount: []func(server.Registrar){func(r server.Registrar) {
-			r.Add(httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: h, Auth: httpapi.AuthCredentials})
+			r.Add(httpapi.Route{Method: "*", Path: "/api/v1/x/*", Prefix: "/api/v1/x/", Handler: h, Auth: httpapi.AuthCredentials,
+				Scope: httpapi.AnyScope})
 		}}},
 		server.Options{Logger: log, MaxBody: 1024, KeepNetHTTP: keepNetHTTP})
 	hs := httptest.NewUnstartedServer(srv)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestServeMetricsListener: metrics.listen moves /metrics off the API
@@ -71,13 +73,24 @@ func TestServeMetricsListener(t *testing.T) {
 		t.Errorf("metrics without the token: %d, want 401", code)
 	}
 	code, body := get("http://"+addr+"/metrics", "scrape-me")
-	if code != 200 || !strings.Contains(body, `gpuproxy_window_usage_ratio{account="acme"`) ||
+	if code != 200 || !strings.Contains(body, `gpuproxy_window_usage_ratio{account_id="`) ||
 		!strings.Contains(body, `gpuproxy_proxy_ttfb_seconds_bucket{le="300"}`) {
 		t.Errorf("metrics: %d\n%s", code, body)
 	}
 	if code, _ := get("http://"+addr+"/health", "scrape-me"); code != 404 {
 		t.Errorf("metrics listener serves /health: %d", code)
 	}
+	// The listener's requests go through the pipeline: each has its
+	// request-log line under the route /metrics.
+	testpoll.Until(t, 5*time.Second, "a request-log line of the metrics listener", func() bool {
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" && m["route"] == "/metrics" && m["status"] == float64(200) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func TestMetricsConfig(t *testing.T) {

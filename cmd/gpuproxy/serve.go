@@ -158,12 +158,14 @@ Set VASTAI_API_KEY and/or IONET_API_KEY (or providers: in the config file), or t
 // too and its error is returned.
 func serve(ctx context.Context, a *app.App, ln net.Listener, mc metricsConf, log *slog.Logger) error {
 	if mc.Listen == "" {
+		log.Info("metrics on the API listener", "path", "/metrics", "token", mc.Token != "",
+			"guard", server.Options{MetricsToken: mc.Token}.MetricsGuard())
 		return a.Serve(ctx, ln)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	failed := make(chan error, 1)
-	ms, err := serveMetrics(mc, a.Metrics, log, func(err error) {
+	ms, err := serveMetrics(mc, a.Server, log, func(err error) {
 		failed <- err
 		cancel()
 	})
@@ -180,18 +182,22 @@ func serve(ctx context.Context, a *app.App, ln net.Listener, mc metricsConf, log
 	return err
 }
 
-// serveMetrics serves /metrics alone on mc.Listen (behind mc.Token when
-// set); fail gets the error if serving fails.
-func serveMetrics(mc metricsConf, m *server.Metrics, log *slog.Logger, fail func(error)) (*http.Server, error) {
+// serveMetrics serves /metrics alone on mc.Listen, through the server's
+// pipeline (Server.MetricsListener: behind mc.Token when set, for
+// loopback callers only when not); fail gets the error if serving fails.
+func serveMetrics(mc metricsConf, s *server.Server, log *slog.Logger, fail func(error)) (*http.Server, error) {
 	ln, err := net.Listen("tcp", mc.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listening for metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.MetricsHandler(mc.Token))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	hs := &http.Server{Handler: s.MetricsListener(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	log.Info("metrics listening", "addr", ln.Addr().String(), "token", mc.Token != "")
+	log.Info("metrics listening", "addr", ln.Addr().String(), "token", mc.Token != "",
+		"guard", server.Options{MetricsToken: mc.Token}.MetricsGuard())
+	if ip, ok := ln.Addr().(*net.TCPAddr); ok && mc.Token == "" && !ip.IP.IsLoopback() {
+		log.Warn("metrics.listen is not a loopback address and metrics.token is unset: only loopback callers are served",
+			"addr", ln.Addr().String())
+	}
 	go func() {
 		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			fail(fmt.Errorf("serving metrics: %w", err))
