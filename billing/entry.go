@@ -51,15 +51,16 @@ type Entry struct {
 	Description    string
 	IdempotencyKey string
 	Basis          Basis
-	// KeyID attributes the entry to the API key that caused it (a proxy
-	// lease's key). When empty, the store attributes an entry for an
-	// instance to the key that created the instance, unless ByCaller is
-	// set. Append only.
+	// KeyID attributes the entry to the API key that caused it (the key
+	// that made a proxy lease's calls). When empty, the store attributes
+	// an entry for an instance to the key that created the instance,
+	// unless ByCaller is set. Append only.
 	KeyID string
 	// ByCaller marks a cost the callers caused, not the instance (proxy
 	// requests): it is the key's in KeyID alone, and no key's when KeyID
-	// is empty (calls on an account lease, by keys without windows of
-	// their own) — never the instance creator's, which did not make them.
+	// is empty (calls no key made, or an account lease's calls still
+	// without an outcome at settlement) — never the instance creator's,
+	// which did not make them.
 	ByCaller bool
 
 	// Account, GPUName, NumGPUs and KeyName describe the entry for

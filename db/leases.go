@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -13,8 +14,9 @@ import (
 
 // SettleLease closes a proxy budget lease: under the account lock, its
 // hold is closed (settled, or released when nothing was charged) and one
-// ledger charge per instance is appended, keyed by hold and instance so a
-// retried settlement never charges twice. When the reconciler expired the
+// ledger charge per instance and key charged is appended (on an account
+// lease, attributed to the key that made the calls), keyed by hold,
+// instance and calling key so a retried settlement never charges twice. When the reconciler expired the
 // lease meanwhile (this replica was cut off for longer than the expiry),
 // the lease was charged in full then (ExpireLeases); its charges are
 // appended all the same — the calls were served — and that full charge is
@@ -49,6 +51,9 @@ func (s *Store) SettleLease(ctx context.Context, accountID, holdID int64, charge
 				InstanceID: ch.InstanceID, KeyID: ch.KeyID, ByCaller: true, Basis: billing.Metered,
 				Description:    "proxy requests: " + strconv.FormatInt(ch.Requests, 10),
 				IdempotencyKey: "lease:" + lease + ":" + ch.InstanceID}
+			if ch.Caller {
+				e.IdempotencyKey += ":key:" + ch.KeyID
+			}
 			if ch.InstanceID == "" {
 				e.Description += " (outcome unknown at settlement)"
 			}
@@ -62,8 +67,8 @@ func (s *Store) SettleLease(ctx context.Context, accountID, holdID int64, charge
 
 // AmendLease refunds a call charged at its admitted cost when its lease
 // was settled before it ended (booked without an instance, as the
-// settlement's "outcome unknown" charge) and charges what it actually
-// cost to its instance, idempotently by the call's ref, in one
+// settlement's "outcome unknown" charge, to the lease's key) and charges
+// what it actually cost to its instance and the key that made it, idempotently by the call's ref, in one
 // transaction serialized with admissions.
 func (s *Store) AmendLease(ctx context.Context, accountID, holdID int64, a guardrails.LeaseAmend, now time.Time) error {
 	return s.inTx(ctx, func(c conn) error {
@@ -81,7 +86,7 @@ func (s *Store) AmendLease(ctx context.Context, accountID, holdID int64, a guard
 		}
 		if a.Amount > 0 {
 			e := billing.Entry{AccountID: accountID, Type: billing.Charge, Amount: a.Amount, At: now,
-				InstanceID: a.InstanceID, KeyID: a.KeyID, ByCaller: true, Basis: billing.Metered,
+				InstanceID: a.InstanceID, KeyID: cmp.Or(a.CallerKeyID, a.KeyID), ByCaller: true, Basis: billing.Metered,
 				Description: "proxy requests: 1 (settled at its end)", IdempotencyKey: key + ":charge"}
 			if _, _, err := appendEntry(ctx, c, e); err != nil {
 				return err

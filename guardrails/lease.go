@@ -19,18 +19,28 @@ const LeaseRefPrefix = "lease:"
 // requests cost, charged when the lease is settled.
 type LeaseCharge struct {
 	InstanceID string // empty for requests whose outcome was still unknown
-	KeyID      string // the key whose own lease it was; empty on an account lease
-	Requests   int64
-	Amount     gpuproxy.Micros
+	// KeyID is the key charged: the key whose own lease it was, or on an
+	// account lease the key that made the calls (Caller set); empty for
+	// calls no key made and, on an account lease, calls still without an
+	// outcome.
+	KeyID string
+	// Caller marks a charge of one calling key's calls on an account
+	// lease: an account lease has one per instance and key.
+	Caller   bool
+	Requests int64
+	Amount   gpuproxy.Micros
 }
 
 // LeaseAmend is a call settled after its lease (see Store.AmendLease).
 type LeaseAmend struct {
 	Ref        string // the call's request id
 	InstanceID string
-	KeyID      string
-	Admitted   gpuproxy.Micros // charged at settlement, refunded now
-	Amount     gpuproxy.Micros // what it cost
+	KeyID      string // the lease's key: its admitted cost was charged to it
+	// CallerKeyID is the key that made the call, charged what it cost;
+	// empty: KeyID.
+	CallerKeyID string
+	Admitted    gpuproxy.Micros // charged at settlement, refunded now
+	Amount      gpuproxy.Micros // what it cost
 }
 
 // Pass is one proxy call admitted against a lease. Done must be called
@@ -40,6 +50,26 @@ type LeaseAmend struct {
 type Pass struct {
 	l    *lease
 	cost gpuproxy.Micros
+	key  string // the calling key ("" for none), charged on an account lease
+}
+
+// use is a lease's tally key: an instance and the key charged for calls
+// to it.
+type use struct{ inst, key string }
+
+// charge adds one call of amount to instance on its lease; la.mu is held.
+func (p Pass) charge(instanceID string, amount gpuproxy.Micros) {
+	k := use{inst: instanceID, key: p.l.acct.key}
+	if k.key == "" {
+		k.key = p.key
+	}
+	u := p.l.uses[k]
+	if u == nil {
+		u = &LeaseCharge{InstanceID: instanceID, KeyID: k.key, Caller: p.l.acct.key == "" && k.key != ""}
+		p.l.uses[k] = u
+	}
+	u.Requests++
+	u.Amount += amount
 }
 
 // Settle reports the call's outcome to its lease with what it actually
@@ -59,7 +89,7 @@ func (p Pass) Settle(instanceID, ref string, amount gpuproxy.Micros) {
 	defer la.mu.Unlock()
 	if p.l.settled {
 		la.amends = append(la.amends, pendingAmend{holdID: p.l.holdID, LeaseAmend: LeaseAmend{Ref: ref,
-			InstanceID: instanceID, KeyID: la.key, Admitted: p.cost, Amount: amount}})
+			InstanceID: instanceID, KeyID: la.key, CallerKeyID: p.key, Admitted: p.cost, Amount: amount}})
 		return
 	}
 	p.l.pending--
@@ -67,13 +97,7 @@ func (p Pass) Settle(instanceID, ref string, amount gpuproxy.Micros) {
 	if amount == 0 {
 		return
 	}
-	u := p.l.uses[instanceID]
-	if u == nil {
-		u = &LeaseCharge{InstanceID: instanceID}
-		p.l.uses[instanceID] = u
-	}
-	u.Requests++
-	u.Amount += amount
+	p.charge(instanceID, amount)
 }
 
 // pendingAmend is a LeaseAmend of one of an account's leases, to be
@@ -99,13 +123,7 @@ func (p Pass) Done(instanceID string, charged bool) {
 		p.l.used -= p.cost
 		return
 	}
-	u := p.l.uses[instanceID]
-	if u == nil {
-		u = &LeaseCharge{InstanceID: instanceID}
-		p.l.uses[instanceID] = u
-	}
-	u.Requests++
-	u.Amount += p.cost
+	p.charge(instanceID, p.cost)
 }
 
 // Cost is what the pass was admitted for (its most expensive outcome).
@@ -129,7 +147,7 @@ type lease struct {
 	checked time.Time
 	used    gpuproxy.Micros // admitted: charged or undecided
 	pending int             // admitted calls without an outcome yet
-	uses    map[string]*LeaseCharge
+	uses    map[use]*LeaseCharge
 	retired time.Time // when it stopped admitting; zero while current
 	settled bool
 }
@@ -244,7 +262,7 @@ func (g *ProxyGate) AdmitKey(ctx context.Context, accountID int64, keyID string,
 				l.pending++
 				la.mu.Unlock()
 				g.svc.observe("proxy", true)
-				return Pass{l: l, cost: cost}, nil
+				return Pass{l: l, cost: cost, key: keyID}, nil
 			}
 			la.retire(now)
 		}
@@ -349,7 +367,7 @@ func (g *ProxyGate) takeLease(la *leaseAcct, f *leaseFlight) {
 	switch {
 	case err == nil:
 		la.cur = &lease{acct: la, holdID: holdID, amount: size, start: now, snap: &snap, checked: checked,
-			uses: map[string]*LeaseCharge{}}
+			uses: map[use]*LeaseCharge{}}
 		la.snap, la.refusal = &snap, nil
 	case gpuproxy.ErrorCode(err) == gpuproxy.ELIMIT:
 		// Refused at one call's cost: later calls reuse the refusal for
@@ -455,15 +473,14 @@ func (g *ProxyGate) settleDue(all bool) error {
 	return first
 }
 
-// charges lists the lease's used part per instance, plus calls still
-// without an outcome (counted as charged); la.mu is held.
+// charges lists the lease's used part per instance and key charged (on
+// an account lease, the calling key), plus calls still without an
+// outcome (counted as charged, to the lease's key); la.mu is held.
 func (l *lease) charges() []LeaseCharge {
 	out := make([]LeaseCharge, 0, len(l.uses)+1)
 	var charged gpuproxy.Micros
 	for _, u := range l.uses {
-		c := *u
-		c.KeyID = l.acct.key
-		out = append(out, c)
+		out = append(out, *u)
 		charged += u.Amount
 	}
 	if l.pending > 0 {

@@ -128,3 +128,53 @@ func TestProxyFreeCallsCheckKeyWindows(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyAccountLeaseChargesTheCaller: calls by keys without windows of
+// their own share the account's lease, and its settlement charges each
+// calling key its own calls (the ledger's summary by key), calls no key
+// made to no key — never the key that created the instance.
+func TestProxyAccountLeaseChargesTheCaller(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			const cost = 10_000 // $0.01
+			st := newLeaseStack(t, k, 1, 10*usd, 0, guardrails.ProxyGateOptions{})
+			ctx := context.Background()
+			for _, id := range []string{"alice", "batch"} {
+				if err := st.stores[0].CreateKey(ctx, gpuproxy.APIKey{ID: id, AccountID: st.acct, Name: id,
+					Hash: "h-" + id, Scopes: []gpuproxy.Scope{gpuproxy.ScopeProxyInvoke}, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			calls := map[string]int{"alice": 3, "batch": 5, "": 2}
+			g := st.gates[0]
+			for key, n := range calls {
+				for i := range n {
+					p, err := g.AdmitKey(ctx, st.acct, key, cost)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if i%2 == 0 {
+						p.Done("gpi_one", true)
+					} else {
+						p.Settle("gpi_two", "req-"+key+string(rune('a'+i)), cost)
+					}
+				}
+			}
+			closeGate(t, g)
+			rows, err := st.stores[0].Summary(ctx, billing.Filter{AccountID: st.acct}, billing.ByKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]gpuproxy.Micros{}
+			for _, r := range rows {
+				got[r.Key] = r.Charges
+			}
+			for key, n := range calls {
+				if got[key] != gpuproxy.Micros(n)*cost {
+					t.Errorf("key %q charged %s for %d calls of %s (all: %v)", key, got[key], n, gpuproxy.Micros(cost), got)
+				}
+			}
+		})
+	}
+}
