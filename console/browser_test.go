@@ -217,10 +217,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		api := s.api(eng, "/api/v1/gpu/instances")["instances"].([]any)
 		rows := eval[[]map[string]string](b, `[...document.querySelectorAll("#instances tr[data-instance]")].map(r => ({
 			id: r.dataset.instance, cost: r.querySelector("[data-field=cost]").innerText, status: r.querySelector(".tag").innerText}))`)
-		// The running vast.ai instance, the attempt before it that found
-		// its offer gone (failed), the destroyed io.net deployment.
-		if len(rows) != len(api) || len(rows) != 3 {
+		// The running vast.ai instance (the attempt before it, which found
+		// its offer gone, is shown on it, not as an instance) and the
+		// destroyed io.net deployment.
+		if len(rows) != len(api) || len(rows) != 2 {
 			t.Fatalf("instances shown %d, API %d", len(rows), len(api))
+		}
+		if got := b.text(`#instances tr[data-instance="` + s.running.ID + `"] [data-field=attempts]`); got != "2 offers tried" {
+			t.Errorf("the running instance's attempts in the list: %q", got)
+		}
+		if failed := s.api(eng, "/api/v1/gpu/instances?status=failed")["instances"].([]any); len(failed) != 1 {
+			t.Errorf("status=failed lists %d rows, want the one failed attempt", len(failed))
 		}
 		for i, v := range api {
 			v := v.(map[string]any)

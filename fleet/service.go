@@ -408,7 +408,11 @@ func (s *Service) Get(ctx context.Context, accountID int64, id string) (View, er
 	return View{Instance: inst, CostToDate: c, Schedule: s.schedule(inst, owed, now)}, err
 }
 
-// List returns the account's instances, optionally in one status.
+// List returns the account's instances, optionally in one status. Without
+// a status it lists what was rented (or may have been: a pending row): a
+// create that failed before any provider rented it — each failed attempt
+// of a rent by spec leaves one — is an attempt, shown on the instance its
+// call rented (Attempts), not an instance; status "failed" lists them.
 func (s *Service) List(ctx context.Context, accountID int64, status string) ([]View, error) {
 	if status != "" && !validStatus(gpuproxy.InstanceStatus(status)) {
 		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, stopped, terminating, terminated or failed")
@@ -424,9 +428,18 @@ func (s *Service) List(ctx context.Context, accountID int64, status string) ([]V
 	out := make([]View, 0, len(insts))
 	now := s.opts.Now()
 	for _, in := range insts {
+		if status == "" && neverRented(in) {
+			continue
+		}
 		out = append(out, View{Instance: in, CostToDate: costs[in.ID], Schedule: s.schedule(in, costs[in.ID], now)})
 	}
 	return out, nil
+}
+
+// neverRented tells a row whose create failed before any provider rented
+// it: a failed attempt, not an instance.
+func neverRented(in gpuproxy.Instance) bool {
+	return in.Status == gpuproxy.Failed && in.ProviderInstanceID == ""
 }
 
 // RunningEndpoint returns the endpoint of one of the account's running

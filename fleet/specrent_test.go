@@ -264,6 +264,33 @@ func TestInvalidCreateSavesNoResult(t *testing.T) {
 	}
 }
 
+// TestFailedAttemptsAreNotListed: a rent by spec whose first offer was
+// gone leaves that attempt's failed row, which the default list leaves
+// out (the rented instance carries both attempts); status=failed lists
+// it.
+func TestFailedAttemptsAreNotListed(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			w := newWorld(t, k, worldOpts{})
+			ctx := context.Background()
+			f := w.fleets[0]
+			failCreates(w, 1)
+			inst, err := f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: spec4090(50), Image: "i"})
+			if err != nil || len(inst.Attempts) != 2 {
+				t.Fatalf("create: %+v %v", inst, err)
+			}
+			all, err := f.List(ctx, w.acct.ID, "")
+			if err != nil || len(all) != 1 || all[0].ID != inst.ID || len(all[0].Attempts) != 2 {
+				t.Fatalf("default list: %d rows %+v %v", len(all), all, err)
+			}
+			failed, err := f.List(ctx, w.acct.ID, string(gpuproxy.Failed))
+			if err != nil || len(failed) != 1 || failed[0].ID == inst.ID || failed[0].PricePerHour == 0 {
+				t.Fatalf("status=failed: %+v %v", failed, err)
+			}
+		})
+	}
+}
+
 // TestRacingRentsBySpec: many callers on two replicas rent by spec at once
 // under a limit that fits only some: no offer is rented twice, the window
 // is never passed, and every refusal is a 402 or a no_matching_offer.

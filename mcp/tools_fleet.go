@@ -99,7 +99,8 @@ func (s *Server) fleetTools() []toolSpec {
 			Title: "Your GPU instances",
 			Description: "List your instances, newest first, with status, endpoint (for proxy_inference_request), " +
 				"cost to date in US dollars and lifetime: the rules, last_activity_at, idle_for, and when which rule " +
-				"acts next (acts_at, rule, action).",
+				"acts next (acts_at, rule, action). Create attempts that rented nothing (an offer gone, a provider refusal) " +
+				"are not listed: a rent by spec shows them as the attempts of the instance it rented; status failed lists them.",
 			InputSchema:  object(optional("status", enum("only instances in this status", statuses...))),
 			OutputSchema: outputSchema[instancesOutput](),
 			Annotations:  readOnly("Your GPU instances", false),
