@@ -28,6 +28,7 @@ import (
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
+	"github.com/aiserve/gpuproxy/server"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -94,6 +95,9 @@ func newStack(t *testing.T, o stackOpts) *stack {
 		IONet:     ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 10 * time.Second, RetryWait: time.Millisecond},
 		Fleet:     fleet.Options{PollInterval: 20 * time.Millisecond, OfferCacheTTL: -1},
 		Console:   console.Options{Secret: []byte("console test secret, 32 bytes ok"), PageSize: 25},
+		// Tests sign the same keys in many times from one address; the
+		// sign-in throttle is walked in app's route test.
+		Server: server.Options{SignInPerMinute: 100000},
 	})
 	if err != nil {
 		t.Fatal(err)
