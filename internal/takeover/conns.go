@@ -106,9 +106,17 @@ func (t *Conns) TakeOver(w http.ResponseWriter, r *http.Request) {
 
 // canTakeOver reports whether the connection of a finished request can be
 // taken over: plain HTTP/1.1 keep-alive, the request body read to its
-// end, the response not closing the connection.
+// end, the response not closing the connection. A request with a body
+// that expected 100-continue stays with net/http: had its handler left
+// the body unread (a 413 before reading), the read below would wait for
+// a body the client sends only after 100 Continue, which net/http no
+// longer sends once the answer is written; net/http closes such a
+// connection after the answer instead.
 func (t *Conns) canTakeOver(w http.ResponseWriter, r *http.Request) bool {
 	if r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close || r.TLS != nil || t.closing.Load() {
+		return false
+	}
+	if r.ContentLength != 0 && r.Header["Expect"] != nil {
 		return false
 	}
 	for _, v := range w.Header()["Connection"] {
