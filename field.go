@@ -214,11 +214,6 @@ func (r FieldRule) checkMicros(m Micros, got string) error {
 	return nil
 }
 
-// CheckDuration checks a duration value of the field.
-func (r FieldRule) CheckDuration(d time.Duration) error {
-	return r.checkDuration(d, FormatDuration(d))
-}
-
 func (r FieldRule) checkDuration(d time.Duration, got string) error {
 	if d == 0 && r.Zero != "" {
 		return nil

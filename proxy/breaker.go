@@ -146,9 +146,3 @@ func (b *breakers) sweep(now time.Time) {
 	})
 }
 
-// len returns how many breakers are kept.
-func (b *breakers) len() int {
-	n := 0
-	b.m.Range(func(any, any) bool { n++; return true })
-	return n
-}
