@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
@@ -78,6 +80,13 @@ func (o openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == pathModels && r.Method == http.MethodGet:
 		o.models(w, r, pr.AccountID)
 		return
+	case strings.HasPrefix(path, pathModels+"/") && r.Method == http.MethodGet:
+		o.model(w, r, pr.AccountID, strings.TrimPrefix(path, pathModels+"/"))
+		return
+	case strings.HasPrefix(path, pathModels+"/"):
+		w.Header().Set("Allow", http.MethodGet)
+		writeOpenAI(w, http.StatusMethodNotAllowed, gpuproxy.Errorf(gpuproxy.EINVALID, "%s takes GET", truncate(path, 200)))
+		return
 	case path == pathChat || path == pathCompletions || path == pathEmbeddings:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -90,7 +99,8 @@ func (o openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 		writeOpenAI(w, http.StatusNotFound, gpuproxy.Errorf(gpuproxy.ENOTFOUND,
-			"%s is not served: use POST /v1/chat/completions, /v1/completions, /v1/embeddings or GET /v1/models", truncate(path, 200)))
+			"%s is not served: use POST /v1/chat/completions, /v1/completions, /v1/embeddings, GET /v1/models or "+
+				"GET /v1/models/{model}", truncate(path, 200)))
 		return
 	}
 	u := &gpuproxy.Usage{AccountID: pr.AccountID, Method: r.Method, Path: path, At: p.opts.Now(), RequestID: rid,
@@ -105,9 +115,22 @@ func (o openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.Status = o.serve(w, r, pr.AccountID, pr.KeyID, u, start)
 }
 
-// modelOnly reads a request body's model.
+// modelOnly reads a request body's model, and whether it has messages.
 type modelOnly struct {
-	Model *string `json:"model"`
+	Model    *string  `json:"model"`
+	Messages jsonKind `json:"messages"`
+}
+
+// jsonKind records the first byte of a JSON value (0: absent) without
+// keeping the value.
+type jsonKind byte
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (k *jsonKind) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] != 'n' { // null is as good as absent
+		*k = jsonKind(b[0])
+	}
+	return nil
 }
 
 // serve routes one inference request and returns the status the caller
@@ -128,6 +151,17 @@ func (o openAI) serve(w http.ResponseWriter, r *http.Request, acct int64, key st
 	}
 	if mo.Model == nil || *mo.Model == "" {
 		return writeOpenAIErr(w, p, gpuproxy.Invalid("model", "is required: the name of one of your services' models (GET /v1/models)"))
+	}
+	// A chat without messages is refused here, in OpenAI's words, before
+	// it costs a replica's time.
+	switch {
+	case r.URL.Path != pathChat:
+	case mo.Messages == 0:
+		return writeOpenAIErr(w, p, gpuproxy.Invalid("messages", "is required: a list of messages, e.g. "+
+			`[{"role":"user","content":"hello"}]`))
+	case mo.Messages != '[':
+		return writeOpenAIErr(w, p, gpuproxy.Invalid("messages", "must be an array of messages, e.g. "+
+			`[{"role":"user","content":"hello"}]`))
 	}
 	u.Model = truncate(*mo.Model, 200)
 	ctx := r.Context()
@@ -293,6 +327,35 @@ func (o openAI) models(w http.ResponseWriter, r *http.Request, acct int64) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+}
+
+// model answers GET /v1/models/{model}: one of the caller's services'
+// models, as OpenAI retrieves a model, or 404 model_not_found.
+func (o openAI) model(w http.ResponseWriter, r *http.Request, acct int64, id string) {
+	svcs, err := o.p.services.Models(r.Context(), acct)
+	if err != nil {
+		writeOpenAIErr(w, o.p, err)
+		return
+	}
+	for _, s := range svcs {
+		if s.Model != id {
+			continue
+		}
+		b, _ := json.Marshal(struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Created int64  `json:"created"`
+			OwnedBy string `json:"owned_by"`
+		}{ID: s.Model, Object: "model", Created: s.CreatedAt.Unix(), OwnedBy: s.Name})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return
+	}
+	writeOpenAIErr(w, o.p, &gpuproxy.Error{Code: gpuproxy.ENOTFOUND, Message: fmt.Sprintf(
+		"The model %q does not exist: none of your services serves it (GET /v1/models lists them)", truncate(id, 200)),
+		Details: map[string]any{"field": "model"}})
 }
 
 // writeOpenAIErr writes err in OpenAI's error shape with its status and

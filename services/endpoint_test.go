@@ -75,7 +75,12 @@ func TestOpenAIEndpointErrors(t *testing.T) {
 		{"not JSON", "POST", "/v1/chat/completions", s.key, `{"model":`, 400, "invalid_request_error", "invalid", "body"},
 		{"not an object", "POST", "/v1/embeddings", s.key, `[1,2]`, 400, "invalid_request_error", "invalid", "body"},
 		{"no model", "POST", "/v1/completions", s.key, `{"prompt":"x"}`, 400, "invalid_request_error", "invalid", "model"},
-		{"unknown model", "POST", "/v1/chat/completions", s.key, `{"model":"gpt-9"}`, 404, "invalid_request_error", "model_not_found", "model"},
+		{"unknown model", "POST", "/v1/chat/completions", s.key, `{"model":"gpt-9","messages":[]}`, 404, "invalid_request_error", "model_not_found", "model"},
+		{"chat without messages", "POST", "/v1/chat/completions", s.key, `{"model":"never"}`, 400, "invalid_request_error", "invalid", "messages"},
+		{"messages null", "POST", "/v1/chat/completions", s.key, `{"model":"never","messages":null}`, 400, "invalid_request_error", "invalid", "messages"},
+		{"messages not a list", "POST", "/v1/chat/completions", s.key, `{"model":"never","messages":"hi"}`, 400, "invalid_request_error", "invalid", "messages"},
+		{"retrieve an unknown model", "GET", "/v1/models/gpt-9", s.key, ``, 404, "invalid_request_error", "model_not_found", "model"},
+		{"POST a model", "POST", "/v1/models/never", s.key, `{}`, 405, "invalid_request_error", "invalid", ""},
 		{"GET a POST path", "GET", "/v1/chat/completions", s.key, ``, 405, "invalid_request_error", "invalid", ""},
 		{"unknown path", "POST", "/v1/images/generations", s.key, `{}`, 404, "invalid_request_error", "not_found", ""},
 	} {
@@ -83,6 +88,23 @@ func TestOpenAIEndpointErrors(t *testing.T) {
 		if res.StatusCode != c.status || e.Error.Type != c.typ || e.Error.Code != c.code || param(e) != c.param {
 			t.Errorf("%s: %d %+v (param %q), want %d %s %s %q", c.name, res.StatusCode, e.Error, param(e), c.status, c.typ, c.code, c.param)
 		}
+	}
+	// OpenAI's retrieve: one of the caller's models.
+	req, _ := http.NewRequest("GET", base+"/v1/models/never", nil)
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	got, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(got.Body)
+	got.Body.Close()
+	var m struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	if got.StatusCode != 200 || json.Unmarshal(b, &m) != nil || m.ID != "never" || m.Object != "model" || m.OwnedBy != "never" {
+		t.Errorf("GET /v1/models/never: %d %s", got.StatusCode, b)
 	}
 	// A body over the limit is refused (sent by hand, the upload on a
 	// goroutine of its own: the server may answer and close while it
