@@ -37,10 +37,6 @@ var groupTitles = map[economics.GroupBy]string{economics.ByModel: "Model", econo
 const (
 	// DefaultEconomicsGroup is the page's grouping without group_by.
 	DefaultEconomicsGroup = economics.ByModel
-	// DefaultEconomicsDays is the page's period without from and to:
-	// this many days up to now, from midnight UTC, today included, so
-	// the chart's daily points are whole days.
-	DefaultEconomicsDays = 7
 	// HourlyUpTo is the longest period the chart draws per hour; a
 	// longer one is drawn per day.
 	HourlyUpTo = 48 * time.Hour
@@ -50,18 +46,28 @@ const (
 // shown, and a link to its console page ("" without one).
 type economicsRow struct {
 	economics.Row
-	Name string // the group; "(none)" for ""
-	Link string
+	Name string // the group; "(none)" for ""; by key the key's name
+	// ShortID is, by key, the start of the key's id shown beside its name
+	// (the whole id in the cell's title).
+	ShortID string
+	Link    string
+	// NoLabel leaves the label column out (by key: the label is the name
+	// the group column shows).
+	NoLabel bool
 	// The money columns at their column's precision ("—" for no cost
 	// per million), and utilization as a percentage with one decimal
 	// ("37.5%").
 	CostText, ChargeText, OutText, TokText string
 	Util                                   string
+	// BusyOutText is the cost per 1M output tokens on busy time; SharedText
+	// the GPU cost by token share and ChargedText what the ledger charged
+	// (by key only).
+	BusyOutText, SharedText, ChargedText string
 }
 
 // economicsPlaces are the decimals of the table's money columns: one
 // precision per column.
-type economicsPlaces struct{ cost, charge, out, tok int }
+type economicsPlaces struct{ cost, charge, shared, charged int }
 
 type economicsData struct {
 	GroupBy    economics.GroupBy
@@ -73,17 +79,24 @@ type economicsData struct {
 	From, To time.Time
 	Rows     []economicsRow
 	Totals   economicsRow
-	// CostPlaces and OutPlaces are the decimals of the GPU cost and the
-	// cost per 1M output tokens columns.
-	CostPlaces, OutPlaces int
-	CSV                   string // this summary as CSV
-	Bucket                string // "hour" or "day": a point of the chart
-	Chart                 template.HTML
-	Lines                 []chartLine // the chart's legend
+	// CostPlaces is the decimals of the GPU cost column.
+	CostPlaces int
+	// ByKey shows the key columns: GPU cost by token share and charged.
+	ByKey bool
+	// Headline figures: the totals' GPU cost split into busy and idle
+	// time, and the costs per 1M output tokens all-in and on busy time
+	// ("" without output tokens).
+	BusyText, IdleText, PerOutText, PerOutBusyText string
+	CSV                                            string // this summary as CSV
+	Bucket                                         string // "hour" or "day": a point of the chart
+	Chart                                          template.HTML
+	Lines                                          []chartLine // the chart's legend
 }
 
 // economicsQuery reads the page's query for the account it shows: from
-// and to as the API takes them (DefaultEconomicsDays without either),
+// and to as the API takes them (without either, the API's default: the
+// rolling economics.DefaultPeriod up to now, so "Last 7 days" here and
+// in GET /api/v1/usage/summary are the same period),
 // group_by (DefaultEconomicsGroup without it). A query the summary cannot
 // use is an invalid error naming its field.
 func (c *Console) economicsQuery(q *req) (economics.Query, string, error) {
@@ -107,9 +120,6 @@ func (c *Console) economicsQuery(q *req) (economics.Query, string, error) {
 		return economics.Query{}, "", err
 	}
 	now := c.opts.Now().UTC()
-	if from.IsZero() && to.IsZero() {
-		from, to = now.Truncate(24*time.Hour).AddDate(0, 0, -(DefaultEconomicsDays-1)), now
-	}
 	eq := economics.Query{AccountID: acct, From: from, To: to, GroupBy: g}.WithDefaults(now)
 	return eq, name, eq.Validate()
 }
@@ -147,22 +157,28 @@ func (c *Console) economics(q *req) error {
 			return err
 		}
 	}
-	var costs, charges, outs, toks []gpuproxy.Micros
+	var costs, charges, shared, charged []gpuproxy.Micros
 	for _, r := range append(sum.Rows, sum.Totals) {
 		costs, charges = append(costs, r.GPUCost), append(charges, r.ProxyCharges)
-		if r.PerMillionOutput != nil {
-			outs = append(outs, *r.PerMillionOutput)
-		}
-		if r.PerMillionTokens != nil {
-			toks = append(toks, *r.PerMillionTokens)
+		shared = append(shared, r.SharedGPUCost)
+		if r.Charged != nil {
+			charged = append(charged, *r.Charged)
 		}
 	}
-	pl := economicsPlaces{cost: amountPlaces(costs...), charge: amountPlaces(charges...), out: amountPlaces(outs...),
-		tok: amountPlaces(toks...)}
+	pl := economicsPlaces{cost: amountPlaces(costs...), charge: amountPlaces(charges...), shared: amountPlaces(shared...),
+		charged: amountPlaces(charged...)}
 	v := q.r.URL.Query()
+	t := sum.Totals
 	d := economicsData{GroupBy: eq.GroupBy, GroupTitle: groupTitles[eq.GroupBy], Groups: economicsGroups, FromText: v.Get("from"), ToText: v.Get("to"),
-		From: eq.From, To: eq.To, Bucket: per, Totals: newEconomicsRow(sum.Totals, eq.GroupBy, pg, pl),
-		CostPlaces: pl.cost, OutPlaces: pl.out}
+		From: eq.From, To: eq.To, Bucket: per, Totals: newEconomicsRow(t, eq.GroupBy, pg, pl),
+		CostPlaces: pl.cost, ByKey: eq.GroupBy == economics.ByKey,
+		BusyText: usd(toCent(t.BusyGPUCost)), IdleText: usd(toCent(t.SharedGPUCost - t.BusyGPUCost))}
+	if t.PerMillionOutput != nil {
+		d.PerOutText = perMillionText(*t.PerMillionOutput)
+	}
+	if t.PerMillionOutputBusy != nil {
+		d.PerOutBusyText = perMillionText(*t.PerMillionOutputBusy)
+	}
 	d.Totals.Name, d.Totals.Link = "Total", ""
 	for _, r := range sum.Rows {
 		d.Rows = append(d.Rows, newEconomicsRow(r, eq.GroupBy, pg, pl))
@@ -187,18 +203,25 @@ func (c *Console) economics(q *req) error {
 // newEconomicsRow is r as the table shows it, linked to its instance's or
 // service's page when the caller may open it.
 func newEconomicsRow(r economics.Row, g economics.GroupBy, pg *page, pl economicsPlaces) economicsRow {
-	opt := func(places int, m *gpuproxy.Micros) string {
+	opt := func(m *gpuproxy.Micros) string {
 		if m == nil {
 			return "—"
 		}
-		return usdPlaces(places, *m)
+		return perMillionText(*m)
 	}
 	out := economicsRow{Row: r, Name: r.Group, CostText: usdPlaces(pl.cost, r.GPUCost),
-		ChargeText: usdPlaces(pl.charge, r.ProxyCharges), OutText: opt(pl.out, r.PerMillionOutput),
-		TokText: opt(pl.tok, r.PerMillionTokens), Util: strconv.FormatFloat(r.Utilization*100, 'f', 1, 64) + "%"}
+		ChargeText: usdPlaces(pl.charge, r.ProxyCharges), OutText: opt(r.PerMillionOutput),
+		TokText: opt(r.PerMillionTokens), BusyOutText: opt(r.PerMillionOutputBusy),
+		SharedText: usdPlaces(pl.shared, r.SharedGPUCost), Util: strconv.FormatFloat(r.Utilization*100, 'f', 1, 64) + "%",
+		NoLabel: g == economics.ByKey}
+	if r.Charged != nil {
+		out.ChargedText = usdPlaces(pl.charged, *r.Charged)
+	}
 	switch {
 	case r.Group == "":
 		out.Name = "(none)"
+	case g == economics.ByKey && r.Label != "":
+		out.Name, out.ShortID = r.Label, r.Group[:min(len(r.Group), 8)]
 	case g == economics.ByInstance && pg.Instances:
 		out.Link = withAccount("/console/instances/"+pathEscape(r.Group), pg)
 	case g == economics.ByService && pg.Services:
@@ -305,6 +328,50 @@ func (c *Console) economicsCSV(q *req) error {
 	q.w.WriteHeader(http.StatusOK)
 	_, _ = q.w.Write(buf.Bytes())
 	return nil
+}
+
+// toCent rounds m to the cent, half away from zero: a headline's
+// precision (the exact figure is in its data-micros and the API).
+func toCent(m gpuproxy.Micros) gpuproxy.Micros {
+	if m < 0 {
+		return -toCent(-m)
+	}
+	return (m + 5_000) / 10_000 * 10_000
+}
+
+// perMillionText renders a cost per million tokens at the page's one
+// precision for such figures: to the cent from $1 up ("$6,960.32"),
+// below $1 to four significant digits at most ("$0.1235", "$0.004567",
+// "$0.50"), rounded half up; the API keeps the exact micro-dollars.
+func perMillionText(m gpuproxy.Micros) string {
+	neg := m < 0
+	if neg {
+		m = -m
+	}
+	if m < gpuproxy.MicrosPerUSD {
+		drop := max(len(strconv.FormatInt(int64(m), 10))-4, 0)
+		unit := gpuproxy.Micros(1)
+		for range drop {
+			unit *= 10
+		}
+		if r := (m + unit/2) / unit * unit; r < gpuproxy.MicrosPerUSD {
+			whole, frac, _ := strings.Cut(usd(r), ".")
+			frac = strings.TrimRight(frac, "0")
+			for len(frac) < 2 {
+				frac += "0"
+			}
+			s := whole + "." + frac
+			if neg {
+				return "-" + s
+			}
+			return s
+		}
+	}
+	s := usd((m + 5_000) / 10_000 * 10_000)
+	if neg {
+		return "-" + s
+	}
+	return s
 }
 
 // groupDigits renders n with thousands separators: "1,234,567".

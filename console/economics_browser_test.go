@@ -42,7 +42,8 @@ var weekModels = []weekModel{
 // instance, charged its price every hour it ran, with requests through
 // two keys that follow the day (busier in the afternoon UTC, quieter at
 // the weekend), priced per token; and an instance that idled for a day
-// with no request. Figures are pseudo-random with a fixed seed.
+// with no request. chat-app created the first and third models'
+// instances and the idle one, batch-jobs the second's. Figures are pseudo-random with a fixed seed.
 func seedWeek(t *testing.T, s *stack, account string, acct int64, now time.Time) {
 	t.Helper()
 	ctx := context.Background()
@@ -66,9 +67,9 @@ func seedWeek(t *testing.T, s *stack, account string, acct int64, now time.Time)
 		}
 	}
 	rng := rand.New(rand.NewPCG(23, 1))
-	for _, m := range weekModels {
+	for i, m := range weekModels {
 		start := now.Add(-m.since)
-		runInstance(t, s, acct, m.inst, m.provider, m.gpu, m.gpus, m.price, start, time.Time{})
+		runInstance(t, s, acct, m.inst, keyIDs[i%2], m.provider, m.gpu, m.gpus, m.price, start, time.Time{})
 		charge(m.inst, m.price, start, hour)
 		var recs []gpuproxy.Usage
 		for h := start.Truncate(time.Hour).Add(time.Hour); h.Before(hour); h = h.Add(time.Hour) {
@@ -95,16 +96,32 @@ func seedWeek(t *testing.T, s *stack, account string, acct int64, now time.Time)
 		}
 	}
 	idleFrom, idleTo := hour.Add(-30*time.Hour), hour.Add(-6*time.Hour)
-	runInstance(t, s, acct, "gpi_week_idle_l40s", "vast.ai", "L40S", 1, 950_000, idleFrom, idleTo)
+	runInstance(t, s, acct, "gpi_week_idle_l40s", keyIDs[0], "vast.ai", "L40S", 1, 950_000, idleFrom, idleTo)
 	charge("gpi_week_idle_l40s", 950_000, idleFrom, idleTo)
 }
 
-// runInstance writes an instance of acct to the store that ran from
-// started, until ended unless zero, as the fleet would have left it.
-func runInstance(t *testing.T, s *stack, acct int64, id, provider, gpu string, n int, price gpuproxy.Micros, started, ended time.Time) {
+// perMillionShown is how the page shows a cost per 1M tokens: to the cent
+// from $1 (the figures of this fixture).
+func perMillionShown(m gpuproxy.Micros) string {
+	c := (m + 5_000) / 10_000
+	return "$" + groupThousands(int64(c/100)) + fmt.Sprintf(".%02d", int64(c%100))
+}
+
+func groupThousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// runInstance writes an instance of acct, created by key, to the store
+// that ran from started, until ended unless zero, as the fleet would have
+// left it.
+func runInstance(t *testing.T, s *stack, acct int64, id, key, provider, gpu string, n int, price gpuproxy.Micros, started, ended time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	in := gpuproxy.Instance{ID: id, AccountID: acct, Provider: provider, OfferID: "o-" + id, GPUName: gpu, NumGPUs: n,
+	in := gpuproxy.Instance{ID: id, AccountID: acct, KeyID: key, Provider: provider, OfferID: "o-" + id, GPUName: gpu, NumGPUs: n,
 		PricePerHour: price, Billing: "hourly", Image: "vllm/vllm-openai:latest", IdempotencyKey: "week-" + id}
 	req := guardrails.AdmitRequest{AccountID: acct, Cost: 1, Now: started.Add(-time.Minute), Horizon: time.Hour,
 		Defaults: []guardrails.Window{{Minutes: 60, Limit: 1_000_000 * usd}}}
@@ -189,9 +206,13 @@ func TestEconomicsInBrowser(t *testing.T) {
 			r := rows[i]
 			got := []string{r["key"], r["label"], strings.ReplaceAll(r["requests"], ",", ""), strings.ReplaceAll(r["errors"], ",", ""),
 				strings.ReplaceAll(r["prompt-tokens"], ",", ""), strings.ReplaceAll(r["completion-tokens"], ",", ""),
-				r["gpu-cost-micros"], r["proxy-charges-micros"], r["per-1m-output-micros"], r["per-1m-tokens-micros"], r["utilization"]}
-			exp := []string{w.Group, w.Label, fmt.Sprint(w.Requests), fmt.Sprint(w.Errors), fmt.Sprint(w.PromptTokens),
-				fmt.Sprint(w.CompletionTokens), opt(&w.GPUCost), opt(&w.ProxyCharges), opt(w.PerMillionOutput), opt(w.PerMillionTokens),
+				r["gpu-cost-micros"], r["proxy-charges-micros"], r["per-1m-output-micros"], r["per-1m-output-busy-micros"], r["utilization"]}
+			label := w.Label
+			if q.GroupBy == economics.ByKey {
+				label = "" // the group column shows the key's name
+			}
+			exp := []string{w.Group, label, fmt.Sprint(w.Requests), fmt.Sprint(w.Errors), fmt.Sprint(w.PromptTokens),
+				fmt.Sprint(w.CompletionTokens), opt(&w.GPUCost), opt(&w.ProxyCharges), opt(w.PerMillionOutput), opt(w.PerMillionOutputBusy),
 				strconv.FormatFloat(w.Utilization*100, 'f', 1, 64) + "%"}
 			if !slices.Equal(got, exp) {
 				t.Errorf("row %d shown %q\n  service %q", i, got, exp)
@@ -202,6 +223,8 @@ func TestEconomicsInBrowser(t *testing.T) {
 				name = "Total"
 			case name == "":
 				name = "(none)"
+			case q.GroupBy == economics.ByKey && w.Label != "":
+				name = w.Label + " · " + w.Group[:8] // the key's name, its id's start beside it
 			}
 			if shownUSD(t, r["gpu-cost"]) != w.GPUCost || r["group"] != name {
 				t.Errorf("row %d shown as %q with GPU cost %s; service %q, %s", i, r["group"], r["gpu-cost"], name, w.GPUCost)
@@ -276,6 +299,14 @@ func TestEconomicsInBrowser(t *testing.T) {
 	}
 	chart(q, 24*time.Hour)
 	fits()
+	// The headline splits busy from idle and names both costs per 1M
+	// output tokens, at the page's precision for such figures.
+	if got, want := b.text("#total-per-1m-output-busy"), perMillionShown(*sum.Totals.PerMillionOutputBusy); got != want {
+		t.Errorf("headline $/1M out on busy time %q, want %q", got, want)
+	}
+	if got, want := b.text("#total-per-1m-output"), perMillionShown(*sum.Totals.PerMillionOutput); got != want {
+		t.Errorf("headline $/1M out all-in %q, want %q", got, want)
+	}
 	b.shot("console-economics")
 
 	// The CSV download is the summary shown.
@@ -302,6 +333,32 @@ func TestEconomicsInBrowser(t *testing.T) {
 		t.Errorf("%d links for %d rows of a finance key", n, len(byInst.Rows))
 	}
 	fits()
+
+	// By key: each key's charged figure is the ledger's summary by key
+	// for the same period, and its GPU cost is that of the instances it
+	// created.
+	b.do(chromedp.SetValue(chromedp.ID("f-group"), "key"))
+	if st := b.click("#apply"); st != 200 {
+		t.Fatalf("group by key: %d %s", st, b.text("#error-message"))
+	}
+	kq := period(economics.ByKey)
+	table(kq)
+	fits()
+	byKey, err := s.store.Summary(ctx, billing.Filter{AccountID: acme.ID, From: kq.From, To: kq.To}, billing.ByKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged := eval[map[string]string](b, `Object.fromEntries([...document.querySelectorAll("#economics tbody tr[data-group]")].map(r =>
+		[r.dataset.group, r.querySelector('[data-field="charged"]').dataset.micros]))`)
+	if len(charged) != len(byKey) {
+		t.Errorf("%d keys shown, the ledger has %d: %v", len(charged), len(byKey), charged)
+	}
+	for _, r := range byKey {
+		if got := charged[r.Key]; got != strconv.FormatInt(int64(r.Amount()), 10) {
+			t.Errorf("key %q (%s): charged %s shown, the ledger's summary says %s", r.Key, r.KeyName, got, r.Amount())
+		}
+	}
+	b.shot("console-economics-by-key")
 
 	// From yesterday: a day and a bit, drawn per hour.
 	yesterday := time.Now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)

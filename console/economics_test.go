@@ -111,7 +111,7 @@ func checkRow(t *testing.T, what string, got shownRow, want economics.Row) {
 		{"gpu-cost", got.num["gpu-cost"], opt(&want.GPUCost)},
 		{"proxy-charges", got.num["proxy-charges"], opt(&want.ProxyCharges)},
 		{"per-1m-output", got.num["per-1m-output"], opt(want.PerMillionOutput)},
-		{"per-1m-tokens", got.num["per-1m-tokens"], opt(want.PerMillionTokens)},
+		{"per-1m-output-busy", got.num["per-1m-output-busy"], opt(want.PerMillionOutputBusy)},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s %s: shown %q, want %q", what, c.field, c.got, c.want)
@@ -179,8 +179,20 @@ func TestEconomicsPage(t *testing.T) {
 			if rows[i].group != want.Rows[i].Group || rows[i].group != got.Rows[i].Group {
 				t.Errorf("%s row %d: group %q, fixture %q, service %q", g, i, rows[i].group, want.Rows[i].Group, got.Rows[i].Group)
 			}
-			checkRow(t, fmt.Sprintf("%s row %q", g, rows[i].group), rows[i], want.Rows[i])
-			checkRow(t, fmt.Sprintf("%s row %q (service)", g, rows[i].group), rows[i], got.Rows[i])
+			w, sr := want.Rows[i], got.Rows[i]
+			if g == economics.ByKey {
+				// By key, the group column shows the key's name (the label)
+				// and what the ledger charged it is a column of its own.
+				if w.Group != "" && !strings.HasPrefix(rows[i].text["group"], w.Label+" · ") {
+					t.Errorf("key row %q shown as %q, want its name %q first", w.Group, rows[i].text["group"], w.Label)
+				}
+				if rows[i].num["charged"] != strconv.FormatInt(int64(*w.Charged), 10) {
+					t.Errorf("key row %q charged %s shown, want %s", w.Group, rows[i].num["charged"], *w.Charged)
+				}
+				w.Label, sr.Label = "", ""
+			}
+			checkRow(t, fmt.Sprintf("%s row %q", g, rows[i].group), rows[i], w)
+			checkRow(t, fmt.Sprintf("%s row %q (service)", g, rows[i].group), rows[i], sr)
 		}
 		checkRow(t, string(g)+" totals", totals, want.Totals)
 		if !strings.Contains(body, `<option selected>`+string(g)+`</option>`) {
@@ -238,8 +250,8 @@ func TestEconomicsPage(t *testing.T) {
 		}
 	}
 
-	// Without a query: 7 days up to now from midnight UTC, by model, and
-	// points per day.
+	// Without a query: the API's default period (the last 168 hours up
+	// to now, economics.DefaultPeriod), by model, and points per day.
 	st, body := s.get(fin, "/console/economics")
 	m := regexp.MustCompile(`id="period" data-from="([^"]+)" data-to="([^"]+)"`).FindStringSubmatch(body)
 	if st != 200 || m == nil {
@@ -247,8 +259,8 @@ func TestEconomicsPage(t *testing.T) {
 	}
 	from, err1 := time.Parse(time.RFC3339Nano, m[1])
 	to, err2 := time.Parse(time.RFC3339Nano, m[2])
-	if err1 != nil || err2 != nil || !from.Equal(from.Truncate(24*time.Hour)) || to.Sub(from) <= 6*24*time.Hour ||
-		to.Sub(from) > 7*24*time.Hour || time.Since(to) > time.Minute {
+	if err1 != nil || err2 != nil || to.Sub(from) != economics.DefaultPeriod ||
+		!from.Equal(economics.Query{}.WithDefaults(to).From) || time.Since(to) > time.Minute {
 		t.Errorf("default period %s to %s", m[1], m[2])
 	}
 	if !strings.Contains(body, `<option selected>model</option>`) || !strings.Contains(body, `id="no-chart"`) {

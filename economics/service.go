@@ -547,7 +547,7 @@ func (p *period) label(g string) string {
 		}
 	case ByKey:
 		if g == "" {
-			return "unused GPU time; requests without an API key"
+			return "instances created, requests made without an API key"
 		}
 		return p.keys[g]
 	case ByService:

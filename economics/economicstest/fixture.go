@@ -235,7 +235,7 @@ func Want(g economics.GroupBy) economics.Summary {
 			// Running A, B and D: 17 h.
 			row(KeyB, "batch", 3, 2, 500, 500, 14_500_000, 10_000, m(4_142_856_000), m(2_071_428_000), 900, 54000),
 			row(KeyA, "alice", 4, 0, 3000, 11000, 10_000_001, 80_000, m(2_038_961_182), m(1_602_040_929), 3000, 61200),
-			row("", "unused GPU time; requests without an API key", 1, 0, 0, 0, 400_000, 0, nil, nil, 60, 36000),
+			row("", "instances created, requests made without an API key", 1, 0, 0, 0, 400_000, 0, nil, nil, 60, 36000),
 		}
 		s.Rows[0].SharedGPUCost, s.Rows[0].Charged = 2_071_428, m(14_500_000)
 		s.Rows[1].SharedGPUCost, s.Rows[1].Charged = 22_428_573, m(10_300_001)
