@@ -172,7 +172,7 @@ func New(ctx context.Context, c Config) (*App, error) {
 	a.RateLimiter = auth.NewSharedRateLimiter(c.RateLimit,
 		auth.RateLimitOptions{Store: a.Store.SharedRateBuckets(), Logger: a.log})
 	cs := console.Services{Auth: a.Auth, Guard: a.Guard, Ledger: a.Ledger, Fleet: a.Fleet, Alerts: a.Alerts,
-		Services: a.Services, Economics: a.Economics}
+		Services: a.Services, Economics: a.Economics, Focus: a.Focus}
 	if a.OAuth != nil {
 		cs.OAuth = a.OAuth
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/services"
@@ -40,6 +41,9 @@ type Services struct {
 	// OAuth, when set, is the authorization server whose consent page the
 	// console shows (/console/oauth/authorize).
 	OAuth OAuthConsent
+	// Focus, when set, serves the ledger's FOCUS 1.2 export for download
+	// beside the transactions CSV (/console/focus.csv).
+	Focus *focus.Exporter
 }
 
 // The console's defaults, applied by New to zero Options fields.

@@ -42,6 +42,7 @@ func (c *Console) Routes() []httpapi.Route {
 		c.page(http.MethodGet, "/console/", anyKey, takes(c.overview, "account", "range")),
 		c.page(http.MethodGet, "/console/transactions", billing, takes(c.transactions, ledgerParams...)),
 		c.page(http.MethodGet, "/console/transactions.csv", billing, takes(c.transactionsCSV, append(ledgerParams, "all")...)),
+		c.page(http.MethodGet, "/console/focus.csv", billing, takes(c.focusCSV, append(ledgerParams, "all")...)),
 		c.page(http.MethodGet, "/console/instances", instancesRead, takes(c.instances, "account", "status")),
 		c.page(http.MethodGet, "/console/instances/:id", instancesRead, takes(c.instance, "account", "done")),
 		c.page(http.MethodPost, "/console/instances/:id/destroy", instancesWrite, takes(c.destroyInstance, "account")),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/providers"
 )
@@ -40,6 +41,7 @@ type transactionsData struct {
 	FirstLink   string
 	PageCSV     string // this page as CSV
 	AllCSV      string // every matching entry as CSV
+	FocusCSV    string // every matching entry as FOCUS 1.2 CSV ("" without an exporter)
 }
 
 // entryPlaces is the precision of an Amount column listing es.
@@ -155,6 +157,9 @@ func (c *Console) transactions(q *req) error {
 	all.Del("limit")
 	all.Set("all", "1")
 	d.AllCSV = "/console/transactions.csv?" + all.Encode()
+	if c.svc.Focus != nil {
+		d.FocusCSV = "/console/focus.csv?" + all.Encode()
+	}
 	this := cloneValues(keep)
 	if cur := v.Get("cursor"); cur != "" {
 		this.Set("cursor", cur)
@@ -224,6 +229,33 @@ func (c *Console) transactionsCSV(q *req) error {
 	if err != nil {
 		// The header is sent; a truncated file is all that can signal it.
 		c.log.Error("console CSV export failed", "err", err)
+	}
+	return nil
+}
+
+// focusCSV downloads every matching ledger entry as a FOCUS 1.2 dataset
+// (the REST route GET /api/v1/billing/focus's CSV, for the same filters).
+func (c *Console) focusCSV(q *req) error {
+	if c.svc.Focus == nil {
+		return gpuproxy.Errorf(gpuproxy.ENOTFOUND, "the FOCUS export is not configured")
+	}
+	f, name, _, err := c.ledgerQuery(q)
+	if err != nil {
+		return err
+	}
+	f.After, f.Limit = nil, 0
+	ctx := q.r.Context()
+	if err := c.svc.Focus.Check(ctx, f); err != nil {
+		return err
+	}
+	h := q.w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="focus-`+name+`.csv"`)
+	h.Set("Cache-Control", "no-store")
+	q.w.WriteHeader(http.StatusOK)
+	if err := c.svc.Focus.Export(ctx, f, focus.NewCSV(q.w)); err != nil {
+		// The header is sent; a truncated file is all that can signal it.
+		c.log.Error("console FOCUS export failed", "err", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/csv"
 	"html"
 	"maps"
 	"net/http"
@@ -340,5 +341,52 @@ func TestSpendPerKey(t *testing.T) {
 	}
 	if _, body := s.get(c, "/console/"); !strings.Contains(body, `id="balance"`) {
 		t.Error("finance's overview has no credit balance")
+	}
+}
+
+// TestFocusDownload: the transactions page links the FOCUS 1.2 download
+// for its filters, and the download has one FOCUS row per matching ledger
+// entry, their BilledCost summing to what the transactions CSV says.
+func TestFocusDownload(t *testing.T) {
+	s := newStack(t, stackOpts{})
+	c := s.signIn(s.keys["finance"])
+	q := "type=charge&provider=vast.ai"
+	_, page := s.get(c, "/console/transactions?"+q)
+	link := regexp.MustCompile(`id="focus-csv" href="([^"]+)"`).FindStringSubmatch(page)
+	if link == nil {
+		t.Fatal("the transactions page has no FOCUS download link")
+	}
+	st, body := s.get(c, html.UnescapeString(link[1]))
+	focusRows, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if st != http.StatusOK || err != nil || len(focusRows) < 2 {
+		t.Fatalf("FOCUS download: %d %v, %d rows", st, err, len(focusRows))
+	}
+	_, body = s.get(c, "/console/transactions.csv?"+q+"&all=1")
+	txRows, err := csv.NewReader(strings.NewReader(body)).ReadAll()
+	if err != nil || len(txRows) != len(focusRows) {
+		t.Fatalf("FOCUS rows %d, transactions rows %d (%v)", len(focusRows)-1, len(txRows)-1, err)
+	}
+	sum := func(rows [][]string, col string) int64 {
+		i := slices.Index(rows[0], col)
+		if i < 0 {
+			t.Fatalf("no column %s in %v", col, rows[0])
+		}
+		var total int64
+		for _, r := range rows[1:] {
+			whole, frac, _ := strings.Cut(strings.TrimPrefix(r[i], "-"), ".")
+			frac = (frac + "000000")[:6]
+			n, err := strconv.ParseInt(whole+frac, 10, 64)
+			if err != nil {
+				t.Fatalf("%s %q: %v", col, r[i], err)
+			}
+			if strings.HasPrefix(r[i], "-") {
+				n = -n
+			}
+			total += n
+		}
+		return total
+	}
+	if f, tx := sum(focusRows, "BilledCost"), sum(txRows, "amount"); f != tx {
+		t.Fatalf("FOCUS BilledCost sums to %d µ$, the transactions CSV's charges to %d µ$", f, tx)
 	}
 }
