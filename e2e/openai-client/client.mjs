@@ -45,7 +45,7 @@ out.stream = { content: streamed, chunks };
 const completion = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8 });
 out.completion = completion.choices[0].text;
 
-const emb = await client.embeddings.create({ model, input: ["first text", "second text"] });
+const emb = await client.embeddings.create({ model, input: ["first text", "second text"], encoding_format: "float" });
 out.embeddings = emb.data.map((d) => d.embedding.length);
 
 try {
