@@ -16,6 +16,7 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/h1client"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
 // Gate is the spending guard rail for proxy calls
@@ -105,8 +106,10 @@ func New(fleet Fleet, gate Gate, store UsageStore, o Options) *Proxy {
 		WriteBufferSize:       transportBufferSize,
 		ReadBufferSize:        transportBufferSize,
 	}
+	// A detached stream's caller connection goes back to net/http through
+	// the takeover's Serve (h1client does not import the server's engine).
 	p.lean = &h1client.Client{Dial: d.DialContext, HeaderTimeout: o.UpstreamTimeout, IdleTimeout: idleConnTimeout,
-		MaxIdlePerHost: o.MaxIdleConnsPerHost}
+		MaxIdlePerHost: o.MaxIdleConnsPerHost, Resume: takeover.Serve}
 	p.usage = newRecorder(store, o)
 	p.activity = newActivity()
 	return p

@@ -44,6 +44,12 @@ type Client struct {
 	// Buffers are the client's pooled buffers; the caller may share its
 	// copy buffers (Get, Put).
 	Buffers Buffers
+	// Resume gives a detached stream's caller connection back to the
+	// http.Server it was hijacked from, with the bytes of a next request
+	// read already (pending), once the stream has ended (the proxy passes
+	// internal/takeover.Serve, which the client does not import: it is
+	// the server's engine). Nil: the connection is closed after the stream.
+	Resume func(hs *http.Server, nc net.Conn, pending []byte)
 
 	mu     sync.Mutex
 	idle   map[string][]*conn // by host:port, most recently used last

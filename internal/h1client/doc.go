@@ -58,8 +58,9 @@
 // ends at the body's end, at maxBody, when the caller closes its
 // connection, at the request context's deadline, or when the server
 // shuts down or the Client closes; its done callback runs once, then the
-// caller's connection goes back to net/http (internal/takeover.Serve) with
-// any bytes of a next request, unless the request asked to close it.
+// caller's connection goes back to net/http (Client.Resume, which the
+// proxy sets to internal/takeover.Serve) with any bytes of a next request,
+// unless the request asked to close it.
 //
 // Shutdown: Close closes the idle connections, cuts every detached stream
 // and makes the pool close connections as they come back; a round trip in

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/h1"
-	"github.com/aiserve/gpuproxy/internal/takeover"
 )
 
 // A streamed answer (in practice a token stream: text/event-stream) on
@@ -27,9 +26,9 @@ import (
 // body's state.
 //
 // The stream's end is reported to its done callback; the connection goes
-// back to net/http after the stream (keep-alive, through takeover.Serve)
-// unless the request asked to close it. A server shutting down, or
-// Client.Close, cuts detached streams.
+// back to net/http after the stream (keep-alive, through Client.Resume)
+// unless the request asked to close it or there is no Resume. A server
+// shutting down, or Client.Close, cuts detached streams.
 
 // chunkHead is room enough for a relayed piece's chunk size line
 // ("%x\r\n"; a piece is at most a buffer long).
@@ -204,7 +203,7 @@ func (d *detachedStream) run() {
 	d.mu.Unlock()
 	_ = d.nc.SetReadDeadline(h1.Past)
 	<-d.watched
-	if !ok || !d.keep {
+	if !ok || !d.keep || d.uc.Resume == nil {
 		_ = d.nc.Close()
 		return
 	}
@@ -212,7 +211,7 @@ func (d *detachedStream) run() {
 	d.mu.Lock()
 	pending := d.pending
 	d.mu.Unlock()
-	takeover.Serve(d.hs, d.nc, pending)
+	d.uc.Resume(d.hs, d.nc, pending)
 }
 
 // relay copies the body to the caller in chunked framing, each piece as
