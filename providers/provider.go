@@ -46,6 +46,22 @@ type Offer struct {
 	RAMGB        float64
 	DiskGB       float64
 	Billing      Billing
+	// Machine is the provider's machine behind the offer (vast.ai
+	// machine_id; "" when the provider has none): an ask id is
+	// perishable and a machine comes back under new ones, so a rent that
+	// searches again skips machines it tried by this.
+	Machine string
+	// Interruptible marks a bid offer (vast.ai "interruptible"): it is
+	// rented with a bid at or above MinBid, and someone bidding higher, or
+	// renting on demand, may preempt it. PricePerHour is then MinBid plus
+	// StoragePerHour: the least it can cost.
+	Interruptible bool
+	// MinBid is the least bid per hour for the offer's GPUs, storage
+	// excluded (0 when the provider sells no bids).
+	MinBid gpuproxy.Micros
+	// StoragePerHour is the part of PricePerHour that pays for the disk,
+	// billed even while a bid instance is preempted.
+	StoragePerHour gpuproxy.Micros
 }
 
 // SearchFilter narrows an offer search. Zero fields do not filter.
@@ -55,6 +71,10 @@ type SearchFilter struct {
 	GPUName         string // case-insensitive substring
 	MinGPUs         int
 	Limit           int
+	// Interruptible asks for bid offers (vast.ai search type "bid")
+	// instead of on-demand ones; a provider that sells no bids returns
+	// none.
+	Interruptible bool
 }
 
 // Quote is the live price of an offer, checked right before renting.
@@ -66,6 +86,11 @@ type Quote struct {
 	Billing      Billing
 	GPUName      string
 	NumGPUs      int
+	// Interruptible is a bid quote (QuoteBid): PricePerHour is MinBid
+	// plus StoragePerHour.
+	Interruptible  bool
+	MinBid         gpuproxy.Micros
+	StoragePerHour gpuproxy.Micros
 }
 
 // CreateRequest asks a provider to rent an offer.
@@ -77,6 +102,19 @@ type CreateRequest struct {
 	Env     map[string]string
 	Ports   []int
 	DiskGB  int
+	// Bid, when positive, rents the offer as an interruptible instance at
+	// this price per hour for its GPUs (vast.ai's create "price"); 0 rents
+	// on demand. A bid over MaxBid is refused before any call.
+	Bid gpuproxy.Micros
+	// MaxBid is the caller's cap on Bid (0: a bid is refused).
+	MaxBid gpuproxy.Micros
+	// ImageLogin is the registry login for a private image (vast.ai
+	// image_login, "-u user -p token registry"); "" for none.
+	ImageLogin string
+	// Onstart is a shell script run when the instance starts; Args the
+	// image's entrypoint arguments. Both are passed through when given.
+	Onstart string
+	Args    []string
 }
 
 // Status is a normalized instance state.
@@ -91,8 +129,13 @@ const (
 	// confirmed it yet (io.net's "termination requested"); not to be
 	// destroyed again.
 	StatusTerminating Status = "terminating"
-	StatusFailed      Status = "failed"
-	StatusTerminated  Status = "terminated"
+	// StatusPreempted: meant to run, but someone outranked it (a higher
+	// bid, an on-demand rental of its machine): its GPUs are taken and
+	// their billing ended, its disk stays and bills; the provider resumes
+	// it by itself when its bid regains priority.
+	StatusPreempted  Status = "preempted"
+	StatusFailed     Status = "failed"
+	StatusTerminated Status = "terminated"
 )
 
 // Instance is one provider instance, normalized.
@@ -106,6 +149,11 @@ type Instance struct {
 	NumGPUs      int
 	StartedAt    time.Time
 	StoppedAt    time.Time
+	// StatusMsg is the provider's own words on the status ("paused:
+	// outbid …"), "" when it gives none.
+	StatusMsg string
+	// Interruptible marks a bid instance.
+	Interruptible bool
 	// ActualCost is what the provider reports it charged so far, when it
 	// reports one (HasActualCost); used for truth-up adjustments.
 	ActualCost    gpuproxy.Micros
@@ -134,6 +182,15 @@ type Provider interface {
 	Destroy(ctx context.Context, providerID string) error
 	// BreakerState reports the circuit breaker: "closed", "half-open", "open".
 	BreakerState() string
+}
+
+// Bidder is a provider that sells interruptible instances: its Search
+// answers bid offers when asked (SearchFilter.Interruptible), QuoteBid
+// re-reads one, and Create rents with CreateRequest.Bid.
+type Bidder interface {
+	// QuoteBid returns the live bid quote of an offer: its minimum bid
+	// and storage per hour. An offer no longer listed is KindGone.
+	QuoteBid(ctx context.Context, offerID string) (Quote, error)
 }
 
 // Kind classifies a provider error.

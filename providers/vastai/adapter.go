@@ -34,8 +34,9 @@ const (
 const (
 	defaultSearchLimit = 100 // offers per search when the filter sets none
 	maxSearchLimit     = 1000
-	maxLabelLen        = 256 // on create
-	listPageSize       = 25  // v1 list maximum
+	maxLabelLen        = 256  // on create
+	maxStartScript     = 4096 // args + onstart together, on create
+	listPageSize       = 25   // v1 list maximum
 	maxListPages       = 10000
 	rateLimitedPageTry = 3 // extra attempts for a rate-limited list page
 )
@@ -84,7 +85,10 @@ type Adapter struct {
 	client *providers.Client
 }
 
-var _ providers.Provider = (*Adapter)(nil)
+var (
+	_ providers.Provider = (*Adapter)(nil)
+	_ providers.Bidder   = (*Adapter)(nil)
+)
 
 // withDefaults returns o with its zero fields (and a DiskGB below
 // MinDiskGB) set to their defaults; the client's fields are
@@ -185,22 +189,29 @@ func (a *Adapter) decode(op string, resp *providers.Response, v any) error {
 	return nil
 }
 
-// searchQuery is the flat filter object with the official CLI's defaults.
-func (a *Adapter) searchQuery(limit int) map[string]any {
+// searchQuery is the flat filter object with the official CLI's defaults:
+// type "on-demand", or "bid" for interruptible offers.
+func (a *Adapter) searchQuery(limit int, bid bool) map[string]any {
+	typ := "on-demand"
+	if bid {
+		typ = "bid"
+	}
 	return map[string]any{
 		"verified":          map[string]any{"eq": true},
 		"external":          map[string]any{"eq": false},
 		"rentable":          map[string]any{"eq": true},
 		"rented":            map[string]any{"eq": false},
-		"type":              "on-demand",
+		"type":              typ,
 		"allocated_storage": a.opts.DiskGB,
 		"order":             [][]string{{"dph_total", "asc"}},
 		"limit":             limit,
 	}
 }
 
-// search posts a bundles query and normalizes the rows.
+// search posts a bundles query and normalizes the rows; a bid query's
+// rows are interruptible whether or not they say is_bid.
 func (a *Adapter) search(ctx context.Context, op string, q map[string]any) ([]providers.Offer, error) {
+	bid := q["type"] == "bid"
 	resp, _, err := a.do(ctx, op, providers.Call{Method: http.MethodPost, Path: "/api/v0/bundles/", Body: q})
 	if err != nil {
 		return nil, err
@@ -217,14 +228,26 @@ func (a *Adapter) search(ctx context.Context, op string, q map[string]any) ([]pr
 		if json.Unmarshal(raw, &w) != nil {
 			continue // one odd row must not sink the search
 		}
-		if o, ok := w.offer(); ok {
-			out = append(out, o)
+		o, ok := w.offer()
+		if !ok {
+			continue
 		}
+		if bid {
+			// A bid row's dph_total is its min_bid plus storage.
+			o.Interruptible = true
+			if o.MinBid == 0 || o.MinBid > o.PricePerHour {
+				o.MinBid = o.PricePerHour - o.StoragePerHour
+			}
+		} else {
+			o.Interruptible = false
+		}
+		out = append(out, o)
 	}
 	return out, nil
 }
 
-// Search returns on-demand offers matching f, cheapest first. Minimum VRAM
+// Search returns on-demand offers matching f, or with f.Interruptible bid
+// offers (priced at their minimum bid plus storage), cheapest first. Minimum VRAM
 // is sent as gpu_ram ≥ GB×1000 MB; the GPU name, a case-insensitive
 // substring, is sent as an `in` list of the known names containing it.
 func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]providers.Offer, error) {
@@ -233,7 +256,7 @@ func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]provi
 		limit = defaultSearchLimit
 	}
 	limit = min(limit, maxSearchLimit)
-	q := a.searchQuery(limit)
+	q := a.searchQuery(limit, f.Interruptible)
 	if f.MinVRAMGB > 0 {
 		q["gpu_ram"] = map[string]any{"gte": gbToMB(f.MinVRAMGB)}
 	}
@@ -273,11 +296,23 @@ func (a *Adapter) Search(ctx context.Context, f providers.SearchFilter) ([]provi
 // is rented, unlisted or unknown is KindGone. Hours is ignored: vast.ai
 // bills by time, so the quote's Hours and Total stay zero.
 func (a *Adapter) Quote(ctx context.Context, offerID string, hours int) (providers.Quote, error) {
+	return a.quote(ctx, offerID, false)
+}
+
+// QuoteBid re-reads the live bid row of an offer (search type "bid"): its
+// PricePerHour is the minimum bid plus storage, with MinBid and
+// StoragePerHour apart. An offer no longer listed is KindGone.
+func (a *Adapter) QuoteBid(ctx context.Context, offerID string) (providers.Quote, error) {
+	return a.quote(ctx, offerID, true)
+}
+
+// quote searches for one offer by id, on demand or as a bid.
+func (a *Adapter) quote(ctx context.Context, offerID string, bid bool) (providers.Quote, error) {
 	id, err := a.parseID("offer", offerID)
 	if err != nil {
 		return providers.Quote{}, err
 	}
-	q := a.searchQuery(1)
+	q := a.searchQuery(1, bid)
 	q["id"] = map[string]any{"eq": id}
 	offers, err := a.search(ctx, "quoting offer "+offerID, q)
 	if err != nil {
@@ -286,11 +321,14 @@ func (a *Adapter) Quote(ctx context.Context, offerID string, hours int) (provide
 	for _, o := range offers {
 		if o.ID == strconv.FormatInt(id, 10) {
 			return providers.Quote{
-				OfferID:      o.ID,
-				PricePerHour: o.PricePerHour,
-				Billing:      providers.BillingHourly,
-				GPUName:      o.GPUName,
-				NumGPUs:      o.NumGPUs,
+				OfferID:        o.ID,
+				PricePerHour:   o.PricePerHour,
+				Billing:        providers.BillingHourly,
+				GPUName:        o.GPUName,
+				NumGPUs:        o.NumGPUs,
+				Interruptible:  bid,
+				MinBid:         o.MinBid,
+				StoragePerHour: o.StoragePerHour,
 			}, nil
 		}
 	}
@@ -340,7 +378,7 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 	if disk <= 0 {
 		disk = a.opts.DiskGB
 	}
-	return map[string]any{
+	body := map[string]any{
 		"client_id":      "me",
 		"image":          req.Image,
 		"disk":           max(disk, MinDiskGB),
@@ -348,7 +386,31 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 		"env":            env,
 		"runtype":        "args",
 		"cancel_unavail": true,
-	}, nil
+	}
+	switch {
+	case req.Bid < 0:
+		return nil, a.errorf(providers.KindInvalid, "bid $%s/h is negative", req.Bid)
+	case req.Bid > 0 && req.Bid > req.MaxBid:
+		// The money is ours: never bid above what the caller accepts.
+		return nil, a.errorf(providers.KindInvalid, "bid $%s/h is over the caller's cap of $%s/h", req.Bid, req.MaxBid)
+	case req.Bid > 0:
+		// A price makes the instance interruptible, billed at the bid.
+		body["price"] = req.Bid.USD()
+	}
+	if req.ImageLogin != "" {
+		body["image_login"] = req.ImageLogin
+	}
+	if req.Onstart != "" {
+		body["onstart"] = req.Onstart
+	}
+	if len(req.Args) > 0 {
+		body["args"] = req.Args
+	}
+	if n := len(req.Onstart) + len(strings.Join(req.Args, " ")); n > maxStartScript {
+		return nil, a.errorf(providers.KindInvalid, "onstart and args are %d characters together, over vast.ai's %d",
+			n, maxStartScript)
+	}
+	return body, nil
 }
 
 // Create rents an offer with PUT /api/v0/asks/{id}/, exactly once. A reply

@@ -316,7 +316,9 @@ func TestStatusMappingThroughSim(t *testing.T) {
 		actual string
 		want   providers.Status
 	}{{"loading", providers.StatusStarting}, {"exited", providers.StatusFailed}, {"offline", providers.StatusFailed},
-		{"unknown", providers.StatusFailed}, {"stopped", providers.StatusStopped},
+		{"unknown", providers.StatusFailed},
+		// Stopped while meant to run (intended_status running): preempted.
+		{"stopped", providers.StatusPreempted},
 		{"frozen", providers.StatusRunning}, // paused, GPU still billed: never "stopped"
 		{"", providers.StatusRunning}} {
 		if err := sim.SetInstanceStatus(id, tc.actual); err != nil {

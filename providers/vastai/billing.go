@@ -55,7 +55,9 @@ type Charge struct {
 	Description string
 }
 
-const chargesPageSize = 500 // the endpoint's maximum
+// chargesPageSize is how many charges one page asks for: vast.ai's
+// documented maximum (its openapi once said 500; the endpoint caps at 100).
+const chargesPageSize = 100
 
 // Charges reads the per-instance charges between from and to through every
 // page of GET /api/v0/charges/. Rows that are not instance charges are

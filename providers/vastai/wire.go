@@ -105,6 +105,11 @@ type wireOffer struct {
 	CPURAM            number  `json:"cpu_ram"` // MB
 	DiskSpace         number  `json:"disk_space"`
 	DPHTotal          number  `json:"dph_total"` // USD/hour, whole offer
+	DPHBase           number  `json:"dph_base"`  // USD/hour, compute only
+	StorageTotalCost  number  `json:"storage_total_cost"`
+	MinBid            number  `json:"min_bid"` // USD/hour, compute only
+	IsBid             number  `json:"is_bid"`
+	MachineID         idValue `json:"machine_id"`
 	Reliability       number  `json:"reliability"`
 	Reliability2      number  `json:"reliability2"`
 	Geolocation       text    `json:"geolocation"`
@@ -131,20 +136,42 @@ func (w wireOffer) offer() (providers.Offer, bool) {
 	if !cores.ok || cores.v <= 0 {
 		cores = w.CPUCores
 	}
-	return providers.Offer{
-		Provider:     providers.VastAI,
-		ID:           id,
-		GPUName:      string(w.GPUName),
-		NumGPUs:      int(w.NumGPUs.v),
-		VRAMGB:       mbToGB(w.GPURAM.v),
-		PricePerHour: price,
-		Location:     string(w.Geolocation),
-		Reliability:  clamp01(rel.v),
-		CPUCores:     cores.v,
-		RAMGB:        mbToGB(w.CPURAM.v),
-		DiskGB:       math.Round(w.DiskSpace.v*1000) / 1000,
-		Billing:      providers.BillingHourly,
-	}, true
+	o := providers.Offer{
+		Provider:      providers.VastAI,
+		ID:            id,
+		GPUName:       string(w.GPUName),
+		NumGPUs:       int(w.NumGPUs.v),
+		VRAMGB:        mbToGB(w.GPURAM.v),
+		PricePerHour:  price,
+		Location:      string(w.Geolocation),
+		Reliability:   clamp01(rel.v),
+		CPUCores:      cores.v,
+		RAMGB:         mbToGB(w.CPURAM.v),
+		DiskGB:        math.Round(w.DiskSpace.v*1000) / 1000,
+		Billing:       providers.BillingHourly,
+		Machine:       string(w.MachineID),
+		Interruptible: w.IsBid.ok && w.IsBid.v != 0,
+	}
+	o.StoragePerHour = w.storagePerHour(price)
+	if w.MinBid.ok && w.MinBid.v > 0 {
+		o.MinBid, _ = gpuproxy.FromUSD(w.MinBid.v)
+	}
+	return o, true
+}
+
+// storagePerHour is the disk's share of dph_total: storage_total_cost
+// when the row has it, else dph_total − dph_base (never negative, never
+// over the total).
+func (w wireOffer) storagePerHour(total gpuproxy.Micros) gpuproxy.Micros {
+	var st gpuproxy.Micros
+	switch {
+	case w.StorageTotalCost.ok:
+		st, _ = gpuproxy.FromUSD(math.Max(w.StorageTotalCost.v, 0))
+	case w.DPHBase.ok:
+		base, _ := gpuproxy.FromUSD(math.Max(w.DPHBase.v, 0))
+		st = total - base
+	}
+	return min(max(st, 0), total)
 }
 
 // mbToGB converts vast.ai MB to decimal GB (24564 → 24.564), as the CLI does.
@@ -169,6 +196,8 @@ type wireInstance struct {
 	Ports          json.RawMessage `json:"ports"`
 	ExtraEnv       json.RawMessage `json:"extra_env"`
 	StartDate      number          `json:"start_date"` // unix seconds
+	StatusMsg      text            `json:"status_msg"`
+	IsBid          number          `json:"is_bid"`
 }
 
 // instance normalizes an instance object.
@@ -176,9 +205,12 @@ func (w wireInstance) instance() providers.Instance {
 	in := providers.Instance{
 		ProviderID: string(w.ID),
 		Tag:        string(w.Label),
-		Status:     mapStatus(string(w.ActualStatus), string(w.CurState)),
+		Status:     mapStatus(string(w.ActualStatus), string(w.IntendedStatus), string(w.CurState)),
 		GPUName:    string(w.GPUName),
 		NumGPUs:    int(w.NumGPUs.v),
+		StatusMsg:  string(w.StatusMsg),
+
+		Interruptible: w.IsBid.ok && w.IsBid.v != 0,
 	}
 	if w.DPHTotal.ok {
 		in.PricePerHour, _ = gpuproxy.FromUSD(w.DPHTotal.v)
@@ -192,7 +224,8 @@ func (w wireInstance) instance() providers.Instance {
 	return in
 }
 
-// mapStatus maps actual_status (and cur_state) to a normalized status.
+// mapStatus maps actual_status (and intended_status, cur_state) to a
+// normalized status.
 //
 // null, "", loading, created, scheduling and rebooting are on their way to
 // running. frozen (the container paused with its memory kept) maps to
@@ -201,9 +234,12 @@ func (w wireInstance) instance() providers.Instance {
 // unknown and offline never reach running again (vast.ai docs), so they
 // map to failed: the instance still bills until destroyed, and callers
 // should destroy it. A released contract (cur_state unloaded)
-// is terminated. Unrecognized values are treated as starting so that polling
-// continues rather than tearing down a healthy instance.
-func mapStatus(actual, curState string) providers.Status {
+// is terminated. stopped while intended_status is still running is
+// preempted: someone outranked the instance (a higher bid, an on-demand
+// rental), vast.ai paused it, and it resumes by itself. Unrecognized
+// values are treated as starting so that polling continues rather than
+// tearing down a healthy instance.
+func mapStatus(actual, intended, curState string) providers.Status {
 	if strings.EqualFold(curState, "unloaded") {
 		return providers.StatusTerminated
 	}
@@ -211,6 +247,9 @@ func mapStatus(actual, curState string) providers.Status {
 	case "running", "frozen":
 		return providers.StatusRunning
 	case "stopped", "inactive":
+		if strings.EqualFold(intended, "running") {
+			return providers.StatusPreempted
+		}
 		return providers.StatusStopped
 	case "exited", "unknown", "offline":
 		return providers.StatusFailed

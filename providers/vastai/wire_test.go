@@ -88,18 +88,22 @@ func TestPickPort(t *testing.T) {
 func TestMapStatus(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		actual, cur string
-		want        providers.Status
+		actual, intended, cur string
+		want                  providers.Status
 	}{
-		{"", "", providers.StatusStarting}, {"loading", "running", providers.StatusStarting},
-		{"created", "", providers.StatusStarting}, {"rebooting", "", providers.StatusStarting},
-		{"running", "running", providers.StatusRunning}, {"stopped", "stopped", providers.StatusStopped},
-		{"frozen", "running", providers.StatusRunning}, {"exited", "", providers.StatusFailed},
-		{"unknown", "", providers.StatusFailed}, {"offline", "", providers.StatusFailed},
-		{"running", "unloaded", providers.StatusTerminated}, {"something-new", "", providers.StatusStarting},
+		{"", "running", "", providers.StatusStarting}, {"loading", "running", "running", providers.StatusStarting},
+		{"created", "", "", providers.StatusStarting}, {"rebooting", "running", "", providers.StatusStarting},
+		{"running", "running", "running", providers.StatusRunning},
+		{"stopped", "stopped", "stopped", providers.StatusStopped},
+		// Paused by preemption: stopped though meant to run.
+		{"stopped", "running", "stopped", providers.StatusPreempted},
+		{"frozen", "running", "running", providers.StatusRunning}, {"exited", "running", "", providers.StatusFailed},
+		{"unknown", "", "", providers.StatusFailed}, {"offline", "", "", providers.StatusFailed},
+		{"running", "running", "unloaded", providers.StatusTerminated},
+		{"something-new", "", "", providers.StatusStarting},
 	} {
-		if got := mapStatus(tc.actual, tc.cur); got != tc.want {
-			t.Errorf("mapStatus(%q, %q) = %s, want %s", tc.actual, tc.cur, got, tc.want)
+		if got := mapStatus(tc.actual, tc.intended, tc.cur); got != tc.want {
+			t.Errorf("mapStatus(%q, %q, %q) = %s, want %s", tc.actual, tc.intended, tc.cur, got, tc.want)
 		}
 	}
 }
