@@ -145,4 +145,3 @@ func (b *breakers) sweep(now time.Time) {
 		return true
 	})
 }
-
