@@ -6,7 +6,9 @@ import "time"
 type InstanceStatus string
 
 // Lifecycle: pending → starting → running → terminating → terminated, or failed;
-// a lifetime rule may stop a running instance (stopped), which may then be destroyed.
+// a lifetime rule may stop a running instance (stopped), which may then be destroyed;
+// the provider may preempt a running interruptible instance (preempted), which may
+// resume by itself (running) or be destroyed.
 const (
 	Pending     InstanceStatus = "pending"
 	Starting    InstanceStatus = "starting"
@@ -14,7 +16,19 @@ const (
 	Terminating InstanceStatus = "terminating"
 	Terminated  InstanceStatus = "terminated"
 	Stopped     InstanceStatus = "stopped" // stopped by a lifetime rule, disk kept (not billed by us)
-	Failed      InstanceStatus = "failed"
+	// Preempted: outranked at the provider (a higher bid, an on-demand
+	// rental of its machine), its GPUs taken and their billing over: its
+	// meter is stopped, so it holds no committed spend; its disk stays
+	// (vast.ai bills that storage, which truth-up brings into the ledger).
+	// It resumes by itself when its bid regains priority.
+	Preempted InstanceStatus = "preempted"
+	Failed    InstanceStatus = "failed"
+)
+
+// Markets an instance is rented on.
+const (
+	MarketOnDemand      = "on-demand"
+	MarketInterruptible = "interruptible"
 )
 
 // Instance is our record of one rented instance.
@@ -33,15 +47,21 @@ type Instance struct {
 	Image              string
 	Label              string
 	Status             InstanceStatus
-	Endpoint           string
-	IdempotencyKey     string
-	HoldID             int64
-	KeyID              string // the API key whose principal created it; its spend counts against the key's windows
-	Error              string
-	CreatedAt          time.Time
-	StartedAt          time.Time // provider reported running (metering starts)
-	TerminatedAt       time.Time
-	UpdatedAt          time.Time
+	// Market is MarketOnDemand or MarketInterruptible (a bid: PricePerHour
+	// is the bid plus storage); "" for rows from before markets.
+	Market string
+	// StatusMsg is the provider's own words on the status when it
+	// changed (vast.ai's "paused: outbid …"); "" when none.
+	StatusMsg      string
+	Endpoint       string
+	IdempotencyKey string
+	HoldID         int64
+	KeyID          string // the API key whose principal created it; its spend counts against the key's windows
+	Error          string
+	CreatedAt      time.Time
+	StartedAt      time.Time // provider reported running (metering starts)
+	TerminatedAt   time.Time
+	UpdatedAt      time.Time
 	// Attempts are the offers a rent by spec tried before this one was
 	// rented, this one last (empty for a create of one offer).
 	Attempts []RentAttempt

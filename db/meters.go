@@ -68,6 +68,12 @@ func stopMeter(ctx context.Context, c conn, id string, at time.Time) (bool, erro
 			Description: fmt.Sprintf("%s stopped at %s: metered charge from then to %s returned", m.InstanceID,
 				at.Format(time.RFC3339Nano), m.ChargedUntil.Format(time.RFC3339Nano))}
 		_, created, err := appendEntry(ctx, c, e)
+		if err == nil && !created {
+			// A meter resumed after a preemption (ResumeMeter) stops
+			// again: each later stop's refund is keyed by its time.
+			e.IdempotencyKey = fmt.Sprintf("meter-stop:%s:%d", m.ID, us(at))
+			_, created, err = appendEntry(ctx, c, e)
+		}
 		if err != nil {
 			return false, err
 		}
