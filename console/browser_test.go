@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -104,6 +105,15 @@ func TestConsoleInBrowser(t *testing.T) {
 			reach := "At this rate the limit is not reached"
 			if (lim-spent-held)*60 <= burn*gpuproxy.Micros(mins) {
 				reach = "At this rate the limit is reached at"
+			}
+			// The card's percentage says what it counts, and shows spent alone.
+			card := "#window-" + shown[i]["minutes"]
+			if got, want := b.text(card+" [data-field=percent]"), fmt.Sprintf("%d%%", min(used*100/lim, 999)); got != want {
+				t.Errorf("window %d: %s shown, want %s (spent + held + committed)", mins, got, want)
+			}
+			if got, want := b.text(card+" [data-field=percent-counts]"),
+				fmt.Sprintf("used: spent + held + committed · spent alone %d%%", spent*100/lim); got != want {
+				t.Errorf("window %d: %q, want %q", mins, got, want)
 			}
 			got := b.text("#window-" + shown[i]["minutes"] + " [data-field=reach]")
 			if shown[i]["level"] != level || !strings.HasPrefix(got, reach) {

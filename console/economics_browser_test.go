@@ -166,6 +166,14 @@ func TestEconomicsInBrowser(t *testing.T) {
 	svc := economics.New(s.store, nil)
 	b := newTab(t, s)
 	b.signIn(fin)
+	// The header names the signed-in key, its id's start beside it.
+	finKey, err := s.auth.Authenticate(ctx, fin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.text("#signed-key"), "key finance key · "+finKey.KeyID[:8]; got != want {
+		t.Errorf("header %q, want %q", got, want)
+	}
 
 	// period is the period the page shows, as economics.Query.
 	period := func(g economics.GroupBy) economics.Query {

@@ -20,6 +20,7 @@ type windowView struct {
 	Bar                                   template.HTML
 	Level                                 string // ok, warn, over
 	Percent                               int    // (spent + held + committed) / limit
+	SpentPercent                          int    // spent alone / limit
 	Reach                                 string // when, at the burn rate, spend reaches the limit
 }
 
@@ -122,6 +123,9 @@ func newWindowView(u guardrails.Usage, burn gpuproxy.Micros, at time.Time) windo
 	v := windowView{Minutes: u.Minutes, Limit: u.Limit, Spent: u.Spent, Held: u.Held, Committed: u.Committed,
 		Remain: u.Remaining()}
 	v.Bar, v.Level, v.Percent = windowBar(u.Limit, u.Spent, u.Held, u.Committed)
+	if u.Limit > 0 {
+		v.SpentPercent = int(min(max(u.Spent, 0)*100/u.Limit, 999))
+	}
 	v.Reach = reach(u, burn, at)
 	return v
 }

@@ -84,6 +84,7 @@ type page struct {
 	SignedIn  bool
 	Account   string // the signed-in key's account
 	KeyID     string
+	KeyName   string // the signed-in key's name ("" for none, or a JWT)
 	Target    string // the account the page shows (admins may pick another)
 	Accounts  []string
 	AllOption bool // the account picker offers "All accounts" (account=all)
@@ -106,7 +107,7 @@ type page struct {
 // newPage fills the layout fields for a signed-in request.
 func (c *Console) newPage(q *req, title, nav string) *page {
 	p := q.p
-	return &page{Title: title, Nav: nav, Path: q.r.URL.Path, SignedIn: true, Account: p.AccountName, KeyID: p.KeyID,
+	pg := &page{Title: title, Nav: nav, Path: q.r.URL.Path, SignedIn: true, Account: p.AccountName, KeyID: p.KeyID,
 		Target: p.AccountName, CSRF: c.ses.csrf(q.ss),
 		Spending: p.Has(gpuproxy.ScopeSpendingRead), Billing: p.Has(gpuproxy.ScopeBillingRead),
 		Instances: c.svc.Fleet != nil && p.Has(gpuproxy.ScopeInstancesRead),
@@ -114,6 +115,14 @@ func (c *Console) newPage(q *req, title, nav string) *page {
 		Services:  c.svc.Services != nil && p.Has(gpuproxy.ScopeInstancesRead),
 		Economics: c.svc.Economics != nil && p.Has(gpuproxy.ScopeBillingRead),
 		Admin:     p.Has(gpuproxy.ScopeAdmin), OAuth: c.svc.OAuth != nil, Now: c.opts.Now().UTC()}
+	// The header names the key; its id stays beside it. A key that cannot
+	// be read (a JWT's id) shows its id alone.
+	if c.svc.Auth != nil {
+		if k, err := c.svc.Auth.Key(q.r.Context(), p.KeyID); err == nil && k.AccountID == p.AccountID {
+			pg.KeyName = k.Name
+		}
+	}
+	return pg
 }
 
 // render writes a page; a template error becomes a plain 500.
