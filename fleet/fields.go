@@ -33,7 +33,12 @@ var SpecRules = gpuproxy.FieldRules{
 	{Name: "spec.locations", Kind: gpuproxy.FieldStrings, MaxItems: 50, MaxLen: 100},
 	{Name: "spec.hours", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxHours},
 	{Name: "spec.max_attempts", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxMaxAttempts},
+	{Name: "spec.bid_margin", Kind: gpuproxy.FieldNumber, Min: 0, Max: MaxBidMargin},
 }
+
+// MaxBidMargin bounds spec.bid_margin: a bid at most 11 times the
+// minimum (the cap bounds it anyway).
+const MaxBidMargin = 10
 
 // LifetimeRules are the rules of an instance's lifetime fields, at create
 // and on PATCH; the account's policy may bound them further.

@@ -47,6 +47,7 @@ type worldOpts struct {
 	catalog   []vastaisim.Offer
 	limits    []guardrails.Window
 	fleetOpts fleet.Options
+	vastOpts  func(*vastaisim.Options) // changes the vast.ai simulator's options
 }
 
 func newWorld(t *testing.T, k dbtest.Kind, o worldOpts) *world {
@@ -55,7 +56,11 @@ func newWorld(t *testing.T, k dbtest.Kind, o worldOpts) *world {
 		o.replicas = 1
 	}
 	w := &world{t: t, stores: dbtest.Replicas(t, k, o.replicas)}
-	w.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 150 * time.Millisecond, Catalog: o.catalog})
+	vo := vastaisim.Options{APIKey: "vk", StartDelay: 150 * time.Millisecond, Catalog: o.catalog}
+	if o.vastOpts != nil {
+		o.vastOpts(&vo)
+	}
+	w.vast = vastaisim.New(vo)
 	vurl, err := w.vast.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,22 +13,29 @@ import (
 	"github.com/aiserve/gpuproxy/providers"
 )
 
-// Poll advances every starting instance (to running, with its meter) and
-// confirms every terminating one, once; it asks the provider again only
-// for a destroy whose claim is older than DestroyRetry (see destroy). It
-// runs on one replica at a time.
+// Poll advances every starting instance (to running, with its meter),
+// watches every running or preempted interruptible one for preemption
+// (see watch) and confirms every terminating one, once; it asks the
+// provider again only for a destroy whose claim is older than
+// DestroyRetry (see destroy). It runs on one replica at a time.
 func (s *Service) Poll(ctx context.Context) error {
 	_, err := s.opts.Leader(ctx, "fleet-poll", func(ctx context.Context) error {
-		insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Starting, gpuproxy.Terminating)
+		insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Preempted,
+			gpuproxy.Terminating)
 		if err != nil {
 			return err
 		}
 		var errs []error
 		for _, inst := range insts {
 			var err error
-			if inst.Status == gpuproxy.Starting {
+			switch inst.Status {
+			case gpuproxy.Starting:
 				_, err = s.advance(ctx, inst)
-			} else {
+			case gpuproxy.Running, gpuproxy.Preempted:
+				if inst.Market == gpuproxy.MarketInterruptible {
+					_, err = s.watch(ctx, inst)
+				}
+			default:
 				_, err = s.destroy(ctx, inst)
 			}
 			if err != nil {
@@ -38,6 +45,50 @@ func (s *Service) Poll(ctx context.Context) error {
 		return errors.Join(errs...)
 	})
 	return err
+}
+
+// watch reads a running or preempted interruptible instance at its
+// provider and records what preemption did: running → preempted (its
+// meter stopped, so its GPU time leaves committed spend) with the
+// provider's message, preempted → running when the provider resumed it
+// by itself (its meter resumed). An instance gone is terminated. The
+// meter stops at the poll that sees the pause, so up to one
+// PollInterval of a pause may be charged (and a resume's first interval
+// missed); truth-up against the provider's charges corrects both, and
+// the storage a paused instance still bills.
+func (s *Service) watch(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
+	p, ok := s.byName[inst.Provider]
+	if !ok || inst.ProviderInstanceID == "" {
+		return inst, nil
+	}
+	pi, err := p.Get(ctx, inst.ProviderInstanceID)
+	now := s.opts.Now()
+	switch {
+	case providers.KindOf(err) == providers.KindGone:
+		return s.markTerminated(ctx, inst.ID, now, nil, "gone at the provider")
+	case err != nil:
+		return inst, err
+	case otherTag(inst, pi):
+		s.tagMismatch(p.Name(), inst, pi, "poll")
+		return s.markTerminated(ctx, inst.ID, now, nil, "provider id reused by another instance")
+	}
+	switch {
+	case inst.Status == gpuproxy.Running && pi.Status == providers.StatusPreempted:
+		out, err := s.store.MarkPreempted(ctx, inst.ID, now, pi.StatusMsg)
+		if err == nil {
+			s.opts.Logger.Info("instance preempted", "instance", out.ID, "account_id", out.AccountID,
+				"provider", out.Provider, "status_msg", pi.StatusMsg)
+		}
+		return out, err
+	case inst.Status == gpuproxy.Preempted && pi.Status == providers.StatusRunning && pi.Endpoint != "":
+		out, err := s.store.MarkResumed(ctx, inst.ID, pi.Endpoint, now, pi.StatusMsg)
+		if err == nil {
+			s.opts.Logger.Info("instance resumed", "instance", out.ID, "account_id", out.AccountID,
+				"provider", out.Provider, "status_msg", pi.StatusMsg)
+		}
+		return out, err
+	}
+	return inst, nil
 }
 
 // ReconcileReport says what one reconciliation did.
@@ -106,8 +157,8 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		return
 	}
 	l := indexListing(list)
-	rows, err := s.store.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Stopped,
-		gpuproxy.Terminating)
+	rows, err := s.store.InstancesInStatus(ctx, gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Preempted,
+		gpuproxy.Stopped, gpuproxy.Terminating)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err)
 		return

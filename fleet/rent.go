@@ -56,6 +56,10 @@ type rentLimits struct {
 	// reconciler adopting the row marks it rented, and a replay of the
 	// call answers it.
 	current *gpuproxy.RentAttempt
+	// bid, when set, rents the offer as an interruptible instance: the
+	// bid for its live minimum bid and storage per hour (ok false: even
+	// the minimum does not fit the cap).
+	bid func(minBid, storage gpuproxy.Micros) (gpuproxy.Micros, bool)
 }
 
 // attemptError is a failed rent attempt: how it ended, and the error the
@@ -98,9 +102,9 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		}
 	}
 	// Re-check the live price: offers are perishable and prices move.
-	q, err := p.Quote(ctx, req.OfferID, req.Hours)
+	q, bid, err := s.quote(ctx, p, req, lim)
 	if err != nil {
-		return gpuproxy.Instance{}, failed(p, err)
+		return gpuproxy.Instance{}, err
 	}
 	if q.PricePerHour <= 0 && q.Total <= 0 {
 		return gpuproxy.Instance{}, &attemptError{outcome: gpuproxy.RentProviderErr, err: gpuproxy.Errorf(gpuproxy.EPROVIDER,
@@ -117,7 +121,10 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 	inst := gpuproxy.Instance{ID: NewInstanceID(), AccountID: accountID, Provider: p.Name(), OfferID: req.OfferID,
 		GPUName: q.GPUName, NumGPUs: q.NumGPUs, PricePerHour: q.PricePerHour, Billing: string(q.Billing),
 		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
-		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts}
+		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts, Market: gpuproxy.MarketOnDemand}
+	if bid > 0 {
+		inst.Market = gpuproxy.MarketInterruptible
+	}
 	if lim.current != nil {
 		cur := *lim.current
 		cur.Outcome, cur.PricePerHour = gpuproxy.RentPending, q.PricePerHour
@@ -150,8 +157,13 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 	// must not leave a rental we do not know about.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CreateTimeout)
 	defer cancel()
-	pi, err := p.Create(cctx, providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
-		Hours: req.Hours, Env: req.Env, Ports: req.Ports})
+	preq := providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
+		Hours: req.Hours, Env: req.Env, Ports: req.Ports}
+	if bid > 0 {
+		// Never above the cap: the adapter refuses a bid over MaxBid.
+		preq.Bid, preq.MaxBid = bid, lim.maxPrice-q.StoragePerHour
+	}
+	pi, err := p.Create(cctx, preq)
 	// Rented (or gone, or perhaps rented): no cached search shows it again.
 	s.cache.drop(p.Name(), req.OfferID)
 	if err != nil {
@@ -174,6 +186,37 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		}
 	}
 	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
+}
+
+// quote reads the live price of the offer to rent: its on-demand quote,
+// or with lim.bid its bid quote, priced at the bid the rule makes of the
+// live minimum bid plus storage (the bid is returned apart; 0 on
+// demand). Its errors are *attemptError.
+func (s *Service) quote(ctx context.Context, p providers.Provider, req CreateRequest, lim rentLimits) (providers.Quote, gpuproxy.Micros, error) {
+	if lim.bid == nil {
+		q, err := p.Quote(ctx, req.OfferID, req.Hours)
+		if err != nil {
+			return q, 0, failed(p, err)
+		}
+		return q, 0, nil
+	}
+	b, ok := p.(providers.Bidder)
+	if !ok {
+		return providers.Quote{}, 0, &attemptError{outcome: gpuproxy.RentProviderErr,
+			err: gpuproxy.Errorf(gpuproxy.EPROVIDER, "%s sells no interruptible instances", p.Name())}
+	}
+	q, err := b.QuoteBid(ctx, req.OfferID)
+	if err != nil {
+		return q, 0, failed(p, err)
+	}
+	bid, ok := lim.bid(q.MinBid, q.StoragePerHour)
+	if !ok {
+		return q, 0, &attemptError{outcome: gpuproxy.RentPriceOverCap, quoted: q.MinBid + q.StoragePerHour,
+			err: gpuproxy.Errorf(gpuproxy.EGONE, "%s's live minimum bid for offer %s is $%s/h plus $%s/h storage, over the $%s cap",
+				p.Name(), req.OfferID, q.MinBid, q.StoragePerHour, lim.maxPrice)}
+	}
+	q.PricePerHour = bid + q.StoragePerHour
+	return q, bid, nil
 }
 
 // attemptKey is the idempotency key of a spec's n-th attempt (from 1) in

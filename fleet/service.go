@@ -472,7 +472,8 @@ func (s *Service) RunningEndpoints(ctx context.Context, accountID int64) (map[st
 
 func validStatus(s gpuproxy.InstanceStatus) bool {
 	switch s {
-	case gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Stopped, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed:
+	case gpuproxy.Pending, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Preempted, gpuproxy.Stopped, gpuproxy.Terminating,
+		gpuproxy.Terminated, gpuproxy.Failed:
 		return true
 	}
 	return false

@@ -19,6 +19,20 @@ const DefaultMaxAttempts = 5
 // MaxMaxAttempts bounds Spec.MaxAttempts.
 const MaxMaxAttempts = 20
 
+// Markets a spec may ask for: on demand (the default), interruptible
+// (a bid, cheaper, that someone may preempt), or either (the cheapest).
+const (
+	MarketOnDemand      = gpuproxy.MarketOnDemand
+	MarketInterruptible = gpuproxy.MarketInterruptible
+	MarketAny           = "any"
+)
+
+// DefaultBidMargin is how far above an offer's minimum bid a rent by spec
+// bids when the spec sets no bid_margin: min_bid × (1 + 0.25), capped by
+// max_price_per_hour less storage. A bid at the minimum is the first one
+// outbid.
+const DefaultBidMargin = 0.25
+
 // Billing kinds a spec may ask for.
 const (
 	BillingHourly  = string(providers.BillingHourly)
@@ -54,6 +68,45 @@ type Spec struct {
 	// MaxAttempts is how many offers to try at most (default
 	// DefaultMaxAttempts).
 	MaxAttempts int
+	// Market is MarketOnDemand ("" too), MarketInterruptible or MarketAny.
+	// An interruptible offer is rented with a bid (see bid).
+	Market string `json:",omitempty"`
+	// BidMargin is how far above the minimum bid to bid, as a fraction
+	// (0.25: 25% above); nil takes DefaultBidMargin.
+	BidMargin *float64 `json:",omitempty"`
+}
+
+// markets lists the markets the spec searches.
+func (sp *Spec) markets() (onDemand, interruptible bool) {
+	switch sp.Market {
+	case MarketInterruptible:
+		return false, true
+	case MarketAny:
+		return true, true
+	}
+	return true, false
+}
+
+// margin is the spec's bid margin, or DefaultBidMargin.
+func (sp *Spec) margin() float64 {
+	if sp.BidMargin != nil {
+		return *sp.BidMargin
+	}
+	return DefaultBidMargin
+}
+
+// bid is the bid rule: for GPUs whose minimum bid is minBid on an offer
+// whose disk costs storage per hour, bid minBid × (1 + margin), never
+// more than the cap leaves after storage; ok is false when even the
+// minimum bid does not fit the cap. The instance then costs bid + storage
+// per hour at most, which the guard rails admit.
+func (sp *Spec) bid(minBid, storage gpuproxy.Micros) (bid gpuproxy.Micros, ok bool) {
+	room := sp.MaxPricePerHour - storage
+	if minBid <= 0 || minBid > room {
+		return 0, false
+	}
+	want := minBid + gpuproxy.Micros(float64(minBid)*sp.margin())
+	return min(max(want, minBid), room), true
 }
 
 // validate checks the spec, naming the field (as "spec.<field>") and its
@@ -89,6 +142,24 @@ func (sp *Spec) validate(known []string) error {
 			return err
 		}
 	}
+	switch sp.Market {
+	case "", MarketOnDemand, MarketInterruptible, MarketAny:
+	default:
+		return gpuproxy.Invalid("spec.market", "must be %q, %q or %q, got %q", MarketOnDemand, MarketInterruptible,
+			MarketAny, sp.Market)
+	}
+	if sp.BidMargin != nil {
+		if err := SpecRules.Rule("spec.bid_margin").CheckFloat(*sp.BidMargin); err != nil {
+			return err
+		}
+		if sp.Market == "" || sp.Market == MarketOnDemand {
+			return gpuproxy.Invalid("spec.bid_margin", "applies to interruptible offers: set spec.market to %q or %q",
+				MarketInterruptible, MarketAny)
+		}
+	}
+	if sp.Market == MarketInterruptible && sp.Billing == BillingPrepaid {
+		return gpuproxy.Invalid("spec.market", "interruptible offers are billed by the hour, not prepaid")
+	}
 	if sp.Billing != "" && sp.Billing != BillingHourly && sp.Billing != BillingPrepaid {
 		return gpuproxy.Invalid("spec.billing", "must be %q or %q, got %q", BillingHourly, BillingPrepaid, sp.Billing)
 	}
@@ -121,6 +192,9 @@ func (r *CreateRequest) Fingerprint() string {
 		}
 		if c.MaxAttempts == 0 {
 			c.MaxAttempts = DefaultMaxAttempts
+		}
+		if c.Market == MarketOnDemand {
+			c.Market = "" // the default: the same create as before markets
 		}
 		sp = &c
 	}
@@ -178,6 +252,9 @@ func (sp *Spec) criteria() []criterion {
 			})
 		}})
 	}
+	if onDemand, interruptible := sp.markets(); !onDemand || !interruptible {
+		cs = append(cs, criterion{"market", func(o providers.Offer) bool { return o.Interruptible == interruptible }})
+	}
 	cs = append(cs, criterion{"billing", func(o providers.Offer) bool {
 		switch sp.Billing {
 		case BillingHourly:
@@ -214,11 +291,21 @@ func rank(offers []providers.Offer) {
 	})
 }
 
-// candidates are the offers matching sp at or under its cap, ranked.
+// candidates are the offers matching sp at or under its cap, ranked. An
+// interruptible offer is priced at the spec's bid for it plus storage
+// (what the rent would admit), and is left out when even its minimum bid
+// does not fit the cap.
 func (sp *Spec) candidates(all []providers.Offer) []providers.Offer {
 	cs := sp.criteria()
 	var out []providers.Offer
 	for _, o := range all {
+		if o.Interruptible {
+			bid, ok := sp.bid(o.MinBid, o.StoragePerHour)
+			if !ok {
+				continue
+			}
+			o.PricePerHour = bid + o.StoragePerHour
+		}
 		if matchAll(cs, o) && o.PricePerHour <= sp.MaxPricePerHour {
 			out = append(out, o)
 		}
@@ -304,6 +391,9 @@ func (sp *Spec) missSentence(name string, near []providers.Offer) string {
 	case "locations":
 		return fmt.Sprintf("no offer in %s; the cheapest elsewhere is %s in %s at $%s/h on %s",
 			strings.Join(sp.Locations, ", "), describe(best), best.Location, best.PricePerHour, best.Provider)
+	case "market":
+		return fmt.Sprintf("no %s offer; the cheapest other one is %s at $%s/h on %s", sp.Market, describe(best),
+			best.PricePerHour, best.Provider)
 	case "billing":
 		if sp.Billing == "" {
 			return fmt.Sprintf("only prepaid offers match (cheapest %s at $%s/h on %s): set spec.hours to rent one",
@@ -343,6 +433,9 @@ func (sp *Spec) searched(provs []string) string {
 	}
 	if sp.Billing != "" {
 		parts = append(parts, sp.Billing)
+	}
+	if sp.Market != "" && sp.Market != MarketOnDemand {
+		parts = append(parts, sp.Market)
 	}
 	return strings.Join(parts, ", ") + " on " + strings.Join(provs, ", ")
 }

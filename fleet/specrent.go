@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,12 @@ import (
 // MaxAttempts: live quote → admission (account and key windows) →
 // provider create. An offer gone, a provider error, an open breaker or a
 // live price over the cap moves on to the next offer; a guard-rail refusal
-// stops at once. It returns every attempt made, the rented one last.
+// stops at once. When a listing is exhausted and attempts remain, it
+// searches again and tries what the new listing adds: never an ask id
+// already tried, and machines not tried yet before tried ones relisted
+// under new ask ids. An interruptible offer (spec.market interruptible or
+// any) is rented with the spec's bid (Spec.bid) and admitted at it plus
+// storage. It returns every attempt made, the rented one last.
 func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateRequest, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 	sp := req.Spec
 	names := s.specProviderNames(sp)
@@ -26,12 +32,12 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 	if len(sp.GPU) == 1 {
 		f.GPUName = strings.TrimSpace(sp.GPU[0])
 	}
-	all, perrs := s.search(ctx, names, f, false)
+	all, perrs := s.searchSpec(ctx, sp, names, f)
 	cands := sp.candidates(all)
 	if len(cands) == 0 {
 		// The providers filtered coarsely by the spec: to say what the
 		// market has nearest to it, look at everything they offer.
-		if broad, berrs := s.search(ctx, names, providers.SearchFilter{Limit: 500}, true); len(berrs) <= len(perrs) && len(broad) > len(all) {
+		if broad, berrs := s.searchSpec(ctx, sp, names, providers.SearchFilter{Limit: 500}); len(berrs) <= len(perrs) && len(broad) > len(all) {
 			all = broad
 		}
 		return gpuproxy.Instance{}, nil, s.noMatch(sp, names, all, perrs, nil)
@@ -50,59 +56,172 @@ func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateR
 		return gpuproxy.Instance{}, attempts, withAttempts(err, attempts)
 	}
 	var attempts []gpuproxy.RentAttempt
-	for _, o := range cands {
-		if len(attempts) >= sp.MaxAttempts {
+	tried := triedOffers{asks: map[string]bool{}, machines: map[string]bool{}}
+	for searches := 1; len(attempts) < sp.MaxAttempts; searches++ {
+		if searches > 1 {
+			// The listing is exhausted and attempts remain: search again.
+			// Offers come and go (someone else's rental ends, a host
+			// arrives), and a taken machine comes back under a new ask id.
+			var more []providers.Offer
+			more, perrs = s.searchSpec(ctx, sp, names, f)
+			all = append(all, more...)
+			cands = sp.candidates(more)
+		}
+		next := tried.order(cands)
+		if len(next) == 0 || searches > sp.MaxAttempts {
 			break
 		}
-		a := gpuproxy.RentAttempt{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs,
-			PricePerHour: o.PricePerHour}
-		p := s.byName[o.Provider]
-		if p.BreakerState() == "open" {
-			a.Outcome = gpuproxy.RentBreakerOpen
-			a.Error = o.Provider + "'s circuit breaker is open after repeated failures; not called"
-			attempts = s.observe(attempts, a)
-			continue
-		}
-		sub := req
-		sub.Spec, sub.Provider, sub.OfferID = nil, o.Provider, o.ID
-		sub.IdempotencyKey = attemptKey(req.IdempotencyKey, tag, len(attempts)+1)
-		if o.Billing == providers.BillingPrepaid {
-			sub.Hours = sp.Hours
-		}
-		start := time.Now()
-		inst, err := s.rentOffer(ctx, accountID, sub, rentLimits{maxPrice: sp.MaxPricePerHour, confirmed: true, attempts: attempts,
-			current: &a})
-		a.Duration = time.Since(start)
-		if err == nil {
-			a.Outcome, a.PricePerHour = gpuproxy.RentRented, inst.PricePerHour
-			if inst.Status == gpuproxy.Pending {
-				a.Outcome = gpuproxy.RentPending
+		for _, o := range next {
+			if len(attempts) >= sp.MaxAttempts {
+				break
 			}
+			tried.add(o)
+			inst, a, err := s.attempt(ctx, accountID, req, tag, o, attempts)
 			attempts = s.observe(attempts, a)
-			inst.Attempts = attempts
-			if _, err := s.store.SetInstanceAttempts(context.WithoutCancel(ctx), inst.ID, attempts); err != nil {
-				// The instance is rented and its row records it: only the
-				// list of attempts is missing from the row (the call's
-				// record keeps it).
-				s.opts.Logger.Error("recording rent attempts", "instance", inst.ID, "err", err)
+			if err != nil || a.Outcome == gpuproxy.RentRented || a.Outcome == gpuproxy.RentPending {
+				if err == nil {
+					s.recordAttempts(ctx, &inst, attempts)
+				}
+				return inst, attempts, err
 			}
-			return inst, attempts, nil
-		}
-		var ae *attemptError
-		if !errors.As(err, &ae) {
-			return gpuproxy.Instance{}, attempts, err // our store or a fault hook: stop
-		}
-		a.Outcome, a.Error = ae.outcome, gpuproxy.ErrorMessage(ae.err)
-		if ae.quoted > 0 {
-			a.PricePerHour = ae.quoted
-		}
-		attempts = s.observe(attempts, a)
-		s.progress(ctx, accountID, req.IdempotencyKey, attempts)
-		if ae.outcome == gpuproxy.RentOverLimit {
-			return gpuproxy.Instance{}, attempts, withAttempts(ae.err, attempts)
+			s.progress(ctx, accountID, req.IdempotencyKey, attempts)
 		}
 	}
 	return gpuproxy.Instance{}, attempts, s.noMatch(sp, names, all, perrs, attempts)
+}
+
+// attempt tries one offer of a spec's and reports how it went: rented (or
+// pending), or failed with the outcome that moves on to the next offer.
+// A guard-rail refusal is returned as the error (with the attempts), as
+// is a failure of our own store: the rent stops.
+func (s *Service) attempt(ctx context.Context, accountID int64, req CreateRequest, tag string, o providers.Offer,
+	attempts []gpuproxy.RentAttempt) (gpuproxy.Instance, gpuproxy.RentAttempt, error) {
+	sp := req.Spec
+	a := gpuproxy.RentAttempt{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs,
+		PricePerHour: o.PricePerHour}
+	p := s.byName[o.Provider]
+	if p.BreakerState() == "open" {
+		a.Outcome = gpuproxy.RentBreakerOpen
+		a.Error = o.Provider + "'s circuit breaker is open after repeated failures; not called"
+		return gpuproxy.Instance{}, a, nil
+	}
+	sub := req
+	sub.Spec, sub.Provider, sub.OfferID = nil, o.Provider, o.ID
+	sub.IdempotencyKey = attemptKey(req.IdempotencyKey, tag, len(attempts)+1)
+	if o.Billing == providers.BillingPrepaid {
+		sub.Hours = sp.Hours
+	}
+	lim := rentLimits{maxPrice: sp.MaxPricePerHour, confirmed: true, attempts: attempts, current: &a}
+	if o.Interruptible {
+		lim.bid = sp.bid
+	}
+	start := time.Now()
+	inst, err := s.rentOffer(ctx, accountID, sub, lim)
+	a.Duration = time.Since(start)
+	if err == nil {
+		a.Outcome, a.PricePerHour = gpuproxy.RentRented, inst.PricePerHour
+		if inst.Status == gpuproxy.Pending {
+			a.Outcome = gpuproxy.RentPending
+		}
+		return inst, a, nil
+	}
+	var ae *attemptError
+	if !errors.As(err, &ae) {
+		return gpuproxy.Instance{}, a, err // our store or a fault hook: stop
+	}
+	a.Outcome, a.Error = ae.outcome, gpuproxy.ErrorMessage(ae.err)
+	if ae.quoted > 0 {
+		a.PricePerHour = ae.quoted
+	}
+	if ae.outcome == gpuproxy.RentOverLimit {
+		return gpuproxy.Instance{}, a, withAttempts(ae.err, append(slices.Clip(attempts), a))
+	}
+	return gpuproxy.Instance{}, a, nil
+}
+
+// recordAttempts stores the attempts on the rented instance.
+func (s *Service) recordAttempts(ctx context.Context, inst *gpuproxy.Instance, attempts []gpuproxy.RentAttempt) {
+	inst.Attempts = attempts
+	if _, err := s.store.SetInstanceAttempts(context.WithoutCancel(ctx), inst.ID, attempts); err != nil {
+		// The instance is rented and its row records it: only the
+		// list of attempts is missing from the row (the call's
+		// record keeps it).
+		s.opts.Logger.Error("recording rent attempts", "instance", inst.ID, "err", err)
+	}
+}
+
+// triedOffers is what a rent by spec has tried: ask ids (never tried
+// twice: each is one rental) and machines.
+type triedOffers struct {
+	asks, machines map[string]bool
+}
+
+// machineOf names an offer's machine, or the offer itself when its
+// provider names no machine.
+func machineOf(o providers.Offer) string {
+	if o.Machine != "" {
+		return o.Provider + "/m/" + o.Machine
+	}
+	return o.Provider + "/o/" + o.ID
+}
+
+func (t triedOffers) add(o providers.Offer) {
+	t.asks[o.Provider+"/"+o.ID] = true
+	t.machines[machineOf(o)] = true
+}
+
+// order is the ranked offers a new listing adds: never an ask id already
+// tried (nor the same ask twice, on demand and as a bid), and machines not
+// tried yet before those tried already. A tried machine listed again
+// under a new ask id was relisted (the rental that took it ended), so it
+// is worth a try, but only after every untried one.
+func (t triedOffers) order(cands []providers.Offer) []providers.Offer {
+	var fresh, again []providers.Offer
+	seen := map[string]bool{}
+	for _, o := range cands {
+		ask := o.Provider + "/" + o.ID
+		if t.asks[ask] || seen[ask] {
+			continue
+		}
+		seen[ask] = true
+		if t.machines[machineOf(o)] {
+			again = append(again, o)
+		} else {
+			fresh = append(fresh, o)
+		}
+	}
+	return append(fresh, again...)
+}
+
+// searchSpec searches the markets a spec asks for: on-demand offers, and
+// interruptible ones from the providers that sell them.
+func (s *Service) searchSpec(ctx context.Context, sp *Spec, names []string, f providers.SearchFilter) ([]providers.Offer, []ProviderError) {
+	onDemand, interruptible := sp.markets()
+	var all []providers.Offer
+	var perrs []ProviderError
+	if onDemand {
+		all, perrs = s.search(ctx, names, f, false)
+	}
+	if interruptible {
+		var bidders []string
+		for _, n := range names {
+			if _, ok := s.byName[n].(providers.Bidder); ok {
+				bidders = append(bidders, n)
+			}
+		}
+		if len(bidders) > 0 {
+			bf := f
+			bf.Interruptible = true
+			more, errs := s.search(ctx, bidders, bf, false)
+			for _, o := range more {
+				if o.Interruptible {
+					all = append(all, o)
+				}
+			}
+			perrs = append(perrs, errs...)
+		}
+	}
+	return all, perrs
 }
 
 // fits checks, without holding anything, that the windows of the account

@@ -96,6 +96,13 @@ type Store interface {
 	// MarkStopped moves a running instance to stopped at `at`, its meter
 	// stopped there, in one transaction.
 	MarkStopped(ctx context.Context, id string, at time.Time) (gpuproxy.Instance, error)
+	// MarkPreempted moves a running instance to preempted at `at` with the
+	// provider's message, its meter stopped there, in one transaction.
+	MarkPreempted(ctx context.Context, id string, at time.Time, msg string) (gpuproxy.Instance, error)
+	// MarkResumed moves a preempted instance back to running at `at`,
+	// serving at endpoint, its meter resumed there without charging the
+	// pause, in one transaction.
+	MarkResumed(ctx context.Context, id, endpoint string, at time.Time, msg string) (gpuproxy.Instance, error)
 	// LifetimePolicy returns an account's lifetime policy.
 	LifetimePolicy(ctx context.Context, accountID int64) (gpuproxy.LifetimePolicy, error)
 	// KillSwitchExposures lists the time-billed exposure of every account
