@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/focus"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/providers"
 )
 
@@ -22,7 +22,7 @@ var filterKeys = []string{"from", "to", "type", "provider", "instance_id", "key_
 const allAccounts = "all"
 
 // ledgerParams are the query parameters the transactions page takes.
-var ledgerParams = append([]string{"account"}, httpapi.LedgerParams...)
+var ledgerParams = append([]string{"account"}, apiview.LedgerParams...)
 
 type transactionsData struct {
 	Filter      map[string]string
@@ -70,7 +70,7 @@ type keyGroup struct {
 // account's.
 func (c *Console) ledgerQuery(q *req) (billing.Filter, string, []keyGroup, error) {
 	v := q.r.URL.Query()
-	f, err := httpapi.LedgerFilter(v.Get)
+	f, err := apiview.LedgerFilter(v.Get)
 	if err != nil {
 		return f, "", nil, err
 	}

@@ -11,8 +11,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // Lifetimes on MCP: create_gpu_instance takes an instance's lifetime rules
@@ -136,7 +136,7 @@ func (s *Server) updateInstance(ctx context.Context, c call, in updateInput) (re
 		return result{}, err
 	}
 	s.changed(ctx, c.p.AccountID)
-	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: apiview.NewInstanceJSON(v)}
 	out.Message = fmt.Sprintf("Instance %s's lifetime rules are now: %s. %s", v.ID, rulesText(out.LifetimeJSON),
 		nextText(out.LifetimeJSON, v.ID))
 	return result{instanceText("Updated", out), out}, nil
@@ -151,7 +151,7 @@ func (s *Server) keepAlive(ctx context.Context, c call, in keepAliveInput) (resu
 	if err != nil {
 		return result{}, err
 	}
-	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: apiview.NewInstanceJSON(v)}
 	out.Message = fmt.Sprintf("Instance %s counts as active now: its idle timeout starts over. %s", v.ID,
 		nextText(out.LifetimeJSON, v.ID))
 	return result{instanceText("Kept alive", out), out}, nil
@@ -159,7 +159,7 @@ func (s *Server) keepAlive(ctx context.Context, c call, in keepAliveInput) (resu
 
 // rulesText is an instance's rules in a line: "idle_timeout 30m0s (stop,
 // grace 10m0s), max_duration 8h0m0s, spend_cap $20" or "none".
-func rulesText(l httpapi.LifetimeJSON) string {
+func rulesText(l apiview.LifetimeJSON) string {
 	if t := l.RulesText(usd); t != "" {
 		return t
 	}
@@ -168,7 +168,7 @@ func rulesText(l httpapi.LifetimeJSON) string {
 
 // nextText says which rule acts next on the instance and when: "Next:
 // idle_timeout stops it at 2026-11-26 14:02:05 UTC (idle for 3m0s)."
-func nextText(l httpapi.LifetimeJSON, id string) string {
+func nextText(l apiview.LifetimeJSON, id string) string {
 	if l.ActsAt == nil {
 		return "No rule will stop or destroy it."
 	}
@@ -189,7 +189,7 @@ func nextText(l httpapi.LifetimeJSON, id string) string {
 
 // lifetimeText renders an instance's rules, last activity and the rule
 // that acts next, or "" for an instance with none of them to show.
-func lifetimeText(i httpapi.InstanceJSON) string {
+func lifetimeText(i apiview.InstanceJSON) string {
 	l := i.LifetimeJSON
 	var b strings.Builder
 	fmt.Fprintf(&b, "Lifetime rules: %s.", rulesText(l))
@@ -211,7 +211,7 @@ func lifetimeText(i httpapi.InstanceJSON) string {
 
 // nextCell is the list's "next rule" column: "stop 14:02:05Z
 // (idle_timeout)", "-" for none.
-func nextCell(l httpapi.LifetimeJSON) string {
+func nextCell(l apiview.LifetimeJSON) string {
 	if l.ActsAt == nil {
 		if l.ActedRule != "" {
 			return "done (" + l.ActedRule + ")"

@@ -12,8 +12,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // The resources of docs/mcp.md.
@@ -72,7 +72,7 @@ func (s *Server) addResources(srv *sdk.Server) {
 				return nil, err
 			}
 			s.spend.observe(p.AccountID, snap)
-			return httpapi.NewSpendingJSON(p.AccountName, snap), nil
+			return apiview.NewSpendingJSON(p.AccountName, snap), nil
 		})
 	if s.svc.Fleet != nil {
 		add(InstancesURI, "my-instances", "Your GPU instances",

@@ -8,8 +8,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -152,7 +152,7 @@ func checkForm(in createInput) error {
 // attemptsSummary says how a rent by spec went when it took more than one
 // offer: "Tried 3 offers: 2 offer_gone, then rented offer 12 (RTX 4090 on
 // vast.ai at $0.35/h)." It is "" for a single attempt or none.
-func attemptsSummary(as []httpapi.AttemptJSON) string {
+func attemptsSummary(as []apiview.AttemptJSON) string {
 	if len(as) < 2 {
 		return ""
 	}
@@ -186,7 +186,7 @@ func gpuLabel(name string, n int) string {
 }
 
 // attemptsTable renders the offers a rent by spec tried, in order.
-func attemptsTable(b *strings.Builder, as []httpapi.AttemptJSON) {
+func attemptsTable(b *strings.Builder, as []apiview.AttemptJSON) {
 	rows := [][]string{{"#", "provider", "offer", "gpu", "$/hour", "outcome", "time", "error"}}
 	for i, a := range as {
 		errText := a.Error

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // The text renderings of tool results: small tables, as a person would
@@ -33,7 +33,7 @@ func table(b *strings.Builder, rows [][]string) {
 
 func windowName(minutes int) string { return guardrails.WindowName(minutes) }
 
-func spendingText(sp httpapi.SpendingJSON) string {
+func spendingText(sp apiview.SpendingJSON) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Spending of account %s at %s — burn rate %s/hour, held %s, on_exceed=%s\n\n", sp.Account,
 		sp.AsOf.Format(time.RFC3339), usd(sp.BurnRatePerHour), usd(sp.Held), sp.OnExceed)
@@ -181,7 +181,7 @@ func offersText(o offersOutput) string {
 	return b.String()
 }
 
-func instanceRows(is []httpapi.InstanceJSON) [][]string {
+func instanceRows(is []apiview.InstanceJSON) [][]string {
 	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint", "next rule"}}
 	for _, i := range is {
 		gpu := i.GPUName
@@ -201,7 +201,7 @@ func instanceRows(is []httpapi.InstanceJSON) [][]string {
 func instanceText(verb string, o instanceOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
-	table(&b, instanceRows([]httpapi.InstanceJSON{o.InstanceJSON}))
+	table(&b, instanceRows([]apiview.InstanceJSON{o.InstanceJSON}))
 	fmt.Fprintf(&b, "\n%s\n", lifetimeText(o.InstanceJSON))
 	if len(o.Attempts) > 0 {
 		b.WriteString("\nOffers tried, in order:\n")

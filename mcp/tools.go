@@ -15,8 +15,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // toolSpec is one tool: the scope it needs and how to add it to a server.
@@ -93,7 +93,7 @@ func (s *Server) toolSpecs() []toolSpec {
 				"(admitted but not yet charged), committed (running instances' burn rate over the admission horizon) and " +
 				"remaining, plus the burn rate in USD/hour. Amounts are US dollars.",
 			InputSchema:  object(),
-			OutputSchema: outputSchema[httpapi.SpendingJSON](),
+			OutputSchema: outputSchema[apiview.SpendingJSON](),
 			Annotations:  readOnly("Spending windows", false),
 		}, gpuproxy.ScopeSpendingRead, s.getSpending),
 		newTool(s, &sdk.Tool{
@@ -164,7 +164,7 @@ func (s *Server) getSpending(ctx context.Context, c call, _ struct{}) (result, e
 		return result{}, err
 	}
 	s.spend.observe(c.p.AccountID, snap)
-	out := httpapi.NewSpendingJSON(c.p.AccountName, snap)
+	out := apiview.NewSpendingJSON(c.p.AccountName, snap)
 	if s.svc.Ledger != nil {
 		bal, err := s.svc.Ledger.Balance(ctx, c.p.AccountID)
 		if err != nil {
@@ -180,7 +180,7 @@ func (s *Server) getSpending(ctx context.Context, c call, _ struct{}) (result, e
 type checkOutput struct {
 	Allowed       bool            `json:"allowed" jsonschema:"whether the cost would be admitted now"`
 	EstimatedCost gpuproxy.Micros `json:"estimated_cost" jsonschema:"the cost checked, in US dollars"`
-	httpapi.SpendingJSON
+	apiview.SpendingJSON
 }
 
 type checkInput struct {
@@ -197,7 +197,7 @@ func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (resu
 		return result{}, err
 	}
 	s.spend.observe(c.p.AccountID, d.Snapshot)
-	sp := httpapi.NewSpendingJSON(c.p.AccountName, d.Snapshot)
+	sp := apiview.NewSpendingJSON(c.p.AccountName, d.Snapshot)
 	for i, u := range d.Windows {
 		exceed := !u.Fits(cost)
 		sp.Windows[i].WouldExceed = &exceed
@@ -215,9 +215,9 @@ func (s *Server) checkSpending(ctx context.Context, c call, in checkInput) (resu
 // transactionsOutput is one page of the caller's ledger, as REST's
 // GET /api/v1/billing/transactions.
 type transactionsOutput struct {
-	Transactions []httpapi.TransactionJSON `json:"transactions" jsonschema:"ledger entries, newest first"`
+	Transactions []apiview.TransactionJSON `json:"transactions" jsonschema:"ledger entries, newest first"`
 	NextCursor   *string                   `json:"next_cursor" jsonschema:"pass as cursor for the next page; null on the last page"`
-	Totals       httpapi.TotalsJSON        `json:"totals" jsonschema:"totals of every entry the filters match"`
+	Totals       apiview.TotalsJSON        `json:"totals" jsonschema:"totals of every entry the filters match"`
 }
 
 type billingInput struct {
@@ -245,7 +245,7 @@ func (s *Server) transactions(ctx context.Context, p gpuproxy.Principal, in bill
 	}
 	vals := map[string]string{"from": in.From, "to": in.To, "type": in.Type, "provider": in.Provider,
 		"instance_id": in.InstanceID, "key_id": in.KeyID, "limit": strconv.Itoa(in.Limit), "cursor": in.Cursor}
-	f, err := httpapi.LedgerFilter(func(k string) string { return vals[k] })
+	f, err := apiview.LedgerFilter(func(k string) string { return vals[k] })
 	if err != nil {
 		return transactionsOutput{}, err
 	}
@@ -254,10 +254,10 @@ func (s *Server) transactions(ctx context.Context, p gpuproxy.Principal, in bill
 	if err != nil {
 		return transactionsOutput{}, err
 	}
-	out := transactionsOutput{Transactions: make([]httpapi.TransactionJSON, 0, len(page.Entries)),
-		Totals: httpapi.NewTotalsJSON(page.Totals)}
+	out := transactionsOutput{Transactions: make([]apiview.TransactionJSON, 0, len(page.Entries)),
+		Totals: apiview.NewTotalsJSON(page.Totals)}
 	for _, e := range page.Entries {
-		out.Transactions = append(out.Transactions, httpapi.NewTransactionJSON(e))
+		out.Transactions = append(out.Transactions, apiview.NewTransactionJSON(e))
 	}
 	if page.Next != "" {
 		out.NextCursor = &page.Next

@@ -13,8 +13,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // fleetTools are the tools over GPU providers and the caller's instances.
@@ -119,7 +119,7 @@ type offersOutput struct {
 // gives the offer id.
 type offerJSON struct {
 	InstanceID string `json:"instance_id" jsonschema:"pass to create_gpu_instance as instance_id"`
-	httpapi.OfferJSON
+	apiview.OfferJSON
 }
 
 type providerError struct {
@@ -182,7 +182,7 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 	}
 	out := offersOutput{Offers: []offerJSON{}, Errors: []providerError{}}
 	for i := offset; i < len(res.Offers) && i < offset+in.Limit; i++ {
-		o := httpapi.NewOfferJSON(res.Offers[i])
+		o := apiview.NewOfferJSON(res.Offers[i])
 		out.Offers = append(out.Offers, offerJSON{InstanceID: o.OfferID, OfferJSON: o})
 	}
 	if len(res.Offers) > offset+in.Limit {
@@ -198,12 +198,12 @@ func (s *Server) offers(ctx context.Context, in offersInput) (offersOutput, erro
 // instanceOutput is one instance, as REST shows it, with a sentence on what
 // happened and what to do next.
 type instanceOutput struct {
-	httpapi.InstanceJSON
+	apiview.InstanceJSON
 	Message string `json:"message" jsonschema:"what happened and what to do next"`
 }
 
 type instancesOutput struct {
-	Instances []httpapi.InstanceJSON `json:"instances" jsonschema:"your instances, newest first"`
+	Instances []apiview.InstanceJSON `json:"instances" jsonschema:"your instances, newest first"`
 }
 
 type createInput struct {
@@ -333,7 +333,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	if err != nil {
 		v = fleet.View{Instance: inst}
 	}
-	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: apiview.NewInstanceJSON(v)}
 	switch v.Status {
 	case gpuproxy.Running:
 		out.Message = fmt.Sprintf("Instance %s is running at %s. Call it with proxy_inference_request "+
@@ -411,7 +411,7 @@ func (s *Server) destroyInstance(ctx context.Context, c call, in destroyInput) (
 			v.CostToDate = c
 		}
 	}
-	out := instanceOutput{InstanceJSON: httpapi.NewInstanceJSON(v)}
+	out := instanceOutput{InstanceJSON: apiview.NewInstanceJSON(v)}
 	if gone {
 		out.Message = fmt.Sprintf("Instance %s is gone; billing stopped. Final cost: $%s.", v.ID, v.CostToDate)
 	} else {
@@ -438,9 +438,9 @@ func (s *Server) mine(ctx context.Context, p gpuproxy.Principal, status string) 
 	if err != nil {
 		return instancesOutput{}, err
 	}
-	out := instancesOutput{Instances: make([]httpapi.InstanceJSON, 0, len(vs))}
+	out := instancesOutput{Instances: make([]apiview.InstanceJSON, 0, len(vs))}
 	for _, v := range vs {
-		out.Instances = append(out.Instances, httpapi.NewInstanceJSON(v))
+		out.Instances = append(out.Instances, apiview.NewInstanceJSON(v))
 	}
 	return out, nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 func (s *Server) listAccounts(c echo.Context) error {
@@ -198,7 +198,7 @@ func (s *Server) setLimits(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(a.Name, snap), LifetimePolicy: ptr(NewLifetimePolicyJSON(policy))}
+	out := limitsJSON{SpendingJSON: apiview.NewSpendingJSON(a.Name, snap), LifetimePolicy: ptr(NewLifetimePolicyJSON(policy))}
 	if out.TokenPrice, err = s.tokenPriceJSON(ctx, a.ID); err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func parseTokenPrice(raw json.RawMessage) (*gpuproxy.TokenPrice, bool, error) {
 // limitsJSON is an account's spending with its lifetime policy: the
 // limits answer, and GET /spending for admins.
 type limitsJSON struct {
-	httpapi.SpendingJSON
+	apiview.SpendingJSON
 	LifetimePolicy *LifetimePolicyJSON `json:"lifetime_policy,omitempty"`
 	// TokenPrice is the account's own per-token price (absent: none).
 	TokenPrice *TokenPriceJSON `json:"token_price,omitempty"`
@@ -294,7 +294,7 @@ func (s *Server) addCredit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, httpapi.NewTransactionJSON(e))
+	return c.JSON(http.StatusCreated, apiview.NewTransactionJSON(e))
 }
 
 func (s *Server) createKey(c echo.Context) error {

@@ -8,12 +8,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/billing"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 func (s *Server) listTransactions(c echo.Context) error {
-	f, err := httpapi.LedgerFilter(c.QueryParam)
+	f, err := apiview.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}
@@ -36,15 +36,15 @@ func (s *Server) listTransactions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	txs := make([]httpapi.TransactionJSON, 0, len(page.Entries))
+	txs := make([]apiview.TransactionJSON, 0, len(page.Entries))
 	for _, e := range page.Entries {
-		txs = append(txs, httpapi.NewTransactionJSON(e))
+		txs = append(txs, apiview.NewTransactionJSON(e))
 	}
 	var next any
 	if page.Next != "" {
 		next = page.Next
 	}
-	return c.JSON(http.StatusOK, map[string]any{"transactions": txs, "next_cursor": next, "totals": httpapi.NewTotalsJSON(page.Totals)})
+	return c.JSON(http.StatusOK, map[string]any{"transactions": txs, "next_cursor": next, "totals": apiview.NewTotalsJSON(page.Totals)})
 }
 
 // ledgerScope sets f's account from ?account=: the caller's own, another
@@ -106,7 +106,7 @@ func (s *Server) transactionsCSV(c echo.Context, f billing.Filter) error {
 }
 
 func (s *Server) billingSummary(c echo.Context) error {
-	f, err := httpapi.LedgerFilter(c.QueryParam)
+	f, err := apiview.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}
@@ -143,15 +143,15 @@ func (s *Server) billingSummary(c echo.Context) error {
 		_, _ = c.Response().Write(buf.Bytes())
 		return nil
 	}
-	out := make([]httpapi.SummaryRowJSON, 0, len(rows))
+	out := make([]apiview.SummaryRowJSON, 0, len(rows))
 	var all billing.Totals
 	for _, r := range rows {
-		out = append(out, httpapi.NewSummaryRowJSON(g, r))
+		out = append(out, apiview.NewSummaryRowJSON(g, r))
 		all.Charges += r.Charges
 		all.Credits += r.Credits
 		all.Refunds += r.Refunds
 		all.Adjustments += r.Adjustments
 		all.Count += r.Count
 	}
-	return c.JSON(http.StatusOK, map[string]any{"account": name, "group_by": g, "rows": out, "totals": httpapi.NewTotalsJSON(all)})
+	return c.JSON(http.StatusOK, map[string]any{"account": name, "group_by": g, "rows": out, "totals": apiview.NewTotalsJSON(all)})
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/focus"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // billingFocus exports the ledger entries the filter matches (from, to,
@@ -15,7 +15,7 @@ import (
 // as a FOCUS 1.2 cost-and-usage dataset: CSV (format=csv, the default) or
 // JSON Lines (format=jsonl), streamed in pages.
 func (s *Server) billingFocus(c echo.Context) error {
-	f, err := httpapi.LedgerFilter(c.QueryParam)
+	f, err := apiview.LedgerFilter(c.QueryParam)
 	if err != nil {
 		return err
 	}

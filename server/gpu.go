@@ -12,8 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -56,9 +56,9 @@ func (s *Server) listOffers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	offers := make([]httpapi.OfferJSON, 0, len(res.Offers))
+	offers := make([]apiview.OfferJSON, 0, len(res.Offers))
 	for _, o := range res.Offers {
-		offers = append(offers, httpapi.NewOfferJSON(o))
+		offers = append(offers, apiview.NewOfferJSON(o))
 	}
 	errs := make([]map[string]string, 0, len(res.Errors))
 	for _, e := range res.Errors {
@@ -111,7 +111,7 @@ func (s *Server) createInstance(c echo.Context) error {
 	if inst.Status == gpuproxy.Pending {
 		status = http.StatusAccepted
 	}
-	return c.JSON(status, httpapi.NewInstanceJSON(fleet.View{Instance: inst}))
+	return c.JSON(status, apiview.NewInstanceJSON(fleet.View{Instance: inst}))
 }
 
 func (s *Server) listInstances(c echo.Context) error {
@@ -119,9 +119,9 @@ func (s *Server) listInstances(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := make([]httpapi.InstanceJSON, 0, len(vs))
+	out := make([]apiview.InstanceJSON, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, httpapi.NewInstanceJSON(v))
+		out = append(out, apiview.NewInstanceJSON(v))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"instances": out})
 }
@@ -131,7 +131,7 @@ func (s *Server) getInstance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, apiview.NewInstanceJSON(v))
 }
 
 func (s *Server) deleteInstance(c echo.Context) error {
@@ -145,7 +145,7 @@ func (s *Server) deleteInstance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, apiview.NewInstanceJSON(v))
 }
 
 // bindChecked binds the request's JSON body to v after checking its
@@ -268,7 +268,7 @@ func (s *Server) updateInstance(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, apiview.NewInstanceJSON(v))
 }
 
 func (s *Server) keepAlive(c echo.Context) error {
@@ -276,5 +276,5 @@ func (s *Server) keepAlive(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, httpapi.NewInstanceJSON(v))
+	return c.JSON(http.StatusOK, apiview.NewInstanceJSON(v))
 }

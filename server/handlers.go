@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/apiview"
 )
 
 func (s *Server) health(c echo.Context) error {
@@ -91,7 +91,7 @@ func (s *Server) getSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := limitsJSON{SpendingJSON: httpapi.NewSpendingJSON(name, snap).WithBalance(bal)}
+	out := limitsJSON{SpendingJSON: apiview.NewSpendingJSON(name, snap).WithBalance(bal)}
 	if principal(c).Has(gpuproxy.ScopeAdmin) { // the account's lifetime policy, which admins set
 		p, err := s.svc.Store.LifetimePolicy(ctx, id)
 		if err != nil {
@@ -124,7 +124,7 @@ func (s *Server) checkSpending(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sp := httpapi.NewSpendingJSON(name, d.Snapshot)
+	sp := apiview.NewSpendingJSON(name, d.Snapshot)
 	for i, u := range d.Windows {
 		exceed := !u.Fits(cost)
 		sp.Windows[i].WouldExceed = &exceed

@@ -7,12 +7,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // ledgerQuery is what the ledger's list routes read: the filter, the
 // account (?account=, or all for admins) and the answer's format.
-var ledgerQuery = append([]string{"account", "format"}, httpapi.LedgerParams...)
+var ledgerQuery = append([]string{"account", "format"}, apiview.LedgerParams...)
 
 // queryParams lists the query parameters each GET (and HEAD) route of
 // /api/v1 reads, by route path. The knownQuery middleware refuses any other

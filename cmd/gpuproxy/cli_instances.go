@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 )
 
 // DefaultServerURL is the gpuproxy that CLI commands call unless --url,
@@ -100,7 +100,7 @@ type instanceReply struct {
 	Status       string          `json:"status"`
 	Note         string          `json:"note"`
 	Attempts     []attemptReply  `json:"attempts"`
-	httpapi.LifetimeJSON
+	apiview.LifetimeJSON
 }
 
 // attemptReply is one offer a rent by spec tried.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/apiview"
 )
 
 // Lifetimes from the CLI: `instances create` takes an instance's lifetime
@@ -153,7 +153,7 @@ func isLifetimeFlag(name string) bool {
 
 // rulesLine is an instance's rules: "idle_timeout 30m0s (stop, grace
 // 10m0s), max_duration 8h0m0s, spend_cap $20" or "no lifetime rules".
-func rulesLine(l httpapi.LifetimeJSON) string {
+func rulesLine(l apiview.LifetimeJSON) string {
 	if t := l.RulesText(usd); t != "" {
 		return t
 	}
@@ -162,7 +162,7 @@ func rulesLine(l httpapi.LifetimeJSON) string {
 
 // nextLine says which rule acts next on an instance in status: "next:
 // idle_timeout stops it at 2026-11-26 14:02:05 UTC (in 27m55s)".
-func nextLine(l httpapi.LifetimeJSON, status string, now time.Time) string {
+func nextLine(l apiview.LifetimeJSON, status string, now time.Time) string {
 	switch {
 	case l.ActsAt == nil && (status == string(gpuproxy.Pending) || status == string(gpuproxy.Starting)):
 		return "next: the rules count from when it runs"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/apiview"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/internal/httpapi"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -25,11 +25,11 @@ func (w *instancesWorld) instancesCmd(args ...string) (string, error) {
 }
 
 // instance reads an instance's lifetime through the API.
-func (w *instancesWorld) instance(id string) httpapi.LifetimeJSON {
+func (w *instancesWorld) instance(id string) apiview.LifetimeJSON {
 	w.t.Helper()
 	r := teststack.Send(w.t, http.MethodGet, w.env["GPUPROXY_URL"]+"/api/v1/gpu/instances/"+id, nil,
 		"X-API-Key", w.env["GPUPROXY_API_KEY"])
-	var l httpapi.LifetimeJSON
+	var l apiview.LifetimeJSON
 	if err := json.Unmarshal(r.Body, &l); err != nil || r.Status != http.StatusOK {
 		w.t.Fatalf("instance %s: %d %s", id, r.Status, r.Body)
 	}

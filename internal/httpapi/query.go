@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/billing"
 )
 
 // ParseTime parses an RFC 3339 time or a YYYY-MM-DD date (UTC midnight);
@@ -49,9 +47,6 @@ func TimeRange(get func(string) string) (from, to time.Time, err error) {
 	return from, to, nil
 }
 
-// LedgerParams are the query parameters LedgerFilter reads.
-var LedgerParams = []string{"from", "to", "type", "provider", "instance_id", "key_id", "limit", "cursor"}
-
 // KnownQuery refuses a query that has parameters outside known with an
 // invalid error naming each unknown one and listing the known ones, so a
 // mistyped filter (acount=acme) is an error rather than an unfiltered
@@ -79,43 +74,4 @@ func KnownQuery(q url.Values, known []string) error {
 	}
 	return &gpuproxy.Error{Code: gpuproxy.EINVALID, Message: msg,
 		Details: map[string]any{"field": unknown[0], "unknown": unknown, "known": known}}
-}
-
-// LedgerFilter builds a ledger filter from query-style values (from, to,
-// type, provider, instance_id, key_id, limit, cursor: LedgerParams),
-// validating each.
-func LedgerFilter(get func(string) string) (billing.Filter, error) {
-	var f billing.Filter
-	var err error
-	if f.From, f.To, err = TimeRange(get); err != nil {
-		return f, err
-	}
-	if t := get("type"); t != "" {
-		if !billing.ValidType(billing.Type(t)) {
-			return f, gpuproxy.Invalid("type", "must be charge, credit, refund or adjustment")
-		}
-		f.Type = billing.Type(t)
-	}
-	f.Provider, f.InstanceID, f.KeyID = get("provider"), get("instance_id"), get("key_id")
-	for _, c := range []struct {
-		field, v string
-		max      int
-	}{{"provider", f.Provider, 100}, {"instance_id", f.InstanceID, 200}, {"key_id", f.KeyID, 100}} {
-		if len(c.v) > c.max {
-			return f, gpuproxy.Invalid(c.field, "must be at most %d characters", c.max)
-		}
-	}
-	if l := get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > billing.MaxPage {
-			return f, gpuproxy.Invalid("limit", "must be an integer from 1 to %d", billing.MaxPage)
-		}
-		f.Limit = n
-	}
-	if cur := get("cursor"); cur != "" {
-		if f.After, err = billing.DecodeCursor(cur); err != nil {
-			return f, err
-		}
-	}
-	return f, nil
 }
