@@ -30,6 +30,8 @@ type specInput struct {
 	Billing         string              `json:"billing"`
 	Hours           int                 `json:"hours"`
 	MaxAttempts     int                 `json:"max_attempts"`
+	Market          string              `json:"market"`
+	BidMargin       *float64            `json:"bid_margin"`
 }
 
 // spec converts the argument to the fleet's spec; the fleet validates the
@@ -46,7 +48,7 @@ func (in *specInput) spec() (fleet.Spec, error) {
 	}
 	return fleet.Spec{GPU: in.GPU, MinVRAMGB: in.MinVRAMGB, NumGPUs: in.NumGPUs, MaxPricePerHour: price,
 		Providers: in.Providers, MinReliability: in.MinReliability, Locations: in.Locations, Billing: in.Billing,
-		Hours: in.Hours, MaxAttempts: in.MaxAttempts}, nil
+		Hours: in.Hours, MaxAttempts: in.MaxAttempts, Market: in.Market, BidMargin: in.BidMargin}, nil
 }
 
 // specSchema is the spec argument's schema: every field optional but
@@ -74,6 +76,12 @@ func specSchema(provs []string) *jsonschema.Schema {
 			"billing prepaid")),
 		optional("max_attempts", ruleSchema(fleet.SpecRules, "spec.max_attempts", fmt.Sprintf("how many offers "+
 			"to try at most when offers are taken or fail (omit for %d)", fleet.DefaultMaxAttempts))),
+		optional("market", enum("on-demand (the default), interruptible (a bid: cheaper, but a higher bid or an "+
+			"on-demand rental may preempt it; it resumes by itself) or any (the cheapest of both)",
+			fleet.MarketOnDemand, fleet.MarketInterruptible, fleet.MarketAny)),
+		optional("bid_margin", ruleSchema(fleet.SpecRules, "spec.bid_margin", fmt.Sprintf("for interruptible "+
+			"offers, how far above the minimum bid to bid, as a fraction: the bid is min_bid × (1 + bid_margin), "+
+			"never more than max_price_per_hour less storage (omit for %v)", fleet.DefaultBidMargin))),
 	)
 	s.Description = "what to rent instead of one offer: gpuproxy rents the cheapest live offer matching it " +
 		"(then the more reliable), failing over to the next when one is taken; give max_price_per_hour"

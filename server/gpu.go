@@ -177,6 +177,8 @@ type specJSON struct {
 	Billing         string              `json:"billing"`
 	Hours           int                 `json:"hours"`
 	MaxAttempts     int                 `json:"max_attempts"`
+	Market          string              `json:"market"`
+	BidMargin       *float64            `json:"bid_margin"`
 }
 
 func (j *specJSON) spec() (fleet.Spec, error) {
@@ -186,7 +188,7 @@ func (j *specJSON) spec() (fleet.Spec, error) {
 	}
 	return fleet.Spec{GPU: j.GPU, MinVRAMGB: j.MinVRAMGB, NumGPUs: j.NumGPUs, MaxPricePerHour: price,
 		Providers: j.Providers, MinReliability: j.MinReliability, Locations: j.Locations, Billing: j.Billing,
-		Hours: j.Hours, MaxAttempts: j.MaxAttempts}, nil
+		Hours: j.Hours, MaxAttempts: j.MaxAttempts, Market: j.Market, BidMargin: j.BidMargin}, nil
 }
 
 // lifetimeJSON is a create's or an update's lifetime rules

@@ -59,7 +59,7 @@ var specFlagOf = map[string]string{
 // specFlags are the flags that describe a spec (all but --hours, which
 // both forms take).
 var specFlags = []string{"gpu", "min-vram", "gpus", "max-price", "providers", "min-reliability", "location",
-	"billing", "max-attempts"}
+	"billing", "max-attempts", "market", "bid-margin"}
 
 // createBody is POST /api/v1/gpu/instances's request.
 type createBody struct {
@@ -87,6 +87,8 @@ type specBody struct {
 	Billing         string          `json:"billing,omitempty"`
 	Hours           int             `json:"hours,omitempty"`
 	MaxAttempts     int             `json:"max_attempts,omitempty"`
+	Market          string          `json:"market,omitempty"`
+	BidMargin       *float64        `json:"bid_margin,omitempty"`
 }
 
 // instanceReply is the part of the API's instance the CLI prints.
@@ -154,6 +156,9 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	f.Var(&locs, "location", "by spec: acceptable locations (substrings, e.g. US), repeatable or a comma list")
 	billing := f.String("billing", "", "by spec: hourly or prepaid (default either)")
 	attempts := f.Int("max-attempts", 0, "by spec: offers to try at most (default 5)")
+	market := f.String("market", "", "by spec: on-demand (default), interruptible (a bid, may be preempted) or any")
+	bidMargin := f.Float64("bid-margin", fleet.DefaultBidMargin,
+		"by spec, interruptible: bid min_bid × (1 + this), capped by --max-price less storage")
 	lf := addLifetimeFlags(f)
 	f.forSub("create", append([]string{"image", "label", "hours", "env", "port", "idempotency-key", "confirm-token",
 		"provider", "offer"}, specFlags...)...)
@@ -224,7 +229,13 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		}
 		body.Spec = &specBody{GPU: gpus, MinVRAMGB: *minVRAM, NumGPUs: *numGPUs, MaxPricePerHour: price,
 			Providers: provs, MinReliability: *minRel, Locations: locs, Billing: *billing, Hours: *hours,
-			MaxAttempts: *attempts}
+			MaxAttempts: *attempts, Market: *market}
+		if set["bid-margin"] {
+			if err := fleet.SpecRules.Rule("spec.bid_margin").CheckFloat(*bidMargin); err != nil {
+				return fmt.Errorf("--bid-margin: %s", strings.TrimPrefix(gpuproxy.ErrorMessage(err), "spec.bid_margin: "))
+			}
+			body.Spec.BidMargin = bidMargin
+		}
 		body.Hours = 0
 	}
 	var err error
