@@ -12,8 +12,16 @@ import (
 // connection has nothing to read (a parked stream), the goroutine waits in
 // the poller and holds no buffer.
 type rawReader struct {
-	rc   syscall.RawConn
-	bufs *Buffers
+	rc     syscall.RawConn
+	bufs   *Buffers
+	peek   func(fd uintptr) bool // waitReadable's, made once per connection
+	peeked [1]byte               // peek's byte (peeked, never used)
+	// read is readPooled's, made once per connection, with its results
+	// (one read at a time per connection).
+	read func(fd uintptr) bool
+	bp   *[]byte
+	n    int
+	rerr error
 }
 
 func newRawReader(c net.Conn, bufs *Buffers) *rawReader {
@@ -25,7 +33,27 @@ func newRawReader(c net.Conn, bufs *Buffers) *rawReader {
 	if err != nil {
 		return nil
 	}
-	return &rawReader{rc: rc, bufs: bufs}
+	r := &rawReader{rc: rc, bufs: bufs}
+	r.peek = func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), r.peeked[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+	}
+	r.read = func(fd uintptr) bool {
+		r.bp = r.bufs.Get()
+		for {
+			r.n, r.rerr = syscall.Read(int(fd), *r.bp)
+			if r.rerr != syscall.EINTR {
+				break
+			}
+		}
+		if r.rerr == syscall.EAGAIN || r.rerr == syscall.EWOULDBLOCK {
+			r.bufs.Put(r.bp)
+			r.bp = nil
+			return false // wait for readability, holding nothing
+		}
+		return true
+	}
+	return r
 }
 
 // readPooled waits until the connection is readable, then reads into a
@@ -33,25 +61,13 @@ func newRawReader(c net.Conn, bufs *Buffers) *rawReader {
 // nil) and puts it back. A deadline or a closed connection ends the wait
 // with the error net.Conn.Read would return.
 func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
-	var rerr error
-	err = r.rc.Read(func(fd uintptr) bool {
-		bp = r.bufs.Get()
-		for {
-			n, rerr = syscall.Read(int(fd), *bp)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK {
-			r.bufs.Put(bp)
-			bp = nil
-			return false // wait for readability, holding nothing
-		}
-		return true
-	})
+	r.bp, r.n, r.rerr = nil, 0, nil
+	err = r.rc.Read(r.read)
+	bp, n = r.bp, r.n
 	if err == nil {
-		err = rerr
+		err = r.rerr
 	}
+	r.bp, r.rerr = nil, nil
 	if err != nil || n <= 0 {
 		if bp != nil {
 			r.bufs.Put(bp)
@@ -66,12 +82,9 @@ func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
 
 // waitReadable waits, holding no buffer, until the connection has data,
 // an end of stream or an error to read (or its read deadline passes).
+// It is one exchange's (one call at a time per connection).
 func (r *rawReader) waitReadable() error {
-	var b [1]byte
-	return r.rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
-	})
+	return r.rc.Read(r.peek)
 }
 
 // relay reads the connection until feed returns false: each time it is

@@ -44,8 +44,7 @@ func writeRequest(w *bufio.Writer, x *Request) {
 	}
 	if len(body) > 0 || x.Method == http.MethodPost || x.Method == http.MethodPut || x.Method == http.MethodPatch {
 		w.WriteString("Content-Length: ")
-		var nb [20]byte
-		w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+		w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(len(body)), 10)) // in the buffer: no copy, no allocation
 		w.WriteString("\r\n")
 	}
 	w.WriteString("\r\n")

@@ -134,8 +134,8 @@ func (w *response) Write(p []byte) (int, error) {
 	}
 	bw := w.c.writer()
 	if w.chunked {
-		var nb [16]byte
-		_, _ = bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
+		// Formatted in the buffer's free space: no copy, no allocation.
+		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16))
 		_, _ = bw.WriteString("\r\n")
 	}
 	n, err := bw.Write(p)
