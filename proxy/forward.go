@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -298,6 +299,10 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 
 var errResponseTooLarge = errors.New("response body over the limit")
 
+// emitters pools copyBody's writerEmitters (a tapped answer's; the tap
+// keeps it only while Filter or Flush runs).
+var emitters = sync.Pool{New: func() any { return new(writerEmitter) }}
+
 // copyBody streams the response body to the caller, flushing every piece
 // when the response is a stream. The lean client's bodies wait for their
 // next bytes without a buffer (Ready), so a pooled buffer is taken only
@@ -311,7 +316,12 @@ func (p *Proxy) copyBody(w http.ResponseWriter, body io.Reader, flush bool, tap 
 	}
 	var we *writerEmitter
 	if tap != nil {
-		we = &writerEmitter{w: w, max: p.opts.MaxResponseBody}
+		we = emitters.Get().(*writerEmitter)
+		*we = writerEmitter{w: w, max: p.opts.MaxResponseBody}
+		defer func() {
+			*we = writerEmitter{} // holds no writer while pooled
+			emitters.Put(we)
+		}()
 	}
 	var small []byte
 	var written int64
@@ -446,7 +456,10 @@ func splitProxyPath(p string) (id, rest string) {
 		return "", "/"
 	}
 	p = p[i+len(routePrefix):]
-	id, rest, _ = strings.Cut(p, "/")
+	id, rest, found := strings.Cut(p, "/")
+	if found && !strings.HasPrefix(rest, "/") {
+		return id, p[len(id):] // "/rest" as it came: no copy
+	}
 	rest = "/" + strings.TrimLeft(rest, "/")
 	return id, rest
 }

@@ -111,6 +111,12 @@ type pricedBody struct {
 // pricedField checks one of the body's fields against its rule and returns
 // its value, 0 when absent or null.
 func pricedField(name string, raw json.RawMessage) (int64, error) {
+	if n, ok := plainDigits(raw); ok { // the common case, without CheckJSON's copies
+		if err := ChatRules.Rule(name).CheckInt(n); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
 	if err := ChatRules.Rule(name).CheckJSON(raw); err != nil {
 		return 0, err
 	}
@@ -118,6 +124,44 @@ func pricedField(name string, raw json.RawMessage) (int64, error) {
 		return 0, nil
 	}
 	return strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+}
+
+// plainDigits reads raw when it is a short run of decimal digits (a JSON
+// integer as topFields hands it over: no sign, no spaces).
+func plainDigits(raw []byte) (int64, bool) {
+	if len(raw) == 0 || len(raw) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// read reads the body's fields: without allocating when topFields can,
+// else with encoding/json; false when the body is not a JSON object (or
+// null).
+func (b *pricedBody) read(data []byte) bool {
+	if topFields(data, func(k, v []byte) {
+		switch {
+		case fieldIs(k, "max_tokens"):
+			b.MaxTokens = v
+		case fieldIs(k, "max_completion_tokens"):
+			b.MaxCompletionTokens = v
+		case fieldIs(k, "n"):
+			b.N = v
+		}
+	}) {
+		return true
+	}
+	var slow pricedBody // on the heap only on this path
+	ok := json.Unmarshal(data, &slow) == nil
+	*b = slow
+	return ok
 }
 
 // reserve prices x at price: its admitted cost becomes the per-request
@@ -134,7 +178,7 @@ func (p *Proxy) reserve(x *exchange, price gpuproxy.TokenPrice) error {
 	var out int64
 	if x.method == http.MethodPost && !strings.HasSuffix(x.path, "embeddings") {
 		var b pricedBody
-		if len(x.data) > 0 && json.Unmarshal(x.data, &b) != nil {
+		if len(x.data) > 0 && !b.read(x.data) {
 			return gpuproxy.Invalid("body", "must be a JSON object for a token-priced request")
 		}
 		var vals [3]int64

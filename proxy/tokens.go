@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/internal/h1client"
@@ -68,6 +69,7 @@ type sseTap struct {
 	held       []byte // the current event's bytes so far (drop: not yet passed on)
 	overflow   bool   // the current event passed maxHeldEvent: passed on as it comes, not read
 	modelTried bool   // the first data event was read for its model
+	stripped   []byte // stripUsageNull's output, reused
 }
 
 var (
@@ -118,7 +120,7 @@ func (t *sseTap) Filter(p []byte, e h1client.Emitter) error {
 		case len(t.held) > 0: // the end of a held event (at == keep == 0)
 			t.held = append(t.held, ev...)
 			if t.event(t.held) {
-				if err := e.Emit(stripUsageNull(t.held)); err != nil {
+				if err := e.Emit(t.stripUsageNull(t.held)); err != nil {
 					return err
 				}
 			}
@@ -135,7 +137,7 @@ func (t *sseTap) Filter(p []byte, e h1client.Emitter) error {
 				return err
 			}
 			if kept {
-				if err := e.Emit(stripUsageNull(ev)); err != nil {
+				if err := e.Emit(t.stripUsageNull(ev)); err != nil {
 					return err
 				}
 			}
@@ -192,12 +194,26 @@ func emitSome(b []byte, e h1client.Emitter) error {
 }
 
 // stripUsageNull takes out the "usage":null member the usage option adds
-// to a stream's other chunks.
-func stripUsageNull(ev []byte) []byte {
+// to a stream's other chunks, into a buffer the tap reuses (valid until
+// the next call: an Emitter uses its bytes before it returns).
+func (t *sseTap) stripUsageNull(ev []byte) []byte {
 	if !bytes.Contains(ev, usageNull) {
 		return ev
 	}
-	return bytes.ReplaceAll(ev, usageNull, nil)
+	out := t.stripped[:0]
+	for {
+		i := bytes.Index(ev, usageNull)
+		if i < 0 {
+			break
+		}
+		out = append(out, ev[:i]...)
+		ev = ev[i+len(usageNull):]
+	}
+	out = append(out, ev...)
+	if cap(out) <= 4<<10 { // a large event's buffer is let go, as held's
+		t.stripped = out
+	}
+	return out
 }
 
 // eventEnd returns the index in p just past the blank line that ends the
@@ -268,7 +284,7 @@ func (t *sseTap) Flush(e h1client.Emitter) error {
 	held := t.held
 	t.held = nil
 	if t.event(held) && t.drop {
-		return e.Emit(stripUsageNull(held))
+		return e.Emit(t.stripUsageNull(held))
 	}
 	return nil
 }
@@ -366,6 +382,21 @@ func intField(b []byte, key string) (int64, bool) {
 	return n, digits > 0
 }
 
+// lastModel is the model string stringField returned last: answers name
+// the same model over and over, and reusing its string saves a copy per
+// answer.
+var lastModel atomic.Pointer[string]
+
+// internModel returns v as a string, lastModel's when it is the same.
+func internModel(v []byte) string {
+	if m := lastModel.Load(); m != nil && *m == string(v) {
+		return *m
+	}
+	m := string(v)
+	lastModel.Store(&m)
+	return m
+}
+
 // stringField reads the string value of the first key in b (a JSON
 // object's start), or "".
 func stringField(b []byte, key string) string {
@@ -386,7 +417,7 @@ func stringField(b []byte, key string) string {
 		return ""
 	}
 	if v := rest[1 : 1+end]; bytes.IndexByte(v, '\\') < 0 {
-		return string(v)
+		return internModel(v)
 	}
 	var s string // escapes: let the JSON decoder read it
 	if json.NewDecoder(bytes.NewReader(rest)).Decode(&s) != nil {
@@ -401,6 +432,35 @@ type streamRequest struct {
 	StreamOptions json.RawMessage `json:"stream_options"`
 }
 
+// read reads the body's fields: without allocating when topFields can,
+// else with encoding/json; false when the body is not a JSON object (or
+// null) or its stream is not a boolean.
+func (r *streamRequest) read(body []byte) bool {
+	bad := false
+	if topFields(body, func(k, v []byte) {
+		switch {
+		case fieldIs(k, "stream"):
+			switch string(v) {
+			case "true":
+				r.Stream = true
+			case "false":
+				r.Stream = false
+			case "null":
+			default:
+				bad = true
+			}
+		case fieldIs(k, "stream_options"):
+			r.StreamOptions = v
+		}
+	}) {
+		return !bad
+	}
+	var slow streamRequest // on the heap only on this path
+	ok := json.Unmarshal(body, &slow) == nil
+	*r = slow
+	return ok
+}
+
 // askUsage returns body asking for the stream's usage when it is a
 // streamed request that does not (and true), or body unchanged (false).
 func askUsage(body []byte) ([]byte, bool) {
@@ -408,7 +468,7 @@ func askUsage(body []byte) ([]byte, bool) {
 		return body, false
 	}
 	var r streamRequest
-	if json.Unmarshal(body, &r) != nil || !r.Stream {
+	if !r.read(body) || !r.Stream {
 		return body, false
 	}
 	opts := map[string]json.RawMessage{}
