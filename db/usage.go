@@ -22,11 +22,35 @@ var usageColList = strings.Join(usageCols, ", ")
 // appendUsageRow appends a record's column values, negative numbers
 // clamped to zero (usage is telemetry: never refused for a bad
 // measurement).
-func appendUsageRow(args []any, u gpuproxy.Usage) []any {
-	return append(args, u.AccountID, u.InstanceID, u.Method, u.Path, int64(u.Status), max(u.BytesIn, 0),
-		max(u.BytesOut, 0), max(u.Latency.Microseconds(), 0), max(u.TTFB.Microseconds(), 0),
-		int64(max(u.Cost, 0)), us(u.At), u.RequestID, u.ServiceID, u.Model, max(u.PromptTokens, 0),
-		max(u.CompletionTokens, 0), u.KeyID)
+// boxes, when not nil, gives the row's repeating strings their boxed form.
+func appendUsageRow(args []any, u gpuproxy.Usage, boxes usageBoxes) []any {
+	return append(args, u.AccountID, boxes.box(u.InstanceID), boxes.box(u.Method), boxes.box(u.Path), int64(u.Status),
+		max(u.BytesIn, 0), max(u.BytesOut, 0), max(u.Latency.Microseconds(), 0), max(u.TTFB.Microseconds(), 0),
+		int64(max(u.Cost, 0)), us(u.At), u.RequestID, boxes.box(u.ServiceID), boxes.box(u.Model),
+		max(u.PromptTokens, 0), max(u.CompletionTokens, 0), boxes.box(u.KeyID))
+}
+
+// usageBoxes keeps, for one insert, the boxed form (an any) of the
+// strings its rows repeat (instance, method, path, service, model, key):
+// boxing a string for database/sql copies it to the heap, once per row and
+// column otherwise.
+type usageBoxes map[string]any
+
+// maxUsageBoxes bounds the strings one insert keeps boxed.
+const maxUsageBoxes = 256
+
+func (b usageBoxes) box(s string) any {
+	if b == nil || s == "" {
+		return s
+	}
+	if v, ok := b[s]; ok {
+		return v
+	}
+	v := any(s)
+	if len(b) < maxUsageBoxes {
+		b[s] = v
+	}
+	return v
 }
 
 // usageChunk is how many rows one SQLite INSERT carries.
@@ -68,7 +92,7 @@ const (
 
 func (s *Store) insertUsagePG(ctx context.Context, batch string, records []gpuproxy.Usage) error {
 	rows := pgx.CopyFromSlice(len(records), func(i int) ([]any, error) {
-		return appendUsageRow(make([]any, 0, len(usageCols)), records[i]), nil
+		return appendUsageRow(make([]any, 0, len(usageCols)), records[i], nil), nil
 	})
 	if batch == "" {
 		_, err := s.pg.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols, rows)
@@ -116,6 +140,7 @@ func (s *Store) insertUsageSQLite(ctx context.Context, batch string, records []g
 		}
 	}
 	args := make([]any, 0, usageChunk*len(usageCols))
+	boxes := make(usageBoxes, 16)
 	for len(records) > 0 {
 		n := usageChunk
 		for n > len(records) {
@@ -127,7 +152,7 @@ func (s *Store) insertUsageSQLite(ctx context.Context, batch string, records []g
 		}
 		args = args[:0]
 		for _, u := range records[:n] {
-			args = appendUsageRow(args, u)
+			args = appendUsageRow(args, u, boxes)
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
 			return translate(err)
