@@ -129,7 +129,7 @@ var errTwoCredentials = gpuproxy.Errorf(gpuproxy.EINVALID,
 // credentialOf is the API key or token of h (X-API-Key or Authorization:
 // Bearer), or errTwoCredentials when both are sent and differ.
 func credentialOf(h http.Header) (string, error) {
-	k := strings.TrimSpace(h.Get("X-API-Key"))
+	k := strings.TrimSpace(h.Get("X-Api-Key")) // canonical: Get copies no other spelling
 	var b string
 	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 		b = strings.TrimSpace(a[7:])

@@ -132,7 +132,7 @@ func (s *Server) Drain(ctx context.Context) error { return s.taken.Drain(ctx) }
 // Credential extracts the API key or token from X-API-Key or
 // Authorization: Bearer.
 func Credential(h http.Header) string {
-	if k := h.Get("X-API-Key"); k != "" {
+	if k := h.Get("X-Api-Key"); k != "" { // canonical: Get copies no other spelling
 		return k
 	}
 	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
