@@ -193,6 +193,7 @@ type envOpts struct {
 	maxBody  int64
 	noLoopOK bool
 	authTTL  time.Duration // auth's key cache (default: off, so revocations are immediate)
+	limits   time.Duration // how often the gate polls the limits (default the gate's)
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -213,7 +214,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		o.gateAge = -1 // tests change spend between requests
 	}
 	e.gate = guardrails.NewProxyGate(e.guard, guardrails.ProxyGateOptions{MaxAge: o.gateAge, LeaseSpan: o.lease,
-		LeaseSettleWait: o.settle})
+		LeaseSettleWait: o.settle, LimitsPoll: o.limits})
 	po := o.proxy
 	if po.AllowNetworks == nil && !o.noLoopOK {
 		po.AllowNetworks = proxy.LoopbackNetworks()

@@ -33,3 +33,19 @@ func UsageWaiting(p *Proxy) int {
 	defer p.usage.mu.Unlock()
 	return p.usage.waiting
 }
+
+// UsageQueued returns how many usage records p has accepted and neither
+// written nor given up.
+func UsageQueued(p *Proxy) int {
+	p.usage.mu.Lock()
+	defer p.usage.mu.Unlock()
+	return p.usage.queued
+}
+
+// KickUsage wakes p's usage writer, which writes what is queued.
+func KickUsage(p *Proxy) {
+	select {
+	case p.usage.kick <- struct{}{}:
+	default:
+	}
+}
