@@ -2,7 +2,8 @@
 # Proxy benchmark: the same upstream on loopback reached (a) directly,
 # (b) through gpuproxy's proxy path and (c) through nginx proxy_pass, with
 # small JSON POSTs at 64 connections and at 1 connection. Prints requests
-# per second and p50/p99 latency for each, and the ratios the proxy issue
+# per second and p50/p99 latency for each, gpuproxy's allocations per
+# request, and the ratios the proxy issue
 # sets as targets (gpuproxy ≥ 60% of nginx's throughput at 64 connections;
 # added p50 over direct ≤ 0.25 ms at 1 connection), and (d) through a
 # one-replica service's OpenAI-compatible endpoint (POST
@@ -26,7 +27,10 @@
 # COST (per-request cost in USD, default 0; non-zero exercises budget leases),
 # BENCH_DATABASE_URL (a Postgres URL: store on Postgres instead of SQLite),
 # LOGS=on|off (request logs in both proxies; default on: gpuproxy's JSON
-# request log and nginx's access log, each to a file), PROFILE (path).
+# request log and nginx's access log, each to a file), PROFILE (path),
+# SERVICE=on|off (measure the service endpoint, default on; off for a
+# build from before services), GPUPROXY_BENCH_BIN (a benchproxy binary to
+# measure instead of building this tree's, e.g. an older commit's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +39,7 @@ ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-64}
 LOGS=${LOGS:-on}
+SERVICE=${SERVICE:-on}
 
 if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
   echo "== installing nginx, wrk and curl (apt-get)"
@@ -49,7 +54,11 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 echo "== building"
 go build -o "$tmp/benchupstream" ./tools/benchupstream
-go build -o "$tmp/benchproxy" ./tools/benchproxy
+if [ -n "${GPUPROXY_BENCH_BIN:-}" ]; then
+  cp "$GPUPROXY_BENCH_BIN" "$tmp/benchproxy"
+else
+  go build -o "$tmp/benchproxy" ./tools/benchproxy
+fi
 
 echo "== starting upstream, gpuproxy and nginx on 127.0.0.1"
 "$tmp/benchupstream" -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
@@ -115,7 +124,9 @@ SVC_URL="http://$GP/v1/chat/completions"
 NG_URL="http://127.0.0.1:$NGPORT/v1/chat/completions"
 
 # Sanity: each path answers 200 with the upstream's body.
-for u in "$DIRECT_URL" "$GP_URL" "$NG_URL" "$SVC_URL"; do
+urls=("$DIRECT_URL" "$GP_URL" "$NG_URL")
+if [ "$SERVICE" = on ]; then urls+=("$SVC_URL"); fi
+for u in "${urls[@]}"; do
   code=$(curl -s -o "$tmp/probe" -w '%{http_code}' -X POST -H "X-API-Key: $KEY" -H 'Content-Type: application/json' \
     --data '{"model":"bench","messages":[]}' "$u")
   if [ "$code" != 200 ] || ! grep -q chatcmpl-bench "$tmp/probe"; then
@@ -162,11 +173,13 @@ for r in $(seq 1 "$ROUNDS"); do
     measure direct "$DIRECT_URL" "$c"
     measure gpuproxy "$GP_URL" "$c"
     measure nginx "$NG_URL" "$c"
-    measure service "$SVC_URL" "$c"
+    if [ "$SERVICE" = on ]; then measure service "$SVC_URL" "$c"; fi
   done
-  svcratios+=("$(awk -v s="$(eval echo \$RPS_service_$CONNS)" -v gp="$(eval echo \$RPS_gpuproxy_$CONNS)" 'BEGIN { printf "%.3f", s/gp }')")
-  svcadded+=("$(awk -v s="$P50_service_1" -v gp="$P50_gpuproxy_1" 'BEGIN { printf "%.3f", s-gp }')")
-  echo "   service endpoint: ${svcratios[-1]} of the instance proxy's throughput at $CONNS conns; p50 +${svcadded[-1]} ms at 1 conn"
+  if [ "$SERVICE" = on ]; then
+    svcratios+=("$(awk -v s="$(eval echo \$RPS_service_$CONNS)" -v gp="$(eval echo \$RPS_gpuproxy_$CONNS)" 'BEGIN { printf "%.3f", s/gp }')")
+    svcadded+=("$(awk -v s="$P50_service_1" -v gp="$P50_gpuproxy_1" 'BEGIN { printf "%.3f", s-gp }')")
+    echo "   service endpoint: ${svcratios[-1]} of the instance proxy's throughput at $CONNS conns; p50 +${svcadded[-1]} ms at 1 conn"
+  fi
   ratios+=("$(awk -v gp="$(eval echo \$RPS_gpuproxy_$CONNS)" -v ng="$(eval echo \$RPS_nginx_$CONNS)" 'BEGIN { printf "%.3f", gp/ng }')")
   added+=("$(awk -v gp="$P50_gpuproxy_1" -v ng="$P50_nginx_1" -v d="$P50_direct_1" 'BEGIN { printf "%.3f %.3f", gp-d, ng-d }')")
   awk -v gp="$(eval echo \$RPS_gpuproxy_$CONNS)" -v ng="$(eval echo \$RPS_nginx_$CONNS)" -v d="$(eval echo \$RPS_direct_$CONNS)" -v c="$CONNS" \
@@ -184,15 +197,23 @@ printf '%s\n' "${added[@]}" | sort -n | awk '{ g[NR] = $1; n[NR] = $2 } END {
   printf "1 conn: added p50 over direct: gpuproxy %.3f ms (target <= 0.25); rounds:", m
   for (i = 1; i <= NR; i++) printf " %.3f", g[i]; printf "\n" }'
 
-printf '%s\n' "${svcratios[@]}" | sort -n | awk -v c="$CONNS" '{ v[NR] = $1 } END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%s conns: service endpoint/instance proxy throughput = %.2f (target >= 0.90); rounds:", c, m
-  for (i = 1; i <= NR; i++) printf " %.2f", v[i]; printf "\n" }'
-printf '%s\n' "${svcadded[@]}" | sort -n | awk '{ g[NR] = $1 } END {
-  m = (NR % 2) ? g[(NR + 1) / 2] : (g[NR / 2] + g[NR / 2 + 1]) / 2
-  printf "1 conn: service endpoint p50 over the instance proxy: %.3f ms (target <= 0.05); rounds:", m
-  for (i = 1; i <= NR; i++) printf " %.3f", g[i]; printf "\n" }'
+if [ "$SERVICE" = on ]; then
+  printf '%s\n' "${svcratios[@]}" | sort -n | awk -v c="$CONNS" '{ v[NR] = $1 } END {
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%s conns: service endpoint/instance proxy throughput = %.2f (target >= 0.90); rounds:", c, m
+    for (i = 1; i <= NR; i++) printf " %.2f", v[i]; printf "\n" }'
+  printf '%s\n' "${svcadded[@]}" | sort -n | awk '{ g[NR] = $1 } END {
+    m = (NR % 2) ? g[(NR + 1) / 2] : (g[NR / 2] + g[NR / 2 + 1]) / 2
+    printf "1 conn: service endpoint p50 over the instance proxy: %.3f ms (target <= 0.05); rounds:", m
+    for (i = 1; i <= NR; i++) printf " %.3f", g[i]; printf "\n" }'
+fi
 
 kill "$gppid" 2>/dev/null || true
 wait "$gppid" 2>/dev/null || true
 grep -v '^READY' "$tmp/gp.out" || true
+# Allocations per request (the whole benchproxy process over every request
+# of every run, counted by the Go runtime: they do not drift with the
+# machine's load as the ratios above do). proxy/allocs_test.go holds the
+# proxy's hot path to its budget.
+apr=$(sed -n 's/^allocations per request: \([0-9.]*\).*/\1/p' "$tmp/gp.out")
+echo "allocations per request (gpuproxy): ${apr:-n/a (this build does not report them)}"

@@ -12,7 +12,8 @@
 #   - CPU per event: utime+stime (/proc/PID/stat) over the hold, over the
 #     events the load client received in it;
 #   - time to first byte p50 (connect included), and what each proxy adds
-#     to the direct run's;
+#     to the direct run's; and the first byte's distribution over the ramp
+#     (p50, p90, p99) for each run;
 #   - usage records missing: requests gpuproxy answered (the load client's
 #     completed streams and the probe) less the usage records its store
 #     holds after a clean shutdown.
@@ -184,7 +185,7 @@ EOF
 }
 
 echo "== $STREAMS streams, $EVENT_RATE events/s each, opened over $RAMP, measured for $HOLD; $ROUNDS rounds; logs $LOGS; ulimit -n $(ulimit -n)"
-rss=() cpu=() addgp=() addng=()
+rss=() cpu=() addgp=() addng=() fb_direct=() fb_gpuproxy=() fb_nginx=()
 for r in $(seq 1 "$ROUNDS"); do
   echo "-- round $r"
   order=(direct gpuproxy nginx)
@@ -203,12 +204,28 @@ for r in $(seq 1 "$ROUNDS"); do
   addng+=("$(awk -v x="$(result nginx "$r" ttfb_p50_ms)" -v d="$d" 'BEGIN { printf "%.3f", x - d }')")
   echo "   round $r: rss/stream gpuproxy/nginx ${rss[-1]}, cpu/event gpuproxy/nginx ${cpu[-1]}," \
     "added ttfb p50 gpuproxy ${addgp[-1]} ms, nginx ${addng[-1]} ms"
+  # The first-byte distribution over the ramp (every stream's, connect
+  # included), for each run of the round.
+  for t in direct gpuproxy nginx; do
+    fb="$(result "$t" "$r" ttfb_p50_ms) $(result "$t" "$r" ttfb_p90_ms) $(result "$t" "$r" ttfb_p99_ms)"
+    eval "fb_${t}+=(\"\$fb\")"
+    printf '   round %s: first byte %-8s p50 %8s ms  p90 %8s ms  p99 %8s ms\n' "$r" "$t" $fb
+  done
 done
 
 # median VALUES...: the median of numbers.
 median() {
   printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# The first byte over the ramp: each percentile's median over the rounds.
+for t in direct gpuproxy nginx; do
+  eval 'rows=("${fb_'"$t"'[@]}")'
+  p50=() p90=() p99=()
+  for row in "${rows[@]}"; do read -r a b c <<<"$row"; p50+=("$a"); p90+=("$b"); p99+=("$c"); done
+  printf 'first byte over the ramp, %-8s p50 %s ms, p90 %s ms, p99 %s ms (median of %s rounds)\n' "$t" \
+    "$(median "${p50[@]}")" "$(median "${p90[@]}")" "$(median "${p99[@]}")" "$ROUNDS"
+done
 
 echo "streams: rss_per_stream_ratio=$(median "${rss[@]}") cpu_per_event_ratio=$(median "${cpu[@]}")" \
   "ttfb_p50_added_ms gpuproxy=$(median "${addgp[@]}") nginx=$(median "${addng[@]}") usage_missing=$USAGE_MISSING"

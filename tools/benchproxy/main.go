@@ -222,6 +222,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var runs sync.WaitGroup
 	runs.Go(func() { a.Proxy.Run(rctx) })
 	runs.Go(func() { a.Gate.Run(rctx) })
+	// Allocations per request: the whole process's, from here to the end
+	// of serving, over the usage records written (every request).
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	fmt.Fprintf(stdout, "READY %s %s\n", ln.Addr(), key)
 	err = a.Serve(ctx, ln)
 	stopRun()
@@ -246,5 +250,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runtime.ReadMemStats(&ms)
 	fmt.Fprintf(stdout, "usage records written: %d (errors %d, cost %s; ledger charges %s); heap %d MiB; GC cycles %d\n",
 		tot.Requests, tot.Errors, tot.Cost, led.Charges, ms.HeapAlloc>>20, ms.NumGC)
+	if tot.Requests > 0 {
+		fmt.Fprintf(stdout, "allocations per request: %.1f (%d requests)\n",
+			float64(ms.Mallocs-ms0.Mallocs)/float64(tot.Requests), tot.Requests)
+	}
 	return nil
 }

@@ -107,7 +107,7 @@ func runLoad(args []string) error {
 
 	st.mu.Lock()
 	slices.Sort(st.ttfb)
-	p50, p99 := pct(st.ttfb, 50), pct(st.ttfb, 99)
+	p50, p90, p99 := pct(st.ttfb, 50), pct(st.ttfb, 90), pct(st.ttfb, 99)
 	st.mu.Unlock()
 	events := ev1 - ev0
 	perStream := 0.0
@@ -119,10 +119,10 @@ func runLoad(args []string) error {
 		cpuPerEvent = float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(events)
 	}
 	fmt.Printf("RESULT name=%s streams=%d open=%d completed=%d failed=%d rss_before_kb=%d rss_open_kb=%d "+
-		"rss_per_stream_kb=%.2f cpu_pct=%.1f events=%d cpu_per_event_us=%.3f ttfb_p50_ms=%.3f ttfb_p99_ms=%.3f\n",
+		"rss_per_stream_kb=%.2f cpu_pct=%.1f events=%d cpu_per_event_us=%.3f ttfb_p50_ms=%.3f ttfb_p90_ms=%.3f ttfb_p99_ms=%.3f\n",
 		*name, *streams, openAtHold, st.completed.Load(), st.failed.Load(), rssBefore, rssOpen, perStream,
 		float64(cpu1-cpu0)*100/float64(clockTicks)/t1.Sub(t0).Seconds(), events, cpuPerEvent,
-		ms(p50), ms(p99))
+		ms(p50), ms(p90), ms(p99))
 	if st.firstErr != nil {
 		fmt.Fprintf(os.Stderr, "%s: %d streams failed; first: %v\n", *name, st.failed.Load(), st.firstErr)
 	}
