@@ -129,20 +129,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // http.Server.Shutdown, which does not wait for hijacked connections.
 func (s *Server) Drain(ctx context.Context) error { return s.taken.Drain(ctx) }
 
-// Credential extracts the API key or token from X-API-Key or
-// Authorization: Bearer.
-func Credential(h http.Header) string {
-	if k := h.Get("X-Api-Key"); k != "" { // canonical: Get copies no other spelling
-		return k
-	}
-	if a := h.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
-}
-
 // credentials resolves the caller of r from its API key or token
-// (Credential): the pipeline's credentials authentication.
+// (credentialOf): the pipeline's credentials authentication.
 func (s *Server) credentials(r *http.Request) (*http.Request, gpuproxy.Principal, error) {
 	cred, err := credentialOf(r.Header)
 	if err != nil {
