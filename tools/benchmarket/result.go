@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Result is one placement's run, as run writes it and compare reads it.
+type Result struct {
+	Market       string   `json:"market"`
+	Replicas     int      `json:"replicas"`
+	Rate         float64  `json:"rate"`
+	Seconds      float64  `json:"seconds"`
+	Requests     int      `json:"requests"`
+	Answered     int      `json:"answered"`
+	OutputTokens int      `json:"output_tokens"`
+	Cost         float64  `json:"cost_usd"`
+	P50ms        float64  `json:"p50_ms"`
+	P99ms        float64  `json:"p99_ms"`
+	Preemptions  int      `json:"preemptions"`
+	ReplicasUsed int      `json:"replicas_used"`
+	RentErrors   []string `json:"rent_errors,omitempty"`
+	Windows      []window `json:"windows"`
+}
+
+// PerMillion is the cost of a million output tokens, USD.
+func (r Result) PerMillion() float64 {
+	if r.OutputTokens == 0 {
+		return 0
+	}
+	return r.Cost / float64(r.OutputTokens) * 1e6
+}
+
+// AnsweredShare is the share of requests answered, 0..1.
+func (r Result) AnsweredShare() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.Answered) / float64(r.Requests)
+}
+
+// LimitKept reports whether no window's sampled spend passed its limit.
+func (r Result) LimitKept() bool {
+	for _, w := range r.Windows {
+		if w.PeakSpent > w.Limit || w.PeakTotal > w.Limit {
+			return false
+		}
+	}
+	return true
+}
+
+// line is the result on one line.
+func (r Result) line() string {
+	var ws []string
+	for _, w := range r.Windows {
+		ws = append(ws, fmt.Sprintf("%dm:$%.4f(+held+committed $%.4f)/$%.2f", w.Minutes, w.PeakSpent, w.PeakTotal, w.Limit))
+	}
+	return fmt.Sprintf("market=%s usd_per_1M_output_tokens=%.4f answered=%.2f%% (%d/%d) p50_ms=%.1f p99_ms=%.1f "+
+		"preemptions=%d replicas_used=%d cost_usd=%.6f output_tokens=%d peak_spend=[%s] limit_kept=%v",
+		r.Market, r.PerMillion(), 100*r.AnsweredShare(), r.Answered, r.Requests, r.P50ms, r.P99ms, r.Preemptions,
+		r.ReplicasUsed, r.Cost, r.OutputTokens, strings.Join(ws, " "), r.LimitKept())
+}
+
+// percentile is the q-quantile (0..1) of ds by the nearest rank; 0 for
+// none.
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// compare is `benchmarket compare`: a table of the results and each
+// placement's saving against on-demand, judged against the issue's
+// target (≥ 45% lower $ per 1M output tokens, ≥ 99.5% answered, no limit
+// passed).
+func compare(files []string, w io.Writer) error {
+	var rs []Result
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("reading %s: %w", f, err)
+		}
+		rs = append(rs, r)
+	}
+	fmt.Fprintf(w, "%-14s %12s %9s %8s %8s %6s %8s %s\n", "placement", "$/1M out tok", "answered", "p50 ms",
+		"p99 ms", "preempt", "replicas", "peak spend / limit")
+	var base *Result
+	for i, r := range rs {
+		var ws []string
+		for _, x := range r.Windows {
+			ws = append(ws, fmt.Sprintf("%dm $%.4f / $%.2f", x.Minutes, x.PeakTotal, x.Limit))
+		}
+		fmt.Fprintf(w, "%-14s %12.4f %8.2f%% %8.1f %8.1f %6d %8d %s\n", r.Market, r.PerMillion(),
+			100*r.AnsweredShare(), r.P50ms, r.P99ms, r.Preemptions, r.ReplicasUsed, strings.Join(ws, ", "))
+		if r.Market == "on-demand" {
+			base = &rs[i]
+		}
+	}
+	if base == nil || base.PerMillion() == 0 {
+		return nil
+	}
+	for _, r := range rs {
+		if r.Market == "on-demand" {
+			continue
+		}
+		saving := 1 - r.PerMillion()/base.PerMillion()
+		met := saving >= 0.45 && r.AnsweredShare() >= 0.995 && r.LimitKept()
+		fmt.Fprintf(w, "%s vs on-demand: %.1f%% lower $ per 1M output tokens, %.2f%% answered, limit kept: %v; "+
+			"target (>= 45%%, >= 99.5%%, limit kept) met: %v\n", r.Market, 100*saving, 100*r.AnsweredShare(),
+			r.LimitKept(), met)
+	}
+	return nil
+}

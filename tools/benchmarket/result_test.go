@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"none", nil, 0.5, 0},
+		{"one", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of four is the second", ms(4, 1, 3, 2), 0.5, 2 * time.Millisecond},
+		{"p99 of 100 is the 99th", ms(seq(100)...), 0.99, 99 * time.Millisecond},
+		{"p99 of 1000 is the 990th", ms(seq(1000)...), 0.99, 990 * time.Millisecond},
+	} {
+		if got := percentile(tc.in, tc.q); got != tc.want {
+			t.Errorf("%s: percentile = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out
+}
+
+func TestResultFigures(t *testing.T) {
+	t.Parallel()
+	r := Result{Requests: 1000, Answered: 996, OutputTokens: 2_000_000, Cost: 1.5,
+		Windows: []window{{Minutes: 60, Limit: 3, PeakSpent: 1, PeakTotal: 3}}}
+	if got := r.PerMillion(); got != 0.75 {
+		t.Errorf("PerMillion = %v, want 0.75", got)
+	}
+	if got := r.AnsweredShare(); got != 0.996 {
+		t.Errorf("AnsweredShare = %v, want 0.996", got)
+	}
+	if !r.LimitKept() {
+		t.Error("a peak equal to the limit passed it")
+	}
+	r.Windows[0].PeakTotal = 3.000001
+	if r.LimitKept() {
+		t.Error("a peak above the limit was kept")
+	}
+}
+
+func TestCompareJudgesTheTarget(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, r Result) string {
+		t.Helper()
+		b, _ := json.Marshal(r)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	w := []window{{Minutes: 60, Limit: 3, PeakTotal: 1}}
+	od := write("od", Result{Market: "on-demand", Requests: 100, Answered: 100, OutputTokens: 1e6, Cost: 1, Windows: w})
+	good := write("good", Result{Market: "interruptible", Requests: 1000, Answered: 996, OutputTokens: 1e6, Cost: 0.5, Windows: w})
+	short := write("short", Result{Market: "any", Requests: 1000, Answered: 990, OutputTokens: 1e6, Cost: 0.5, Windows: w})
+	var b strings.Builder
+	if err := compare([]string{od, good, short}, &b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"interruptible vs on-demand: 50.0% lower", "99.60% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: true",
+		"any vs on-demand: 50.0% lower", "99.00% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare's output lacks %q:\n%s", want, out)
+		}
+	}
+}
