@@ -19,6 +19,17 @@ import (
 	"github.com/aiserve/gpuproxy/internal/netpolicy"
 )
 
+// The sender's own bounds, beside Options.Timeout (one attempt):
+const (
+	// idleConnTimeout is how long a connection to a webhook stays pooled.
+	idleConnTimeout = 90 * time.Second
+	// claimSlack is how long a claim outlives its attempts' Timeout, to
+	// record the outcome.
+	claimSlack = 5 * time.Second
+	// finishTimeout bounds recording a delivery's outcome.
+	finishTimeout = 10 * time.Second
+)
+
 // sender claims due deliveries and POSTs them.
 type sender struct {
 	s      *Service
@@ -34,7 +45,7 @@ func newSender(s *Service) *sender {
 		TLSHandshakeTimeout:   s.opts.Timeout,
 		ResponseHeaderTimeout: s.opts.Timeout,
 		MaxIdleConnsPerHost:   2,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		ForceAttemptHTTP2:     true,
 	}
 	return &sender{s: s, client: &http.Client{Transport: tr, Timeout: s.opts.Timeout,
@@ -74,7 +85,7 @@ func (d *sender) SendDue(ctx context.Context) (int, error) {
 	now := d.s.opts.Now()
 	// A claim outlives its attempt (bounded by Timeout) with room to
 	// record the outcome; only a crashed sender's claim expires.
-	until := now.Add(2*d.s.opts.Timeout + 5*time.Second)
+	until := now.Add(2*d.s.opts.Timeout + claimSlack)
 	ds, err := d.s.store.ClaimAlertDeliveries(ctx, now, until, d.s.opts.Batch)
 	if err != nil {
 		return 0, err
@@ -104,7 +115,7 @@ func (d *sender) attempt(ctx context.Context, dl gpuproxy.AlertDelivery) {
 			o.NextAttempt = o.At.Add(wait)
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	defer cancel()
 	ok, err := d.s.store.FinishAlertDelivery(rctx, dl.ID, dl.Claim, o)
 	log := d.s.log.With("account_id", dl.Event.AccountID, "event", dl.Event.ID, "type", dl.Event.Kind,

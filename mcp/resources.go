@@ -16,6 +16,10 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 )
 
+// spendRefreshTimeout bounds one refresh of a subscribed account's
+// spending resource.
+const spendRefreshTimeout = 10 * time.Second
+
 // The resources of docs/mcp.md.
 const (
 	OffersURI    = "gpu://instances"
@@ -256,7 +260,7 @@ func (w *spendWatch) run() {
 				w.mu.Unlock()
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), spendRefreshTimeout)
 			w.refresh(ctx, a)
 			cancel()
 		}

@@ -15,8 +15,12 @@ func (s *Server) health(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"status": "ok", "version": s.opts.Version})
 }
 
+// readyTimeout bounds GET /readyz's checks (the database's ping and the
+// rest): a store slower than that is not ready.
+const readyTimeout = 3 * time.Second
+
 func (s *Server) ready(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	checks := map[string]string{}
 	ok := true

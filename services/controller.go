@@ -18,6 +18,12 @@ const leaderName = "services-controller"
 // loadFresh is how many load-report intervals a report counts for.
 const loadFresh = 5
 
+// demandSlack is how long past its service's queue timeout noted demand
+// still wakes a service scaled to zero: the request noted it up to
+// demandNoteEvery before it stopped waiting, and the controller's pass
+// runs a while after.
+const demandSlack = 5 * time.Second
+
 // controller keeps every service's replicas: it checks their readiness,
 // replaces the ones that die or stay unready, scales on load, wakes a
 // service scaled to zero on demand, drains and destroys extras and a
@@ -429,7 +435,7 @@ func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState
 		// Demand noted since the service last changed size (its
 		// UpdatedAt): a request still waiting, not one the last replica
 		// already served.
-		if s.DemandAt.After(s.UpdatedAt) && now.Sub(s.DemandAt) <= s.QueueTimeout+5*time.Second && !blocked() {
+		if s.DemandAt.After(s.UpdatedAt) && now.Sub(s.DemandAt) <= s.QueueTimeout+demandSlack && !blocked() {
 			c.m.event(ctx, s, "service.woken", "", "a request is waiting: renting a replica")
 			return 1
 		}

@@ -15,6 +15,18 @@ const queuePoll = 100 * time.Millisecond
 // refreshTimeout bounds one refresh of an account's routing table.
 const refreshTimeout = 5 * time.Second
 
+// The Retry-After a request without a replica is told: soon after a
+// failed attempt found no other ready replica (one may be starting), and
+// later once it waited out its service's queue timeout.
+const (
+	retryAfterNoOther      = time.Second
+	retryAfterQueueTimeout = 5 * time.Second
+)
+
+// demandNoteEvery is how often, at most, a waiting request's demand is
+// written for its service (noteDemand).
+const demandNoteEvery = time.Second
+
 // router picks replicas for requests on this gpuproxy process: each
 // account's services and ready replicas, read from the store at most
 // every RouteTTL (a stale table is served while it is refreshed), and
@@ -99,7 +111,7 @@ func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (g
 		}
 		now := r.m.opts.Now()
 		if exclude != "" {
-			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no other ready replica to retry on", time.Second)
+			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no other ready replica to retry on", retryAfterNoOther)
 		}
 		if deadline.IsZero() {
 			deadline = now.Add(rt.svc.QueueTimeout)
@@ -108,7 +120,7 @@ func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (g
 		wait := min(queuePoll, deadline.Sub(now))
 		if wait <= 0 {
 			return gpuproxy.ServiceRoute{}, unavailable(rt.svc, "no replica became ready within its queue timeout ("+
-				fmtDuration(rt.svc.QueueTimeout)+")", 5*time.Second)
+				fmtDuration(rt.svc.QueueTimeout)+")", retryAfterQueueTimeout)
 		}
 		tm := time.NewTimer(wait)
 		select {
@@ -164,12 +176,13 @@ func (r *router) done(svcID, id string) {
 	}
 }
 
-// noteDemand records, at most once a second per service, that a request
-// waits for a replica: the controller wakes a service scaled to zero.
+// noteDemand records, at most once per demandNoteEvery per service, that
+// a request waits for a replica: the controller wakes a service scaled to
+// zero.
 func (r *router) noteDemand(ctx context.Context, s gpuproxy.Service, now time.Time) {
 	r.mu.Lock()
 	last := r.demand[s.ID]
-	due := now.Sub(last) >= time.Second
+	due := now.Sub(last) >= demandNoteEvery
 	if due {
 		r.demand[s.ID] = now
 	}
