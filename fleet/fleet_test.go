@@ -18,6 +18,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
@@ -150,6 +151,8 @@ func TestLifecycleHourly(t *testing.T) {
 			if snap.Held != 0 || snap.Burn != o.PricePerHour {
 				t.Fatalf("running: held %s burn %s", snap.Held, snap.Burn)
 			}
+			// The sleep models time: the instance runs a while before it is
+			// destroyed.
 			time.Sleep(50 * time.Millisecond)
 			got, err := f.Destroy(ctx, w.acct.ID, inst.ProviderInstanceID) // by the provider's id
 			if err != nil || got.Status != gpuproxy.Terminated {
@@ -243,13 +246,16 @@ func TestLifecyclePrepaid(t *testing.T) {
 		t.Fatalf("destroy: %+v %v", got, err)
 	}
 	// io.net tears down asynchronously: the poller confirms it.
-	for deadline := time.Now().Add(5 * time.Second); got.Status != gpuproxy.Terminated && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	testpoll.Wait(5*time.Second, func() bool {
+		if got.Status == gpuproxy.Terminated {
+			return true
+		}
 		if err := f.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		got, _ = w.stores[0].Instance(ctx, w.acct.ID, inst.ID)
-	}
+		return got.Status == gpuproxy.Terminated
+	})
 	if got.Status != gpuproxy.Terminated {
 		t.Fatalf("not terminated: %s", got.Status)
 	}
@@ -486,9 +492,13 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("io.net stopped serving while vast.ai's breaker is open")
 	}
 	w.vast.ClearFaults()
-	time.Sleep(350 * time.Millisecond)
-	if _, err := w.vastP[0].Search(ctx, providers.SearchFilter{}); err != nil {
-		t.Fatalf("after recovery: %v", err)
+	// Once its open interval ends the breaker lets a search through.
+	var serr error
+	if !testpoll.Wait(5*time.Second, func() bool {
+		_, serr = w.vastP[0].Search(ctx, providers.SearchFilter{})
+		return serr == nil
+	}) {
+		t.Fatalf("after recovery: %v", serr)
 	}
 	if st := w.vastP[0].BreakerState(); st != "closed" {
 		t.Fatalf("breaker %s after recovery", st)

@@ -57,13 +57,12 @@ func runUntil(fn func(context.Context)) (stop func()) {
 func (w *world) waitStatus(id string, st gpuproxy.InstanceStatus, within time.Duration) gpuproxy.Instance {
 	w.t.Helper()
 	var got gpuproxy.Instance
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	if !testpoll.Wait(within, func() bool {
 		got, _ = w.stores[0].Instance(context.Background(), w.acct.ID, id)
-		if got.Status == st {
-			return got
-		}
+		return got.Status == st
+	}) {
+		w.t.Fatalf("instance %s is %s after %v, want %s", id, got.Status, within, st)
 	}
-	w.t.Fatalf("instance %s is %s after %v, want %s", id, got.Status, within, st)
 	return got
 }
 
@@ -115,8 +114,11 @@ func TestKillSwitchActsBeforeTheLimit(t *testing.T) {
 			defer stopMeter()
 
 			first := runUntil(w.fleets[0].Run)
-			time.Sleep(time.Second)
-			if plans, err := w.fleets[0].KillPlans(ctx); err != nil || len(plans) != 1 || plans[0].KillAt().IsZero() {
+			var plans []fleet.KillPlan
+			if !testpoll.Wait(10*time.Second, func() bool {
+				plans, err = w.fleets[0].KillPlans(ctx)
+				return err == nil && len(plans) == 1 && !plans[0].KillAt().IsZero()
+			}) {
 				t.Fatalf("plans: %+v %v", plans, err)
 			}
 			first() // a restart: nothing the first replica computed survives
@@ -178,7 +180,8 @@ func TestKillPlans(t *testing.T) {
 			if _, _, err := w.guards[0].Admit(ctx, w.acct.ID, usd, "lease:test"); err != nil {
 				t.Fatal(err)
 			}
-			// Half of what has run so far is charged.
+			// Half of what has run so far is charged. (The sleep models
+			// time: the instance runs 20 ms more for the meter to charge.)
 			time.Sleep(20 * time.Millisecond)
 			if _, err := billing.NewMeterer(w.stores[0], billing.MeterOptions{Logger: quiet}).Tick(ctx); err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 const spec = `"spec":{"gpu":"RTX 4090","max_price_per_hour":5,"providers":"vast.ai","max_attempts":20}`
@@ -77,7 +78,8 @@ func TestServiceServesAndHeals(t *testing.T) {
 					}
 				})
 			}
-			time.Sleep(300 * time.Millisecond)
+			// Traffic flows on both replicas before one dies.
+			testpoll.Wait(10*time.Second, func() bool { return ok.Load() >= 25 })
 			dead := v.Instances[0].InstanceID
 			if err := s.sim.SetInstanceStatus(s.simID(dead), "exited"); err != nil {
 				t.Fatal(err)
@@ -85,15 +87,14 @@ func TestServiceServesAndHeals(t *testing.T) {
 			// The replacement comes up (a new instance), while traffic
 			// goes on.
 			var nv = v
-			deadline := time.Now().Add(30 * time.Second)
-			for time.Now().Before(deadline) {
+			if testpoll.Wait(30*time.Second, func() bool {
 				nv = s.get("llama")
-				if nv.Ready == 2 && len(nv.Instances) == 2 && nv.Instances[0].InstanceID != dead && nv.Instances[1].InstanceID != dead {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
+				return nv.Ready == 2 && len(nv.Instances) == 2 && nv.Instances[0].InstanceID != dead && nv.Instances[1].InstanceID != dead
+			}) {
+				// and is served on for a while.
+				served := ok.Load()
+				testpoll.Wait(10*time.Second, func() bool { return ok.Load() >= served+25 })
 			}
-			time.Sleep(300 * time.Millisecond)
 			close(stop)
 			wg.Wait()
 			if nv.Ready != 2 {
