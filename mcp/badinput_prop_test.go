@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -163,7 +164,13 @@ func TestBadInputProperty(t *testing.T) {
 		limits: []guardrails.Window{{Minutes: 60, Limit: 1_000_000 * gpuproxy.MicrosPerUSD}}})
 	key, p := s.key("acme", "engineer")
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("BADINPUT_SEED"); v != "" { // rerun a failure's seed
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("BADINPUT_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (rerun with BADINPUT_SEED=%d)", seed, seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	ctx := context.Background()
 

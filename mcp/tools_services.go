@@ -227,7 +227,7 @@ func fmtDur(d time.Duration) string {
 }
 
 func (s *Server) createService(ctx context.Context, c call, in json.RawMessage) (result, error) {
-	d, err := services.DecodeDefinition(in, nil)
+	d, err := services.DecodeDefinition(c.wire(in), nil)
 	if err != nil {
 		return result{}, err
 	}
@@ -273,6 +273,7 @@ func (s *Server) getService(ctx context.Context, c call, in serviceInput) (resul
 }
 
 func (s *Server) updateService(ctx context.Context, c call, in json.RawMessage) (result, error) {
+	in = c.wire(in)
 	var args map[string]json.RawMessage
 	if err := json.Unmarshal(in, &args); err != nil {
 		return result{}, gpuproxy.Invalid("arguments", "must be an object")
@@ -457,4 +458,15 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// wire returns the arguments as the client sent them, for the field
+// table's checks: the SDK hands the handler arguments it decoded and
+// encoded again, where a number such as 1e-400 for an integer field has
+// already become 0 and so would pass for a valid value.
+func (c call) wire(in json.RawMessage) json.RawMessage {
+	if c.req != nil && c.req.Params != nil && len(c.req.Params.Arguments) > 0 {
+		return c.req.Params.Arguments
+	}
+	return in
 }
