@@ -23,7 +23,7 @@ import (
 	"os"
 )
 
-var errUsage = errors.New("usage: benchmarket run -url URL -key KEY -market M -out FILE [flags] | benchmarket compare FILE...")
+var errUsage = errors.New("usage: benchmarket run -url URL -key KEY -market M -out FILE [flags] | benchmarket compare FILE [FILE]")
 
 func main() {
 	if len(os.Args) < 2 {
