@@ -354,7 +354,11 @@ func (sp *Spec) misses(all []providers.Offer) []string {
 }
 
 // missSentence says what the market has for one unmet criterion, among
-// offers meeting every other one.
+// offers meeting every other one. Each sentence says so ("meets your
+// other constraints"): sentences about different criteria speak of
+// different offers, and unqualified they contradicted each other ("no
+// offer with exactly 1 GPUs" beside "only prepaid offers match (cheapest
+// RTX 4090 …)", a one-GPU prepaid offer).
 func (sp *Spec) missSentence(name string, near []providers.Offer) string {
 	rank(near)
 	best := near[0]
@@ -368,10 +372,11 @@ func (sp *Spec) missSentence(name string, near []providers.Offer) string {
 				list = append(list, o.GPUName)
 			}
 		}
-		return fmt.Sprintf("no %s offer matches; offered instead: %s", strings.Join(sp.GPU, " or "), strings.Join(list, ", "))
+		return fmt.Sprintf("no %s offer meets your other constraints; offered instead: %s", strings.Join(sp.GPU, " or "),
+			strings.Join(list, ", "))
 	case "min_vram_gb":
 		most := slices.MaxFunc(near, func(a, b providers.Offer) int { return cmp.Compare(a.VRAMGB, b.VRAMGB) })
-		return fmt.Sprintf("no offer with %s GB per GPU; the most is %s GB (%s on %s)", ftoa(sp.MinVRAMGB),
+		return fmt.Sprintf("no offer with %s GB per GPU meets your other constraints; the most is %s GB (%s on %s)", ftoa(sp.MinVRAMGB),
 			ftoa(most.VRAMGB), describe(most), most.Provider)
 	case "num_gpus":
 		counts := map[int]bool{}
@@ -383,23 +388,28 @@ func (sp *Spec) missSentence(name string, near []providers.Offer) string {
 			}
 		}
 		slices.Sort(list)
-		return fmt.Sprintf("no offer with exactly %d GPUs; offered counts: %s", sp.NumGPUs, strings.Join(list, ", "))
+		gpus := "GPUs"
+		if sp.NumGPUs == 1 {
+			gpus = "GPU"
+		}
+		return fmt.Sprintf("no offer with exactly %d %s meets your other constraints; those that do have %s", sp.NumGPUs, gpus,
+			strings.Join(list, ", "))
 	case "min_reliability":
 		most := slices.MaxFunc(near, func(a, b providers.Offer) int { return cmp.Compare(a.Reliability, b.Reliability) })
-		return fmt.Sprintf("no offer with reliability %s or more; the best is %s (%s on %s)", ftoa(sp.MinReliability),
+		return fmt.Sprintf("no offer with reliability %s or more meets your other constraints; the best is %s (%s on %s)", ftoa(sp.MinReliability),
 			ftoa(most.Reliability), describe(most), most.Provider)
 	case "locations":
-		return fmt.Sprintf("no offer in %s; the cheapest elsewhere is %s in %s at $%s/h on %s",
+		return fmt.Sprintf("no offer in %s meets your other constraints; the cheapest elsewhere is %s in %s at $%s/h on %s",
 			strings.Join(sp.Locations, ", "), describe(best), best.Location, best.PricePerHour, best.Provider)
 	case "market":
-		return fmt.Sprintf("no %s offer; the cheapest other one is %s at $%s/h on %s", sp.Market, describe(best),
+		return fmt.Sprintf("no %s offer meets your other constraints; the cheapest other one is %s at $%s/h on %s", sp.Market, describe(best),
 			best.PricePerHour, best.Provider)
 	case "billing":
 		if sp.Billing == "" {
-			return fmt.Sprintf("only prepaid offers match (cheapest %s at $%s/h on %s): set spec.hours to rent one",
+			return fmt.Sprintf("only prepaid offers meet your other constraints (cheapest %s at $%s/h on %s): set spec.hours to rent one",
 				describe(best), best.PricePerHour, best.Provider)
 		}
-		return fmt.Sprintf("no %s offer; the cheapest %s one is %s at $%s/h on %s", sp.Billing, best.Billing,
+		return fmt.Sprintf("no %s offer meets your other constraints; the cheapest %s one is %s at $%s/h on %s", sp.Billing, best.Billing,
 			describe(best), best.PricePerHour, best.Provider)
 	}
 	return name

@@ -128,14 +128,14 @@ func TestRentBySpecNoMatch(t *testing.T) {
 	sp.MinVRAMGB = 500
 	_, err = f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
 	if msg := gpuproxy.ErrorMessage(err); gpuproxy.ErrorCode(err) != gpuproxy.ENOMATCH ||
-		!strings.Contains(msg, "no offer with 500 GB per GPU; the most is") {
+		!strings.Contains(msg, "no offer with 500 GB per GPU meets your other constraints; the most is") {
 		t.Fatalf("500 GB: %v", err)
 	}
 	sp = spec4090(50)
 	sp.GPU = []string{"H900"}
 	_, err = f.Create(ctx, w.acct.ID, fleet.CreateRequest{Spec: sp, Image: "i"})
 	if msg := gpuproxy.ErrorMessage(err); gpuproxy.ErrorCode(err) != gpuproxy.ENOMATCH ||
-		!strings.Contains(msg, "no H900 offer matches; offered instead:") {
+		!strings.Contains(msg, "no H900 offer meets your other constraints; offered instead:") {
 		t.Fatalf("unknown GPU: %v", err)
 	}
 	if n := creates(w); n != 0 {
