@@ -444,7 +444,10 @@ func TestAllocBudgetCatchesOne(t *testing.T) {
 	a.up.extra = true
 	more, _ := a.measure(t, allocWarmup/5, allocRequests, a.rc.do)
 	t.Logf("allocations per plain request: %.2f, %.2f with one more", base, more)
-	if d := more - base; d < 0.8 || d > 1.2 {
+	// The base run's count wanders by about 0.2 (on net/http a request's
+	// connection bookkeeping is not the same every time); one allocation
+	// more measured 0.78 to 1.05 in runs here.
+	if d := more - base; d < 0.6 || d > 1.4 {
 		t.Errorf("one allocation more per request measured as %.2f more", d)
 	}
 	if more <= allocBudget().plain {
