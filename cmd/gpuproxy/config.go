@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -394,6 +395,10 @@ func parseWindowFlags(specs []string) ([]guardrails.Window, error) {
 			return nil, fmt.Errorf("window %q: %w", s, err)
 		}
 		lim, err := gpuproxy.ParseUSD(l)
+		if errors.Is(err, gpuproxy.ErrUSDRange) {
+			// A limit's range, not any amount's (which reaches below zero).
+			return nil, fmt.Errorf("window %q: limit: %s", s, gpuproxy.AmountRange(0, gpuproxy.MaxMicros, false))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("window %q: limit: %w", s, err)
 		}
