@@ -531,7 +531,7 @@ func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState,
 		m.log.Error("recording a rented replica", "service_id", s.ID, "instance_id", inst.ID, "err", err)
 		return desired
 	}
-	m.event(ctx, s, "service.replica_rented", inst.ID, "rented replica %s: %s %s at %s/h", inst.ID, inst.Provider,
+	m.event(ctx, s, "service.replica_rented", inst.ID, "rented replica %s: %s %s at $%s/h", inst.ID, inst.Provider,
 		inst.GPUName, inst.PricePerHour)
 	return desired
 }

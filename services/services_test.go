@@ -1,7 +1,9 @@
 package services_test
 
 import (
+	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +32,16 @@ func TestServiceServesAndHeals(t *testing.T) {
 			s.create(`{"name":"llama","model":"llama-70b",` + spec + `,"image":"vllm/vllm-openai:latest","port":8000,` +
 				`"replicas":{"min":2,"max":2}}`)
 			v := s.waitReady("llama", 2, 20*time.Second)
+			evs, err := s.apps[0].Services.Events(context.Background(), s.acct.ID, "llama", 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				// A price in an event reads as money: "at $0.622083/h".
+				if e.Kind == "service.replica_rented" && !regexp.MustCompile(`at \$[0-9.]+/h$`).MatchString(e.Message) {
+					t.Errorf("replica_rented event %q: want its price as \"at $X/h\"", e.Message)
+				}
+			}
 			for i := range 2 {
 				st, b := s.chat(i, "llama-70b", false)
 				var out struct {
