@@ -115,9 +115,10 @@ func loadFacts(src map[string]string) (f sourceFacts, problems []string) {
 	if len(f.rootGETs) == 0 {
 		bad("server/routes.go: found no GET route on the root router in (*Server).routes: has it changed shape?")
 	}
-	if fn := findFunc(parse("server/handlers.go"), "ready"); fn == nil {
+	handlers := parse("server/handlers.go")
+	if fn := findFunc(handlers, "ready"); fn == nil {
 		bad("server/handlers.go: no ready handler")
-	} else if f.readyTimeout = timeoutIn(fn.Body); f.readyTimeout == 0 {
+	} else if f.readyTimeout = timeoutIn(fn.Body, durationConsts(handlers)); f.readyTimeout == 0 {
 		bad("server/handlers.go: ready sets no context.WithTimeout")
 	}
 	consts := durationConsts(parse("app/config.go"))
@@ -321,8 +322,9 @@ func stringConsts(file *ast.File) map[string]string {
 	return out
 }
 
-// timeoutIn is the duration of the first context.WithTimeout in body.
-func timeoutIn(body ast.Node) time.Duration {
+// timeoutIn is the duration of the first context.WithTimeout in body: a
+// literal, or a named constant of consts.
+func timeoutIn(body ast.Node, consts map[string]time.Duration) time.Duration {
 	var d time.Duration
 	ast.Inspect(body, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
@@ -331,6 +333,9 @@ func timeoutIn(body ast.Node) time.Duration {
 		}
 		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "WithTimeout" {
 			d = durationExpr(call.Args[1])
+			if id, ok := call.Args[1].(*ast.Ident); ok && d == 0 {
+				d = consts[id.Name]
+			}
 		}
 		return d == 0
 	})

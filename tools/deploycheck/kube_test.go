@@ -264,7 +264,7 @@ func TestKubernetesChecksCatchBreakage(t *testing.T) {
 			serverCtr(o).LivenessProbe.ProbeHandler = corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}
 		}, want: "livenessProbe is not an HTTP GET"},
 		{name: "readiness timeout at the default", obj: func(t *testing.T, o *kubeObjects) { serverCtr(o).ReadinessProbe.TimeoutSeconds = 0 }, want: "readinessProbe timeoutSeconds 0"},
-		{name: "/ready waits longer in the source", file: "server/handlers.go", old: "3*time.Second", new: "10*time.Second", want: "/ready's own wait for the database (10s"},
+		{name: "/ready waits longer in the source", file: "server/handlers.go", old: "readyTimeout = 3 * time.Second", new: "readyTimeout = 10 * time.Second", want: "/ready's own wait for the database (10s"},
 
 		// gpuproxy.yaml.
 		{name: "unknown key", obj: func(t *testing.T, o *kubeObjects) {
