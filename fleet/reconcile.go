@@ -57,20 +57,9 @@ func (s *Service) Poll(ctx context.Context) error {
 // missed); truth-up against the provider's charges corrects both, and
 // the storage a paused instance still bills.
 func (s *Service) watch(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
-	p, ok := s.byName[inst.Provider]
-	if !ok || inst.ProviderInstanceID == "" {
-		return inst, nil
-	}
-	pi, err := p.Get(ctx, inst.ProviderInstanceID)
-	now := s.opts.Now()
-	switch {
-	case providers.KindOf(err) == providers.KindGone:
-		return s.markTerminated(ctx, inst.ID, now, nil, "gone at the provider")
-	case err != nil:
-		return inst, err
-	case otherTag(inst, pi):
-		s.tagMismatch(p.Name(), inst, pi, "poll")
-		return s.markTerminated(ctx, inst.ID, now, nil, "provider id reused by another instance")
+	pi, now, out, done, err := s.look(ctx, inst)
+	if done {
+		return out, err
 	}
 	switch {
 	case inst.Status == gpuproxy.Running && pi.Status == providers.StatusPreempted:

@@ -222,23 +222,38 @@ func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, p
 	}
 }
 
-// advance checks one starting instance at its provider and moves it on.
-func (s *Service) advance(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
+// look reads the poller's instance at its provider, at the service's
+// clock's now. done reports that the answer settles the row's fate for
+// the caller, which returns out and err: no provider or provider id yet
+// (nothing to read), a failed read, the instance gone at the provider, or
+// our provider id now naming someone else's instance (ours is gone).
+func (s *Service) look(ctx context.Context, inst gpuproxy.Instance) (pi providers.Instance, now time.Time,
+	out gpuproxy.Instance, done bool, err error) {
 	p, ok := s.byName[inst.Provider]
 	if !ok || inst.ProviderInstanceID == "" {
-		return inst, nil
+		return pi, now, inst, true, nil
 	}
-	pi, err := p.Get(ctx, inst.ProviderInstanceID)
-	now := s.opts.Now()
+	pi, err = p.Get(ctx, inst.ProviderInstanceID)
+	now = s.opts.Now()
 	switch {
 	case providers.KindOf(err) == providers.KindGone:
-		return s.markTerminated(ctx, inst.ID, now, nil, "gone at the provider")
+		out, err = s.markTerminated(ctx, inst.ID, now, nil, "gone at the provider")
+		return pi, now, out, true, err
 	case err != nil:
-		return inst, err
+		return pi, now, inst, true, err
 	case otherTag(inst, pi):
-		// Our provider id now names someone else's instance: ours is gone.
 		s.tagMismatch(p.Name(), inst, pi, "poll")
-		return s.markTerminated(ctx, inst.ID, now, nil, "provider id reused by another instance")
+		out, err = s.markTerminated(ctx, inst.ID, now, nil, "provider id reused by another instance")
+		return pi, now, out, true, err
+	}
+	return pi, now, inst, false, nil
+}
+
+// advance checks one starting instance at its provider and moves it on.
+func (s *Service) advance(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
+	pi, now, out, done, err := s.look(ctx, inst)
+	if done {
+		return out, err
 	}
 	switch {
 	case pi.Status == providers.StatusRunning && pi.Endpoint != "":
@@ -259,7 +274,7 @@ func (s *Service) advance(ctx context.Context, inst gpuproxy.Instance) (gpuproxy
 	case pi.Status == providers.StatusFailed || pi.Status == providers.StatusTerminated ||
 		now.Sub(inst.CreatedAt) > s.opts.StartTimeout:
 		// Never leave a broken rental running: destroy it, then stop tracking.
-		if err := p.Destroy(ctx, inst.ProviderInstanceID); err != nil {
+		if err := s.byName[inst.Provider].Destroy(ctx, inst.ProviderInstanceID); err != nil {
 			return inst, err
 		}
 		return s.store.MarkFailed(ctx, inst.ID, "the instance did not start (provider status "+string(pi.Status)+")", now)
