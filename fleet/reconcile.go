@@ -139,6 +139,7 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 // reconcileProvider reconciles one provider: its complete listing, matched
 // by tag to our live rows, each row resolved, then the orphans.
 func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, rep *ReconcileReport) {
+	listedAt := s.opts.Now() // the listing is at least this new
 	list, err := p.List(ctx)
 	if err != nil {
 		// Only a complete listing proves absence: do nothing on failure.
@@ -161,7 +162,7 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 		live[row.ID] = true
 		s.reconcileRow(ctx, p, l, row, now, rep)
 	}
-	s.reconcileOrphans(ctx, p, l, live, rep)
+	s.reconcileOrphans(ctx, p, l, live, listedAt, rep)
 }
 
 // listing is a provider's complete instance list, indexed.
@@ -248,9 +249,18 @@ func (s *Service) adoptedAttempt(ctx context.Context, row gpuproxy.Instance, rep
 // so nothing is left running unbilled; with OrphanPolicy OrphanLeave it
 // leaves them running and logs them for an operator instead.
 func (s *Service) reconcileOrphans(ctx context.Context, p providers.Provider, l listing, live map[string]bool,
-	rep *ReconcileReport) {
+	listedAt time.Time, rep *ReconcileReport) {
 	for tag, pi := range l.byTag {
 		if live[tag] || pi.Status == providers.StatusTerminated || pi.Status == providers.StatusTerminating {
+			continue
+		}
+		// A row closed since the listing began, or less than a round
+		// before it, was destroyed by its own caller: the listing may
+		// still show what that destroy is ending. Another DELETE would act
+		// twice (the attack harness saw one 16 ms after a lifetime rule's).
+		// A later round's listing decides.
+		if row, err := s.store.InstanceByID(ctx, tag); err == nil &&
+			row.UpdatedAt.After(listedAt.Add(-s.opts.ReconcileInterval)) {
 			continue
 		}
 		if s.opts.OrphanPolicy == OrphanLeave {
