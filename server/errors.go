@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,12 +68,17 @@ func (s *Server) fromEchoError(he *echo.HTTPError) error {
 }
 
 // bind decodes a JSON body strictly: unknown fields, wrong types, trailing
-// data and oversize bodies are refused with a message naming the field.
+// data and oversize bodies are refused with a message naming the field,
+// with the index of every array on its way ("windows[1].window_minutes").
 func bind(c echo.Context, v any) error {
-	dec := json.NewDecoder(c.Request().Body)
+	b, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return jsonError(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return jsonErrorAt(err, gpuproxy.JSONErrorField(b, v, err))
 	}
 	if dec.More() {
 		return gpuproxy.Invalid("body", "must contain one JSON object")
@@ -79,7 +86,14 @@ func bind(c echo.Context, v any) error {
 	return nil
 }
 
-func jsonError(err error) error {
+// jsonError is the invalid-input error of a body the JSON decoder
+// refused with err, naming the field err names.
+func jsonError(err error) error { return jsonErrorAt(err, "") }
+
+// jsonErrorAt is jsonError naming field ("": the one err names) for a
+// value of the wrong type or an unknown field: the caller found its full
+// path in the body (gpuproxy.JSONErrorField), array indexes included.
+func jsonErrorAt(err error, field string) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	var mbe *http.MaxBytesError
@@ -89,15 +103,12 @@ func jsonError(err error) error {
 		return &gpuproxy.Error{Code: gpuproxy.ETOOLARGE, Message: httpapi.BodyLimitMessage(mbe.Limit),
 			Details: map[string]any{"limit_bytes": mbe.Limit}}
 	case errors.As(err, &te):
-		f := te.Field
-		if f == "" {
-			f = "body"
-		}
+		f := cmp.Or(field, te.Field, "body")
 		return gpuproxy.Invalid(f, "must be %s, not %s", jsonKind(te.Type.Kind().String()), te.Value)
 	case errors.As(err, &se):
 		return gpuproxy.Invalid("body", "malformed JSON at offset %d", se.Offset)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		f := cmp.Or(field, strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`))
 		return gpuproxy.Invalid(f, "unknown field")
 	case errors.Is(err, io.EOF):
 		return gpuproxy.Invalid("body", "a JSON object is required")

@@ -167,7 +167,7 @@ func DecodeDefinition(b []byte, base *Definition) (Definition, error) {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&d); err != nil {
-		return Definition{}, jsonError(err)
+		return Definition{}, jsonError(err, gpuproxy.JSONErrorField(b, &d, err))
 	}
 	if dec.More() {
 		return Definition{}, gpuproxy.Invalid("body", "must be one JSON object")
@@ -175,7 +175,10 @@ func DecodeDefinition(b []byte, base *Definition) (Definition, error) {
 	return d, nil
 }
 
-func jsonError(err error) error {
+// jsonError is the invalid-input error of a definition the decoder
+// refused with err; field, when set, is the field's full path in the body
+// (gpuproxy.JSONErrorField: "spec.gpus", where err says "gpus").
+func jsonError(err error, field string) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
@@ -185,7 +188,10 @@ func jsonError(err error) error {
 		if strings.IndexByte("aeiou", t[0]) >= 0 {
 			article = "an "
 		}
-		return gpuproxy.Invalid(te.Field, "must be %s%s", article, t)
+		if field == "" {
+			field = te.Field
+		}
+		return gpuproxy.Invalid(field, "must be %s%s", article, t)
 	case errors.As(err, &se):
 		return gpuproxy.Invalid("body", "is not valid JSON: %v", err)
 	case strings.Contains(err.Error(), "into Number"):
@@ -195,6 +201,9 @@ func jsonError(err error) error {
 			"token_price.output_per_1m) must be numbers of USD, e.g. 1.50")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if field != "" {
+			f = field
+		}
 		return gpuproxy.Invalid(f, "is not a field of a service")
 	}
 	return gpuproxy.Invalid("body", "%s", strings.TrimPrefix(err.Error(), "json: "))
