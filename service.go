@@ -41,6 +41,18 @@ type Service struct {
 	// TokenPrice, when set, charges the service's requests per token
 	// instead of the proxy-wide price (proxy.token_price).
 	TokenPrice *TokenPrice
+	// Placement is the market its replicas are rented on (PlacementOnDemand,
+	// PlacementInterruptible or PlacementFallback).
+	Placement Placement
+	// Overprovision is how many interruptible replicas the controller
+	// keeps beyond what the load needs, as a cushion against preemption
+	// (0 for an on-demand placement).
+	Overprovision int
+	// PreemptedGrace is how long a replica whose instance was preempted
+	// is kept, paused and taking no requests, in case it resumes by itself
+	// (then it is ready again and the surplus is drained); past it the
+	// paused instance is destroyed. Its replacement is rented at once.
+	PreemptedGrace time.Duration
 	// Desired is the controller's target number of replicas.
 	Desired int
 	State   ServiceState
@@ -50,6 +62,29 @@ type Service struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	DeletedAt time.Time
+}
+
+// Placement is the market a service rents its replicas on.
+type Placement string
+
+// Placements.
+const (
+	// PlacementOnDemand rents on-demand replicas only (the default).
+	PlacementOnDemand Placement = "on-demand"
+	// PlacementInterruptible rents interruptible (bid) replicas only,
+	// spread over machines and locations, Overprovision extra.
+	PlacementInterruptible Placement = "interruptible"
+	// PlacementFallback is PlacementInterruptible that rents on-demand
+	// replicas to cover a shortfall of interruptible ones (no interruptible
+	// capacity, too few ready) and releases them when interruptible ones
+	// are ready again (SpotHedge, Mao et al., EuroSys 2025).
+	PlacementFallback Placement = "interruptible-with-fallback"
+)
+
+// Interruptible reports whether the placement rents interruptible
+// replicas.
+func (p Placement) Interruptible() bool {
+	return p == PlacementInterruptible || p == PlacementFallback
 }
 
 // ServiceRoute is where the services' endpoint sends a request: the
@@ -101,8 +136,11 @@ type Replica struct {
 	ReadyAt      time.Time
 	UnreadySince time.Time
 	// Reason says why it is draining or gone ("scale_down", "replaced",
-	// "instance_failed", …).
-	Reason    string
+	// "instance_failed", …), or unready ("preempted").
+	Reason string
+	// Market is the market its instance was rented on (MarketOnDemand or
+	// MarketInterruptible); "" for replicas from before placements.
+	Market    string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

@@ -23,7 +23,8 @@ import (
 const serviceCols = `id, account_id, name, model, COALESCE(key_id, ''), spec, image, env, port, min_replicas,
 	max_replicas, readiness_path, readiness_timeout_ms, readiness_initial_delay_ms, target_inflight, up_delay_ms,
 	down_delay_ms, queue_timeout_ms, max_duration_ms, idle_timeout_ms, idle_action, idle_grace_ms, spend_cap_micros,
-	desired, state, demand_us, created_us, updated_us, deleted_us, token_input_micros, token_output_micros`
+	desired, state, demand_us, created_us, updated_us, deleted_us, token_input_micros, token_output_micros,
+	placement, overprovision, preempted_grace_ms`
 
 // The unique indexes on services, by which a Postgres violation is told
 // apart (pgconn.PgError.ConstraintName).
@@ -43,17 +44,18 @@ const serviceLoadKeep = time.Hour
 
 func scanService(r row) (gpuproxy.Service, error) {
 	var s gpuproxy.Service
-	var spec, env, action, state string
-	var readTimeout, readDelay, up, down, queue, maxDur, idle, grace int64
+	var spec, env, action, state, placement string
+	var readTimeout, readDelay, up, down, queue, maxDur, idle, grace, preemptedGrace int64
 	var created, updated int64
 	var demand, deleted, tokIn, tokOut *int64
 	err := r.Scan(&s.ID, &s.AccountID, &s.Name, &s.Model, &s.KeyID, &spec, &s.Image, &env, &s.Port,
 		&s.MinReplicas, &s.MaxReplicas, &s.Readiness.Path, &readTimeout, &readDelay, &s.Scale.TargetInflight,
 		&up, &down, &queue, &maxDur, &idle, &action, &grace, &s.Lifetime.SpendCap, &s.Desired, &state,
-		&demand, &created, &updated, &deleted, &tokIn, &tokOut)
+		&demand, &created, &updated, &deleted, &tokIn, &tokOut, &placement, &s.Overprovision, &preemptedGrace)
 	if err != nil {
 		return s, err
 	}
+	s.Placement, s.PreemptedGrace = gpuproxy.Placement(placement), msDuration(preemptedGrace)
 	if tokIn != nil && tokOut != nil {
 		s.TokenPrice = &gpuproxy.TokenPrice{InputPer1M: gpuproxy.Micros(*tokIn), OutputPer1M: gpuproxy.Micros(*tokOut)}
 	}
@@ -175,6 +177,14 @@ func setServicePrice(ctx context.Context, c conn, id string, p *gpuproxy.TokenPr
 	return err
 }
 
+// setServicePlacement records a service's placement (as given: "" reads
+// back as "", which is on-demand), overprovision and preempted grace.
+func setServicePlacement(ctx context.Context, c conn, svc gpuproxy.Service) error {
+	_, err := c.exec(ctx, "UPDATE services SET placement = $2, overprovision = $3, preempted_grace_ms = $4 WHERE id = $1",
+		svc.ID, string(svc.Placement), svc.Overprovision, svc.PreemptedGrace.Milliseconds())
+	return err
+}
+
 // serviceNotFound turns a not-found driver error into the caller's message.
 func serviceNotFound(err error, idOrName string) error {
 	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ENOTFOUND {
@@ -227,6 +237,10 @@ func (s *Store) CreateService(ctx context.Context, svc gpuproxy.Service) (gpupro
 		if err == nil {
 			err = setServicePrice(ctx, c, svc.ID, svc.TokenPrice)
 			out.TokenPrice = svc.TokenPrice
+		}
+		if err == nil {
+			err = setServicePlacement(ctx, c, svc)
+			out.Placement, out.Overprovision, out.PreemptedGrace = svc.Placement, svc.Overprovision, svc.PreemptedGrace
 		}
 		return serviceWriteErr(err, svc)
 	})
@@ -303,6 +317,10 @@ func (s *Store) UpdateService(ctx context.Context, svc gpuproxy.Service) (gpupro
 			err = setServicePrice(ctx, c, svc.ID, svc.TokenPrice)
 			out.TokenPrice = svc.TokenPrice
 		}
+		if err == nil {
+			err = setServicePlacement(ctx, c, svc)
+			out.Placement, out.Overprovision, out.PreemptedGrace = svc.Placement, svc.Overprovision, svc.PreemptedGrace
+		}
 		if gpuproxy.ErrorCode(translate(err)) == gpuproxy.ENOTFOUND {
 			return serviceNotFound(err, svc.ID)
 		}
@@ -365,14 +383,16 @@ func (s *Store) NoteServiceDemand(ctx context.Context, id string, at time.Time) 
 	return err
 }
 
-const replicaCols = `service_id, instance_id, account_id, state, reason, ready_us, unready_us, created_us, updated_us`
+const replicaCols = `service_id, instance_id, account_id, state, reason, ready_us, unready_us, created_us, updated_us,
+	market`
 
 func scanReplica(r row) (gpuproxy.Replica, error) {
 	var rp gpuproxy.Replica
 	var state string
 	var ready, unready *int64
 	var created, updated int64
-	err := r.Scan(&rp.ServiceID, &rp.InstanceID, &rp.AccountID, &state, &rp.Reason, &ready, &unready, &created, &updated)
+	err := r.Scan(&rp.ServiceID, &rp.InstanceID, &rp.AccountID, &state, &rp.Reason, &ready, &unready, &created, &updated,
+		&rp.Market)
 	rp.State = gpuproxy.ReplicaState(state)
 	rp.ReadyAt, rp.UnreadySince = fromNullUS(ready), fromNullUS(unready)
 	rp.CreatedAt, rp.UpdatedAt = fromUS(created), fromUS(updated)
@@ -410,12 +430,12 @@ func (s *Store) AddReplica(ctx context.Context, r gpuproxy.Replica) error {
 		r.UpdatedAt = r.CreatedAt
 	}
 	n, err := s.pool().exec(ctx, `INSERT INTO service_replicas (service_id, instance_id, account_id, state, reason,
-		ready_us, unready_us, created_us, updated_us)
+		ready_us, unready_us, created_us, updated_us, market)
 		SELECT id, CAST($2 AS TEXT), account_id, CAST($4 AS TEXT), CAST($5 AS TEXT), CAST($6 AS BIGINT),
-			CAST($7 AS BIGINT), CAST($8 AS BIGINT), CAST($9 AS BIGINT)
+			CAST($7 AS BIGINT), CAST($8 AS BIGINT), CAST($9 AS BIGINT), CAST($10 AS TEXT)
 		FROM services WHERE id = $1 AND (account_id = $3 OR $3 = 0)`,
 		r.ServiceID, r.InstanceID, r.AccountID, string(r.State), r.Reason, nullUS(r.ReadyAt), nullUS(r.UnreadySince),
-		us(r.CreatedAt), us(r.UpdatedAt))
+		us(r.CreatedAt), us(r.UpdatedAt), r.Market)
 	if err = translate(err); gpuproxy.ErrorCode(err) == gpuproxy.ECONFLICT {
 		return gpuproxy.Errorf(gpuproxy.ECONFLICT, "instance %q is already a replica of service %q", r.InstanceID, r.ServiceID)
 	}
@@ -496,7 +516,7 @@ func (s *Store) ReplicasEver(ctx context.Context, serviceID string) (int, error)
 // services (the router's table), by service and then oldest first.
 func (s *Store) AccountReplicas(ctx context.Context, accountID int64) ([]gpuproxy.Replica, error) {
 	r, err := s.pool().query(ctx, `SELECT r.service_id, r.instance_id, r.account_id, r.state, r.reason, r.ready_us,
-		r.unready_us, r.created_us, r.updated_us FROM service_replicas r JOIN services s ON s.id = r.service_id
+		r.unready_us, r.created_us, r.updated_us, r.market FROM service_replicas r JOIN services s ON s.id = r.service_id
 		WHERE r.account_id = $1 AND r.state <> 'gone' AND s.account_id = $1 AND s.state = 'active'
 		ORDER BY r.service_id, r.created_us, r.instance_id`, accountID)
 	return scanAll(r, err, func(r rows) (gpuproxy.Replica, error) { return scanReplica(r) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,6 +156,9 @@ func serviceFields(provs []string, create bool) []field {
 		// Merged over the current spec: max_price_per_hour may stay.
 		spec.Required = nil
 	}
+	// A replica's market is the service's placement's, not the spec's.
+	delete(spec.Properties, "market")
+	spec.PropertyOrder = slices.DeleteFunc(spec.PropertyOrder, func(n string) bool { return n == "market" })
 	var fs []field
 	if create {
 		fs = append(fs, required("name", str("the service's name, unique among your services: 1-63 characters of "+
@@ -196,6 +200,19 @@ func serviceFields(provs []string, create bool) []field {
 			optional("max_duration", dur("destroy (and replace) a replica once it has run this long",
 				`"0" for none`)))),
 		optional("token_price", tokenPriceSchema()),
+		optional("placement", enum("the market replicas are rented on: on-demand (the default), interruptible "+
+			"(bids, much cheaper, that the provider may preempt; spread over machines and locations, overprovision "+
+			"extra) or interruptible-with-fallback (interruptible, with on-demand replicas rented while interruptible "+
+			"ones are short and released when they are back); a preempted replica takes no requests and is replaced "+
+			"at once", string(gpuproxy.PlacementOnDemand), string(gpuproxy.PlacementInterruptible),
+			string(gpuproxy.PlacementFallback))),
+		optional("overprovision", ruleSchema(services.DefinitionRules, "overprovision", fmt.Sprintf("interruptible "+
+			"replicas kept beyond what the load needs (default %d for interruptible placements, 0 for on-demand); "+
+			"replicas.min + overprovision must be at most replicas.max", services.DefaultOverprovision))),
+		optional("preempted_grace", dur("how long a preempted replica is kept, paused, in case it resumes by "+
+			"itself (then it serves again and the surplus is drained); destroyed after it",
+			"default "+fmtDur(services.DefaultPreemptedGrace)+`, "0" destroys it at once, at most `+
+				fmtDur(services.MaxPreemptedGrace))),
 	)
 }
 
@@ -285,7 +302,8 @@ func (s *Server) updateService(ctx context.Context, c call, in json.RawMessage) 
 	delete(args, "service")
 	if len(args) == 0 {
 		return result{}, gpuproxy.Invalid("arguments", "give at least one field to change besides service "+
-			"(model, spec, image, env, port, replicas, readiness, scale, queue_timeout, lifetime, token_price)")
+			"(model, spec, image, env, port, replicas, readiness, scale, queue_timeout, lifetime, token_price, "+
+			"placement, overprovision, preempted_grace)")
 	}
 	patch, err := json.Marshal(args)
 	if err != nil {

@@ -2,9 +2,11 @@ package services
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
@@ -26,6 +28,18 @@ const (
 	MaxReplicas = 64
 	// MaxQueueTimeout bounds queue_timeout.
 	MaxQueueTimeout = 10 * time.Minute
+	// DefaultOverprovision is overprovision for an interruptible
+	// placement that does not set it: one replica beyond the load's, so
+	// one preemption leaves the load covered while its replacement
+	// starts.
+	DefaultOverprovision = 1
+	// DefaultPreemptedGrace is how long a preempted replica is kept,
+	// paused, in case it resumes (preempted_grace): vast.ai resumes a
+	// paused bid when whoever outranked it leaves, often within minutes.
+	DefaultPreemptedGrace = 10 * time.Minute
+	// MaxPreemptedGrace bounds preempted_grace (a paused instance bills
+	// its storage).
+	MaxPreemptedGrace = 24 * time.Hour
 )
 
 // DefinitionRules are the rules of a definition's numeric, duration and
@@ -49,6 +63,8 @@ var DefinitionRules = append(append(gpuproxy.FieldRules{}, fleet.SpecRules...), 
 		MaxDuration: fleet.MaxLifetimeDuration, Zero: "none"},
 	{Name: "token_price.input_per_1m", Kind: gpuproxy.FieldUSD, Min: 0, Max: maxTokenPriceUSD, Zero: "free"},
 	{Name: "token_price.output_per_1m", Kind: gpuproxy.FieldUSD, Min: 0, Max: maxTokenPriceUSD, Zero: "free"},
+	{Name: "overprovision", Kind: gpuproxy.FieldInteger, Min: 0, Max: MaxReplicas - 1},
+	{Name: "preempted_grace", Kind: gpuproxy.FieldDuration, MaxDuration: MaxPreemptedGrace, Zero: "destroyed at once"},
 }...)
 
 // maxTokenPriceUSD bounds a service's token prices (USD per million
@@ -60,6 +76,19 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62})$`)
 // Definition is a service as clients write it: the REST body, the MCP
 // tool's arguments and the CLI's file all take this JSON. Durations are
 // strings ("30s", "5m"); max_price_per_hour is USD.
+//
+// Placement picks the market its replicas are rented on: "on-demand"
+// (the default), "interruptible" (bids, cheaper, that the provider may
+// preempt; spread over machines, then locations and providers, with
+// overprovision extra replicas, default 1) or
+// "interruptible-with-fallback" (the same, and on-demand replicas rented
+// to cover a shortfall of interruptible ones, released when interruptible
+// ones are ready again). A replica whose instance is preempted takes no
+// requests from then on and is replaced at once; the paused instance is
+// kept for preempted_grace (default 10m; "0": destroyed at once) in case
+// it resumes — it is then ready again and the surplus is drained — and
+// destroyed after it. Every replica is still a rent by spec through the
+// guard rails; spec.max_price_per_hour caps each bid.
 type Definition struct {
 	Name         string            `json:"name"`
 	Model        string            `json:"model"`
@@ -73,6 +102,17 @@ type Definition struct {
 	QueueTimeout Duration          `json:"queue_timeout,omitempty"`
 	Lifetime     *LifetimeJSON     `json:"lifetime,omitempty"`
 	TokenPrice   *TokenPriceJSON   `json:"token_price,omitempty"`
+	// Placement is "on-demand", "interruptible" or
+	// "interruptible-with-fallback" ("": on-demand).
+	Placement string `json:"placement,omitempty"`
+	// Overprovision is how many interruptible replicas are kept beyond
+	// what the load needs (default 1 for interruptible placements, 0 and
+	// only 0 for on-demand); replicas.min + overprovision must be at most
+	// replicas.max (which defaults to that sum).
+	Overprovision *int `json:"overprovision,omitempty"`
+	// PreemptedGrace is how long a preempted replica is kept paused in
+	// case it resumes ("10m" by default; "0": destroyed at once).
+	PreemptedGrace Duration `json:"preempted_grace,omitempty"`
 }
 
 // TokenPriceJSON is a service's own per-token price, USD per million
@@ -97,6 +137,12 @@ type SpecJSON struct {
 	Billing         string      `json:"billing,omitempty"`
 	Hours           int         `json:"hours,omitempty"`
 	MaxAttempts     int         `json:"max_attempts,omitempty"`
+	// BidMargin is how far above an interruptible offer's minimum bid
+	// each bid is (interruptible placements only).
+	BidMargin *float64 `json:"bid_margin,omitempty"`
+	// Market is refused: a service's placement sets each replica's
+	// market.
+	Market string `json:"market,omitempty"`
 }
 
 // ReplicasJSON bounds the service's size; min may be 0 (scale to zero).
@@ -171,6 +217,16 @@ func DecodeDefinition(b []byte, base *Definition) (Definition, error) {
 	}
 	if dec.More() {
 		return Definition{}, gpuproxy.Invalid("body", "must be one JSON object")
+	}
+	if base != nil && d.Placement != base.Placement {
+		// A new placement takes its own default overprovision unless the
+		// patch sets one.
+		var keys map[string]json.RawMessage
+		if json.Unmarshal(b, &keys) == nil {
+			if _, set := keys["overprovision"]; !set {
+				d.Overprovision = nil
+			}
+		}
 	}
 	return d, nil
 }
@@ -259,28 +315,57 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 	if err := rule("port").CheckInt(int64(d.Port)); err != nil {
 		return s, fleet.Spec{}, err
 	}
+	placement, err := d.placement()
+	if err != nil {
+		return s, fleet.Spec{}, err
+	}
 	sp, err := d.Spec.spec()
 	if err != nil {
 		return s, fleet.Spec{}, err
+	}
+	if sp.BidMargin != nil && !placement.Interruptible() {
+		return s, fleet.Spec{}, gpuproxy.Invalid("spec.bid_margin", "applies to interruptible replicas: set placement to %q or %q",
+			gpuproxy.PlacementInterruptible, gpuproxy.PlacementFallback)
+	}
+	if placement.Interruptible() {
+		sp.Market = fleet.MarketInterruptible // checked as the replicas' rents will be
 	}
 	// The spec, image, env and port as the fleet checks any create.
 	probe := fleet.CreateRequest{Spec: &sp, Image: d.Image, Env: d.Env, Ports: []int{d.Port}}
 	if err := probe.Check(known); err != nil {
 		return s, fleet.Spec{}, err
 	}
+	sp.Market = "" // each rent sets it by the placement
 	spec, _ := json.Marshal(sp)
 	s = gpuproxy.Service{Name: d.Name, Model: d.Model, Spec: spec, Image: d.Image, Env: d.Env, Port: d.Port,
 		MinReplicas: 1, MaxReplicas: 1,
 		Readiness:    gpuproxy.Readiness{Path: DefaultReadinessPath, Timeout: DefaultReadinessTimeout},
 		Scale:        gpuproxy.ScalePolicy{TargetInflight: DefaultTargetInflight, UpDelay: DefaultUpDelay, DownDelay: DefaultDownDelay},
-		QueueTimeout: DefaultQueueTimeout}
+		QueueTimeout: DefaultQueueTimeout, Placement: placement, PreemptedGrace: DefaultPreemptedGrace}
+	if err := d.PreemptedGrace.into("preempted_grace", &s.PreemptedGrace); err != nil {
+		return s, fleet.Spec{}, err
+	}
+	if o := d.Overprovision; o != nil {
+		if err := rule("overprovision").CheckInt(int64(*o)); err != nil {
+			return s, fleet.Spec{}, err
+		}
+		if *o > 0 && !placement.Interruptible() {
+			return s, fleet.Spec{}, gpuproxy.Invalid("overprovision", "applies to interruptible placements (%q, %q): "+
+				"an on-demand service keeps no extra replicas, got %d", gpuproxy.PlacementInterruptible, gpuproxy.PlacementFallback, *o)
+		}
+		s.Overprovision = *o
+	} else if placement.Interruptible() {
+		s.Overprovision = DefaultOverprovision
+	}
+	s.MaxReplicas = max(1, s.Overprovision+1)
+	maxSet := false
 	if r := d.Replicas; r != nil {
 		if r.Min != nil {
 			s.MinReplicas = *r.Min
 		}
-		s.MaxReplicas = max(r.Max, s.MinReplicas)
-		if r.Max == 0 && r.Min != nil && *r.Min == 0 {
-			s.MaxReplicas = 1
+		s.MaxReplicas = max(s.MinReplicas+s.Overprovision, 1)
+		if maxSet = r.Max != 0; maxSet {
+			s.MaxReplicas = r.Max
 		}
 		if err := rule("replicas.min").CheckInt(int64(s.MinReplicas)); err != nil {
 			return s, fleet.Spec{}, err
@@ -290,6 +375,14 @@ func (d Definition) parse(known []string) (gpuproxy.Service, fleet.Spec, error) 
 			return s, fleet.Spec{}, gpuproxy.Invalid("replicas.max", "must be between replicas.min (%d) and %d, got %d",
 				s.MinReplicas, MaxReplicas, r.Max)
 		}
+	}
+	if s.MinReplicas+s.Overprovision > s.MaxReplicas || s.MaxReplicas > MaxReplicas {
+		why := fmt.Sprintf("the most replicas a service may have (%d)", MaxReplicas)
+		if maxSet {
+			why = fmt.Sprintf("replicas.max (%d)", s.MaxReplicas)
+		}
+		return s, fleet.Spec{}, gpuproxy.Invalid("overprovision", "replicas.min (%d) + overprovision (%d) must be at most %s",
+			s.MinReplicas, s.Overprovision, why)
 	}
 	if r := d.Readiness; r != nil {
 		if r.Path != "" {
@@ -378,7 +471,23 @@ func (m *Manager) checkPolicy(ctx context.Context, accountID int64, s gpuproxy.S
 		strings.TrimPrefix(e.Message, f+": "))
 }
 
+// placement is d's placement, checked ("" is on-demand).
+func (d Definition) placement() (gpuproxy.Placement, error) {
+	switch p := gpuproxy.Placement(d.Placement); p {
+	case "":
+		return gpuproxy.PlacementOnDemand, nil
+	case gpuproxy.PlacementOnDemand, gpuproxy.PlacementInterruptible, gpuproxy.PlacementFallback:
+		return p, nil
+	}
+	return "", gpuproxy.Invalid("placement", "must be %q, %q or %q, got %q", gpuproxy.PlacementOnDemand,
+		gpuproxy.PlacementInterruptible, gpuproxy.PlacementFallback, truncate(d.Placement, 80))
+}
+
 func (in *SpecJSON) spec() (fleet.Spec, error) {
+	if in.Market != "" {
+		return fleet.Spec{}, gpuproxy.Invalid("spec.market", "is set by the service's placement (%q, %q or %q), "+
+			"not by its spec", gpuproxy.PlacementOnDemand, gpuproxy.PlacementInterruptible, gpuproxy.PlacementFallback)
+	}
 	if in.MaxPricePerHour == "" {
 		return fleet.Spec{}, gpuproxy.Invalid("spec.max_price_per_hour", "is required: the most you accept per hour "+
 			"for each replica, in USD (e.g. 1.50)")
@@ -392,7 +501,7 @@ func (in *SpecJSON) spec() (fleet.Spec, error) {
 	}
 	return fleet.Spec{GPU: in.GPU, MinVRAMGB: in.MinVRAMGB, NumGPUs: in.NumGPUs, MaxPricePerHour: price,
 		Providers: in.Providers, MinReliability: in.MinReliability, Locations: in.Locations, Billing: in.Billing,
-		Hours: in.Hours, MaxAttempts: in.MaxAttempts}, nil
+		Hours: in.Hours, MaxAttempts: in.MaxAttempts, BidMargin: in.BidMargin}, nil
 }
 
 // into parses d into *out when it is set, checking it against the
@@ -420,13 +529,17 @@ func DefinitionOf(s gpuproxy.Service) Definition {
 		Spec: &SpecJSON{GPU: sp.GPU, MinVRAMGB: sp.MinVRAMGB, NumGPUs: sp.NumGPUs,
 			MaxPricePerHour: json.Number(sp.MaxPricePerHour.String()), Providers: sp.Providers,
 			MinReliability: sp.MinReliability, Locations: sp.Locations, Billing: sp.Billing, Hours: sp.Hours,
-			MaxAttempts: sp.MaxAttempts},
-		Replicas:     &ReplicasJSON{Min: &min, Max: s.MaxReplicas},
-		Readiness:    &ReadinessJSON{Path: s.Readiness.Path, Timeout: durationOf(s.Readiness.Timeout), InitialDelay: durationOf(s.Readiness.InitialDelay)},
-		Scale:        &ScaleJSON{TargetInflightPerReplica: s.Scale.TargetInflight, UpDelay: durationOf(s.Scale.UpDelay), DownDelay: durationOf(s.Scale.DownDelay)},
-		QueueTimeout: durationOf(s.QueueTimeout),
-		Lifetime:     &LifetimeJSON{IdleTimeout: durationOf(s.Lifetime.IdleTimeout), MaxDuration: durationOf(s.Lifetime.MaxDuration)},
+			MaxAttempts: sp.MaxAttempts, BidMargin: sp.BidMargin},
+		Replicas:       &ReplicasJSON{Min: &min, Max: s.MaxReplicas},
+		Readiness:      &ReadinessJSON{Path: s.Readiness.Path, Timeout: durationOf(s.Readiness.Timeout), InitialDelay: durationOf(s.Readiness.InitialDelay)},
+		Scale:          &ScaleJSON{TargetInflightPerReplica: s.Scale.TargetInflight, UpDelay: durationOf(s.Scale.UpDelay), DownDelay: durationOf(s.Scale.DownDelay)},
+		QueueTimeout:   durationOf(s.QueueTimeout),
+		Lifetime:       &LifetimeJSON{IdleTimeout: durationOf(s.Lifetime.IdleTimeout), MaxDuration: durationOf(s.Lifetime.MaxDuration)},
+		Placement:      string(cmp.Or(s.Placement, gpuproxy.PlacementOnDemand)),
+		PreemptedGrace: durationOf(s.PreemptedGrace),
 	}
+	over := s.Overprovision
+	d.Overprovision = &over
 	if p := s.TokenPrice; p != nil {
 		d.TokenPrice = &TokenPriceJSON{InputPer1M: json.Number(p.InputPer1M.String()), OutputPer1M: json.Number(p.OutputPer1M.String())}
 	}

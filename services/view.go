@@ -29,9 +29,12 @@ type View struct {
 
 // ReplicaView is one replica of a service.
 type ReplicaView struct {
-	InstanceID   string          `json:"instance_id"`
-	State        string          `json:"state"`
-	Instance     string          `json:"instance_status,omitempty"`
+	InstanceID string `json:"instance_id"`
+	State      string `json:"state"`
+	Instance   string `json:"instance_status,omitempty"`
+	// Market is the market its instance was rented on: "on-demand" or
+	// "interruptible".
+	Market       string          `json:"market,omitempty"`
 	Provider     string          `json:"provider,omitempty"`
 	GPUName      string          `json:"gpu_name,omitempty"`
 	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
@@ -63,13 +66,17 @@ func (m *Manager) view(ctx context.Context, s gpuproxy.Service) (View, error) {
 		return View{}, err
 	}
 	for _, r := range reps {
-		rv := ReplicaView{InstanceID: r.InstanceID, State: string(r.State), Reason: r.Reason, CreatedAt: r.CreatedAt}
+		rv := ReplicaView{InstanceID: r.InstanceID, State: string(r.State), Reason: r.Reason, CreatedAt: r.CreatedAt,
+			Market: r.Market}
 		if !r.ReadyAt.IsZero() {
 			at := r.ReadyAt
 			rv.ReadyAt = &at
 		}
 		if inst, ok := insts[r.InstanceID]; ok {
 			rv.Instance, rv.Provider, rv.GPUName, rv.PricePerHour = string(inst.Status), inst.Provider, inst.GPUName, inst.PricePerHour
+			if rv.Market == "" {
+				rv.Market = inst.Market
+			}
 		}
 		if r.State == gpuproxy.ReplicaReady {
 			v.Ready++

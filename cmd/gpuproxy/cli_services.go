@@ -27,7 +27,7 @@ const maxDefinitionFile = 1 << 20
 
 // servicesUsage is the overview's entries for `services`.
 const servicesUsage = `  services create (-f FILE | --name NAME --model MODEL --image IMAGE --port N --max-price USD)
-                  [--gpu NAME]… [--min N] [--max N] [--json]
+                  [--gpu NAME]… [--min N] [--max N] [--placement P] [--json]
                                               define a service through the running server as
                                               GPUPROXY_API_KEY (--url, GPUPROXY_URL): one OpenAI-
                                               compatible endpoint for MODEL over replicas rented by
@@ -36,7 +36,7 @@ const servicesUsage = `  services create (-f FILE | --name NAME --model MODEL --
   services list [--json]                      the account's services: state, ready/desired replicas
   services show NAME|ID [--json]              a service's settings, replicas and latest events
   services update NAME|ID [-f FILE] [--model M] [--gpu NAME]… [--max-price USD] [--image I] [--port N]
-                  [--min N] [--max N] [--json]
+                  [--min N] [--max N] [--placement P] [--json]
                                               change a service: FILE's fields and the flags, merged
                                               over its definition (the name cannot change)
   services events NAME|ID [--limit N] [--json]
@@ -48,12 +48,14 @@ const servicesUsage = `  services create (-f FILE | --name NAME --model MODEL --
 var serviceFlagOf = map[string]string{
 	"name": "--name", "model": "--model", "image": "--image", "port": "--port", "spec.gpu": "--gpu",
 	"spec.max_price_per_hour": "--max-price", "replicas.min": "--min", "replicas.max": "--max",
+	"placement": "--placement",
 }
 
 // serviceFields are the flags that set definition fields, by flag name.
 var serviceFields = map[string]string{
 	"name": "name", "model": "model", "image": "image", "port": "port", "gpu": "spec.gpu",
 	"max-price": "spec.max_price_per_hour", "min": "replicas.min", "max": "replicas.max",
+	"placement": "placement",
 }
 
 // serviceReply is the part of the API's service the CLI prints.
@@ -89,12 +91,15 @@ type serviceReply struct {
 		IdleTimeout string `json:"idle_timeout"`
 		MaxDuration string `json:"max_duration"`
 	} `json:"lifetime"`
-	BaseURL  string                 `json:"base_url"`
-	Desired  int                    `json:"desired_replicas"`
-	Ready    int                    `json:"ready_replicas"`
-	Bounds   struct{ Min, Max int } `json:"replicas"`
-	Replicas []serviceReplicaRow    `json:"instances"`
-	Events   []serviceEventRow      `json:"events"`
+	Placement      string                 `json:"placement"`
+	Overprovision  int                    `json:"overprovision"`
+	PreemptedGrace string                 `json:"preempted_grace"`
+	BaseURL        string                 `json:"base_url"`
+	Desired        int                    `json:"desired_replicas"`
+	Ready          int                    `json:"ready_replicas"`
+	Bounds         struct{ Min, Max int } `json:"replicas"`
+	Replicas       []serviceReplicaRow    `json:"instances"`
+	Events         []serviceEventRow      `json:"events"`
 }
 
 // serviceReplicaRow is one replica of a service.
@@ -102,6 +107,7 @@ type serviceReplicaRow struct {
 	InstanceID   string          `json:"instance_id"`
 	State        string          `json:"state"`
 	Instance     string          `json:"instance_status"`
+	Market       string          `json:"market"`
 	Provider     string          `json:"provider"`
 	GPUName      string          `json:"gpu_name"`
 	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
@@ -119,10 +125,10 @@ type serviceEventRow struct {
 
 // serviceFlags are the flags of `services`.
 type serviceFlags struct {
-	file, name, model, image, maxPrice *string
-	port, min, max, limit              *int
-	gpus                               *listFlag
-	asJSON                             *bool
+	file, name, model, image, maxPrice, placement *string
+	port, min, max, limit                         *int
+	gpus                                          *listFlag
+	asJSON                                        *bool
 }
 
 // cmdServices is `gpuproxy services create|list|show|update|events|delete`:
@@ -138,15 +144,17 @@ func cmdServices(ctx context.Context, args []string, getenv func(string) string,
 		model:    f.String("model", "", "the model name clients send, e.g. meta-llama/Llama-3.1-8B-Instruct"),
 		image:    f.String("image", "", "the replicas' container image, serving an OpenAI-compatible API on --port"),
 		maxPrice: f.String("max-price", "", "the most you accept per replica, USD per hour"),
-		port:     f.Int("port", 0, "the replica's OpenAI-compatible server port, e.g. 8000"),
-		min:      f.Int("min", 0, "replicas kept ready (0: scale to zero; default 1)"),
-		max:      f.Int("max", 0, "the most replicas load scales to (default --min)"),
-		limit:    f.Int("limit", 0, "events to list, 1 to 500 (default 50)"),
-		gpus:     &gpus,
-		asJSON:   f.Bool("json", false, "print the API's answer as JSON"),
+		placement: f.String("placement", "", "the replicas' market: on-demand (default), interruptible or "+
+			"interruptible-with-fallback"),
+		port:   f.Int("port", 0, "the replica's OpenAI-compatible server port, e.g. 8000"),
+		min:    f.Int("min", 0, "replicas kept ready (0: scale to zero; default 1)"),
+		max:    f.Int("max", 0, "the most replicas load scales to (default --min)"),
+		limit:  f.Int("limit", 0, "events to list, 1 to 500 (default 50)"),
+		gpus:   &gpus,
+		asJSON: f.Bool("json", false, "print the API's answer as JSON"),
 	}
 	f.Var(&gpus, "gpu", "acceptable GPU names (substrings, e.g. 4090), repeatable or a comma list")
-	f.forSub("create update", "f", "model", "image", "max-price", "port", "min", "max", "gpu")
+	f.forSub("create update", "f", "model", "image", "max-price", "port", "min", "max", "gpu", "placement")
 	f.forSub("create", "name")
 	f.forSub("events", "limit")
 	if err := f.parse(args); err != nil {
@@ -249,13 +257,14 @@ func (sf serviceFlags) definition(set map[string]bool, stdin io.Reader, create b
 		}
 	}
 	values := map[string]func() (any, error){
-		"name":  func() (any, error) { return *sf.name, nil },
-		"model": func() (any, error) { return *sf.model, nil },
-		"image": func() (any, error) { return *sf.image, nil },
-		"port":  func() (any, error) { return *sf.port, nil },
-		"min":   func() (any, error) { return *sf.min, nil },
-		"max":   func() (any, error) { return *sf.max, nil },
-		"gpu":   func() (any, error) { return []string(*sf.gpus), nil },
+		"name":      func() (any, error) { return *sf.name, nil },
+		"model":     func() (any, error) { return *sf.model, nil },
+		"image":     func() (any, error) { return *sf.image, nil },
+		"placement": func() (any, error) { return *sf.placement, nil },
+		"port":      func() (any, error) { return *sf.port, nil },
+		"min":       func() (any, error) { return *sf.min, nil },
+		"max":       func() (any, error) { return *sf.max, nil },
+		"gpu":       func() (any, error) { return []string(*sf.gpus), nil },
 		"max-price": func() (any, error) {
 			p, err := gpuproxy.ParseUSD(strings.TrimSpace(*sf.maxPrice))
 			if err != nil || p <= 0 {
@@ -285,7 +294,7 @@ func (sf serviceFlags) definition(set map[string]bool, stdin io.Reader, create b
 	}
 	if !create && !set["f"] && given == 0 {
 		return nil, nil, errors.New("give -f FILE (the fields to change) or at least one of --model, --gpu, --max-price, " +
-			"--image, --port, --min, --max")
+			"--image, --port, --min, --max, --placement")
 	}
 	return body, names, nil
 }
@@ -516,6 +525,7 @@ func (c servicesClient) printService(v serviceReply) error {
 			v.Scale.UpDelay, v.Scale.DownDelay)},
 		{"queue", "a request waits up to " + v.QueueTimeout + " for a ready replica"},
 		{"lifetime", fmt.Sprintf("idle_timeout %s, max_duration %s", v.Lifetime.IdleTimeout, v.Lifetime.MaxDuration)},
+		{"placement", placementText(v)},
 	}
 	if len(env) > 0 {
 		lines = append(lines, [2]string{"env", strings.Join(env, ", ")})
@@ -527,13 +537,13 @@ func (c servicesClient) printService(v serviceReply) error {
 	if len(v.Replicas) == 0 {
 		fmt.Fprintln(w, "no replicas")
 	} else {
-		rows := [][]any{{"INSTANCE", "STATE", "STATUS", "PROVIDER", "GPU", "PRICE/H", "READY SINCE", "REASON"}}
+		rows := [][]any{{"INSTANCE", "STATE", "STATUS", "MARKET", "PROVIDER", "GPU", "PRICE/H", "READY SINCE", "REASON"}}
 		for _, r := range v.Replicas {
 			ready := "-"
 			if r.ReadyAt != nil {
 				ready = r.ReadyAt.UTC().Format(time.DateTime)
 			}
-			rows = append(rows, []any{r.InstanceID, r.State, dash(r.Instance), dash(r.Provider), dash(r.GPUName),
+			rows = append(rows, []any{r.InstanceID, r.State, dash(r.Instance), dash(r.Market), dash(r.Provider), dash(r.GPUName),
 				r.PricePerHour, ready, dash(r.Reason)})
 		}
 		if err := writeTable(w, rows); err != nil {
@@ -545,6 +555,16 @@ func (c servicesClient) printService(v serviceReply) error {
 	}
 	fmt.Fprintln(w, "\nlatest events:")
 	return writeEvents(w, v.Events)
+}
+
+// placementText says where a service's replicas are rented.
+func placementText(v serviceReply) string {
+	switch v.Placement {
+	case "", "on-demand":
+		return "on-demand"
+	}
+	return fmt.Sprintf("%s, %d extra kept, a preempted one kept %s in case it resumes", v.Placement, v.Overprovision,
+		v.PreemptedGrace)
 }
 
 // events prints a service's history.
