@@ -14,6 +14,18 @@
 #   scripts/bench-proxy.sh                  # 3 rounds of 5 s per measurement
 #   DURATION=20s LOGS=off scripts/bench-proxy.sh
 #   PROFILE=/tmp/gp.pprof scripts/bench-proxy.sh   # CPU profile of gpuproxy
+#   CALLGRIND=1 scripts/bench-proxy.sh      # instructions per request instead
+#
+# CALLGRIND=1 measures no time and runs neither nginx nor wrk: gpuproxy
+# runs under valgrind --tool=callgrind and tools/benchload sends CG_WARMUP
+# (200) requests, then CG_ROUNDS (2) times CG_REQUESTS (2000) on CG_CONNS
+# (4) kept-alive connections, to the instance proxy and to the service
+# endpoint; callgrind's counters are zeroed before and dumped after each
+# measured batch, so startup and warm-up cancel and what is printed is
+# instructions (Ir, every thread) per request. Instruction counts repeat
+# within a few per cent run to run on a loaded machine (the garbage collector
+# and timers run when they run), where wall-clock figures do not. Then
+# allocations per request, from the same load on a run without valgrind.
 #
 # The upstream is tools/benchupstream (a tiny Go JSON server);
 # gpuproxy is tools/benchproxy (the real server with API-key auth,
@@ -41,14 +53,6 @@ CONNS=${CONNS:-64}
 LOGS=${LOGS:-on}
 SERVICE=${SERVICE:-on}
 
-if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
-  echo "== installing nginx, wrk and curl (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq nginx-light wrk curl >/dev/null || apt-get install -y -qq nginx wrk curl >/dev/null
-fi
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-
 # tmp, pids (cleaned up on exit), wait_ready, free_port
 . scripts/lib/bench.sh
 
@@ -59,6 +63,19 @@ if [ -n "${GPUPROXY_BENCH_BIN:-}" ]; then
 else
   go build -o "$tmp/benchproxy" ./tools/benchproxy
 fi
+
+if [ "${CALLGRIND:-0}" = 1 ]; then
+  . scripts/lib/callgrind.sh
+  exit 0
+fi
+
+if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  echo "== installing nginx, wrk and curl (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nginx-light wrk curl >/dev/null || apt-get install -y -qq nginx wrk curl >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 echo "== starting upstream, gpuproxy and nginx on 127.0.0.1"
 "$tmp/benchupstream" -addr 127.0.0.1:0 >"$tmp/upstream.out" 2>&1 &
