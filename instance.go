@@ -50,6 +50,10 @@ type Instance struct {
 	// Market is MarketOnDemand or MarketInterruptible (a bid: PricePerHour
 	// is the bid plus storage); "" for rows from before markets.
 	Market string
+	// Bid is an interruptible instance's bid per hour for its GPUs, storage
+	// excluded (PricePerHour less the storage it bills); 0 on demand and
+	// for rows from before bids were recorded.
+	Bid Micros
 	// StatusMsg is the provider's own words on the status when it
 	// changed (vast.ai's "paused: outbid …"); "" when none.
 	StatusMsg      string

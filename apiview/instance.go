@@ -47,12 +47,20 @@ type InstanceJSON struct {
 	Image              string          `json:"image"`
 	Label              string          `json:"label"`
 	Status             string          `json:"status"`
-	Endpoint           string          `json:"endpoint"`
-	CreatedAt          time.Time       `json:"created_at"`
-	StartedAt          *time.Time      `json:"started_at"`
-	TerminatedAt       *time.Time      `json:"terminated_at"`
-	CostToDate         gpuproxy.Micros `json:"cost_to_date"`
-	Note               string          `json:"note,omitempty"`
+	// Market is "on-demand" or "interruptible" (a bid the provider may
+	// preempt); BidPerHour the interruptible instance's bid for its GPUs,
+	// storage excluded (absent on demand).
+	Market     string          `json:"market"`
+	BidPerHour gpuproxy.Micros `json:"bid_per_hour,omitempty"`
+	// StatusMsg is the provider's own words on the status when it last
+	// changed (why it was preempted: "paused: outbid …"); "" when none.
+	StatusMsg    string          `json:"status_msg"`
+	Endpoint     string          `json:"endpoint"`
+	CreatedAt    time.Time       `json:"created_at"`
+	StartedAt    *time.Time      `json:"started_at"`
+	TerminatedAt *time.Time      `json:"terminated_at"`
+	CostToDate   gpuproxy.Micros `json:"cost_to_date"`
+	Note         string          `json:"note,omitempty"`
 	// Attempts are the offers a rent by spec tried, the rented one last.
 	Attempts []AttemptJSON `json:"attempts,omitempty"`
 	LifetimeJSON
@@ -147,7 +155,13 @@ func NewInstanceJSON(v fleet.View) InstanceJSON {
 	j := InstanceJSON{ID: v.ID, Provider: v.Provider, ProviderInstanceID: v.ProviderInstanceID, OfferID: v.OfferID,
 		GPUName: v.GPUName, NumGPUs: v.NumGPUs, PricePerHour: v.PricePerHour, Billing: v.Billing, Hours: v.Hours,
 		Image: v.Image, Label: v.Label, Status: string(v.Status), Endpoint: v.Endpoint, CreatedAt: v.CreatedAt,
-		CostToDate: v.CostToDate, Note: v.Error}
+		CostToDate: v.CostToDate, Note: v.Error, Market: v.Market, StatusMsg: v.StatusMsg}
+	if j.Market == "" {
+		j.Market = gpuproxy.MarketOnDemand // rows from before markets were all rented on demand
+	}
+	if j.Market == gpuproxy.MarketInterruptible {
+		j.BidPerHour = v.Bid
+	}
 	if !v.StartedAt.IsZero() {
 		j.StartedAt = &v.StartedAt
 	}

@@ -21,7 +21,7 @@ const instanceCols = `id, account_id, provider, provider_instance_id, offer_id, 
 	price_micros, billing, hours, prepaid_total_micros, image, label, status, endpoint,
 	COALESCE(idempotency_key, ''), COALESCE(hold_id, 0), error, created_us, started_us, terminated_us, updated_us,
 	COALESCE(key_id, ''), attempts, max_duration_ms, idle_timeout_ms, idle_action, idle_grace_ms, spend_cap_micros,
-	last_activity_us, warned_rule, warned_us, acted_rule, acted_us, market, status_msg`
+	last_activity_us, warned_rule, warned_us, acted_rule, acted_us, market, status_msg, bid_micros`
 
 func scanInstance(r row) (gpuproxy.Instance, error) {
 	var in gpuproxy.Instance
@@ -35,7 +35,7 @@ func scanInstance(r row) (gpuproxy.Instance, error) {
 		&in.NumGPUs, &in.PricePerHour, &in.Billing, &in.Hours, &in.PrepaidTotal, &in.Image, &in.Label,
 		&status, &in.Endpoint, &in.IdempotencyKey, &in.HoldID, &in.Error, &created, &started, &terminated, &updated,
 		&in.KeyID, &attempts, &maxDur, &idle, &action, &grace, &in.Lifetime.SpendCap, &activity, &warned, &warnedAt,
-		&acted, &actedAt, &in.Market, &in.StatusMsg)
+		&acted, &actedAt, &in.Market, &in.StatusMsg, &in.Bid)
 	if err == nil {
 		in.Attempts, err = decodeAttempts(attempts)
 	}
@@ -167,16 +167,16 @@ func insertInstance(ctx context.Context, c conn, in gpuproxy.Instance) (gpuproxy
 	out, err := scanInstance(c.queryRow(ctx, `INSERT INTO instances (id, account_id, provider, provider_instance_id,
 		offer_id, gpu_name, num_gpus, price_micros, billing, hours, prepaid_total_micros, image, label, status,
 		endpoint, idempotency_key, hold_id, error, created_us, started_us, terminated_us, updated_us, key_id, attempts,
-		max_duration_ms, idle_timeout_ms, idle_action, idle_grace_ms, spend_cap_micros, market)
+		max_duration_ms, idle_timeout_ms, idle_action, idle_grace_ms, spend_cap_micros, market, bid_micros)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-		$25, $26, $27, $28, $29, $30)
+		$25, $26, $27, $28, $29, $30, $31)
 		RETURNING `+instanceCols,
 		in.ID, in.AccountID, in.Provider, in.ProviderInstanceID, in.OfferID, in.GPUName, in.NumGPUs,
 		int64(in.PricePerHour), in.Billing, in.Hours, int64(in.PrepaidTotal), in.Image, in.Label, string(in.Status),
 		in.Endpoint, nullString(in.IdempotencyKey), nullID(in.HoldID), in.Error, us(in.CreatedAt),
 		nullUS(in.StartedAt), nullUS(in.TerminatedAt), us(in.UpdatedAt), nullString(in.KeyID), encodeAttempts(in.Attempts),
 		in.Lifetime.MaxDuration.Milliseconds(), in.Lifetime.IdleTimeout.Milliseconds(), string(in.Lifetime.IdleAction),
-		in.Lifetime.IdleGrace.Milliseconds(), int64(in.Lifetime.SpendCap), in.Market))
+		in.Lifetime.IdleGrace.Milliseconds(), int64(in.Lifetime.SpendCap), in.Market, int64(in.Bid)))
 	if err = translate(err); err != nil {
 		return out, fmt.Errorf("inserting instance: %w", err)
 	}

@@ -21,10 +21,10 @@ func TestPreemptStopsBurnAndResumeBillsOnlyRunTime(t *testing.T) {
 		a := mustAccount(t, s, "acme")
 		start := t0.Add(-10 * time.Hour)
 		in := newInstance("gpi_bid", "k-bid", "hourly", usd)
-		in.Market = gpuproxy.MarketInterruptible
+		in.Market, in.Bid = gpuproxy.MarketInterruptible, usd/2
 		in = mustAdmitInstance(t, s, a.ID, usd, in, start.Add(-time.Minute))
-		if in.Market != gpuproxy.MarketInterruptible {
-			t.Fatalf("market %q", in.Market)
+		if in.Market != gpuproxy.MarketInterruptible || in.Bid != usd/2 {
+			t.Fatalf("market %q, bid %s", in.Market, in.Bid)
 		}
 		if _, err := s.MarkStarting(ctx, in.ID, "p-bid", nil, start); err != nil {
 			t.Fatal(err)

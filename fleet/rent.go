@@ -123,7 +123,7 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		Image: req.Image, Label: req.Label, Status: gpuproxy.Pending, IdempotencyKey: req.IdempotencyKey,
 		KeyID: req.KeyID, CreatedAt: s.opts.Now().UTC(), Attempts: lim.attempts, Market: gpuproxy.MarketOnDemand}
 	if bid > 0 {
-		inst.Market = gpuproxy.MarketInterruptible
+		inst.Market, inst.Bid = gpuproxy.MarketInterruptible, bid
 	}
 	if lim.current != nil {
 		cur := *lim.current

@@ -430,7 +430,7 @@ func (s *Service) Get(ctx context.Context, accountID int64, id string) (View, er
 // call rented (Attempts), not an instance; status "failed" lists them.
 func (s *Service) List(ctx context.Context, accountID int64, status string) ([]View, error) {
 	if status != "" && !validStatus(gpuproxy.InstanceStatus(status)) {
-		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, stopped, terminating, terminated or failed")
+		return nil, gpuproxy.Invalid("status", "must be pending, starting, running, preempted, stopped, terminating, terminated or failed")
 	}
 	insts, err := s.store.Instances(ctx, accountID, gpuproxy.InstanceStatus(status))
 	if err != nil {

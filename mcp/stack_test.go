@@ -59,9 +59,10 @@ type stackOpts struct {
 	spendPoll  time.Duration
 	quiet      bool
 	dbFile     string
-	authCache  time.Duration // auth cache TTL (default: none, so revocations apply at once)
-	maxMessage int64         // mcp.Options.MaxMessage (default: its default)
-	maxBody    int64         // REST's body limit, server.Options.MaxBody (default: its default)
+	authCache  time.Duration     // auth cache TTL (default: none, so revocations apply at once)
+	maxMessage int64             // mcp.Options.MaxMessage (default: its default)
+	maxBody    int64             // REST's body limit, server.Options.MaxBody (default: its default)
+	market     *vastaisim.Market // the vast.ai simulator's moving market (nil: none)
 }
 
 func newStack(t testing.TB, o stackOpts) *stack {
@@ -83,7 +84,7 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		o.authCache = -1
 	}
 	s := &stack{t: t, logs: logs}
-	s.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 300 * time.Millisecond})
+	s.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 300 * time.Millisecond, Market: o.market})
 	vurl, err := s.vast.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -182,7 +182,7 @@ func offersText(o offersOutput) string {
 }
 
 func instanceRows(is []apiview.InstanceJSON) [][]string {
-	rows := [][]string{{"id", "provider", "gpu", "status", "$/hour", "cost to date", "endpoint", "next rule"}}
+	rows := [][]string{{"id", "provider", "gpu", "status", "market", "$/hour", "cost to date", "endpoint", "next rule"}}
 	for _, i := range is {
 		gpu := i.GPUName
 		if i.NumGPUs > 1 {
@@ -192,16 +192,40 @@ func instanceRows(is []apiview.InstanceJSON) [][]string {
 		if ep == "" {
 			ep = "-"
 		}
-		rows = append(rows, []string{i.ID, i.Provider, gpu, i.Status, usd(i.PricePerHour), usd(i.CostToDate), ep,
-			nextCell(i.LifetimeJSON)})
+		rows = append(rows, []string{i.ID, i.Provider, gpu, i.Status, marketCell(i), usd(i.PricePerHour),
+			usd(i.CostToDate), ep, nextCell(i.LifetimeJSON)})
 	}
 	return rows
+}
+
+// marketCell is an instance's market: "on-demand", or "interruptible, bid
+// $0.12" (the bid per hour for its GPUs, storage excluded).
+func marketCell(i apiview.InstanceJSON) string {
+	if i.BidPerHour > 0 {
+		return i.Market + ", bid " + usd(i.BidPerHour)
+	}
+	return i.Market
+}
+
+// statusMsgLines are the provider's words on each instance's status
+// (why it was preempted), one line each; "" when none has any.
+func statusMsgLines(is []apiview.InstanceJSON) string {
+	var b strings.Builder
+	for _, i := range is {
+		if i.StatusMsg != "" {
+			fmt.Fprintf(&b, "%s is %s; %s says: %s\n", i.ID, i.Status, i.Provider, i.StatusMsg)
+		}
+	}
+	return b.String()
 }
 
 func instanceText(verb string, o instanceOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n\n", verb, o.Message)
 	table(&b, instanceRows([]apiview.InstanceJSON{o.InstanceJSON}))
+	if m := statusMsgLines([]apiview.InstanceJSON{o.InstanceJSON}); m != "" {
+		fmt.Fprintf(&b, "\n%s", m)
+	}
 	fmt.Fprintf(&b, "\n%s\n", lifetimeText(o.InstanceJSON))
 	if len(o.Attempts) > 0 {
 		b.WriteString("\nOffers tried, in order:\n")
@@ -216,6 +240,9 @@ func instancesText(o instancesOutput) string {
 	}
 	var b strings.Builder
 	table(&b, instanceRows(o.Instances))
+	if m := statusMsgLines(o.Instances); m != "" {
+		fmt.Fprintf(&b, "\n%s", m)
+	}
 	return b.String()
 }
 

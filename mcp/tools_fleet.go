@@ -21,7 +21,7 @@ import (
 func (s *Server) fleetTools() []toolSpec {
 	provs := s.svc.Fleet.ProviderNames()
 	provDesc := "GPU marketplace: " + strings.Join(provs, " or ")
-	statuses := []string{"pending", "starting", "running", "stopped", "terminating", "terminated", "failed"}
+	statuses := []string{"pending", "starting", "running", "preempted", "stopped", "terminating", "terminated", "failed"}
 	return append([]toolSpec{
 		newTool(s, &sdk.Tool{
 			Name:  "list_gpu_instances",

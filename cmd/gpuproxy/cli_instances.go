@@ -100,6 +100,10 @@ type instanceReply struct {
 	NumGPUs      int             `json:"num_gpus"`
 	PricePerHour gpuproxy.Micros `json:"price_per_hour"`
 	Status       string          `json:"status"`
+	Market       string          `json:"market"`
+	BidPerHour   gpuproxy.Micros `json:"bid_per_hour"`
+	StatusMsg    string          `json:"status_msg"`
+	CostToDate   gpuproxy.Micros `json:"cost_to_date"`
 	Note         string          `json:"note"`
 	Attempts     []attemptReply  `json:"attempts"`
 	apiview.LifetimeJSON
@@ -159,6 +163,8 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	market := f.String("market", "", "by spec: on-demand (default), interruptible (a bid, may be preempted) or any")
 	bidMargin := f.Float64("bid-margin", fleet.DefaultBidMargin,
 		"by spec, interruptible: bid min_bid × (1 + this), capped by --max-price less storage")
+	listStatus := f.String("status", "", "list: only instances in this status (e.g. running, preempted)")
+	f.forSub("list", "status")
 	lf := addLifetimeFlags(f)
 	f.forSub("create", append([]string{"image", "label", "hours", "env", "port", "idempotency-key", "confirm-token",
 		"provider", "offer"}, specFlags...)...)
@@ -167,7 +173,7 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		var h helpError
 		if errors.As(err, &h) && len(usageLines("instances")) == 0 {
 			// Until the overview lists this command, its help says it here.
-			h.text = strings.Replace(h.text, "\n\nflags:", "\n"+instancesUsage+"\n\nflags:", 1)
+			h.text = strings.Replace(h.text, "\n\nflags:", "\n"+instancesUsage+"\n"+instancesListUsage+"\n\nflags:", 1)
 			return h
 		}
 		return err
@@ -180,9 +186,17 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		}
 		return cmdInstanceLifetime(ctx, f.args, lf, set, srv, stdout)
 	}
+	if len(f.args) > 0 && (f.args[0] == "list" || f.args[0] == "show") {
+		srv, err := apiTarget(*url, getenv)
+		if err != nil {
+			return err
+		}
+		return cmdInstancesShow(ctx, f.args, *listStatus, set, srv, stdout)
+	}
 	if len(f.args) != 1 || f.args[0] != "create" {
 		return fmt.Errorf("usage: gpuproxy instances create --image IMAGE (--provider P --offer ID | --max-price USD [--gpu NAME]…), " +
-			"instances update ID [lifetime flags] or instances keepalive ID; gpuproxy instances --help lists the flags")
+			"instances update ID [lifetime flags], instances keepalive ID, instances list [--status S] or instances show ID; " +
+			"gpuproxy instances --help lists the flags")
 	}
 	bySpec := false
 	for _, n := range specFlags {
@@ -417,6 +431,9 @@ func printCreated(w io.Writer, inst instanceReply) error {
 	}
 	fmt.Fprintf(w, "%s %s: %s on %s (offer %s) at %s/h, %s\n", verb, inst.ID, gpu, inst.Provider, inst.OfferID,
 		usd(inst.PricePerHour), inst.Status)
+	if inst.Market == gpuproxy.MarketInterruptible {
+		fmt.Fprintf(w, "market: %s\n", marketLine(inst))
+	}
 	if inst.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", inst.Note)
 	}

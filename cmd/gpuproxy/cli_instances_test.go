@@ -26,7 +26,14 @@ type instancesWorld struct {
 
 func newInstancesWorld(t *testing.T) *instancesWorld {
 	t.Helper()
-	w := &instancesWorld{t: t, vast: vastaisim.New(vastaisim.Options{APIKey: "vk"})}
+	return newInstancesWorldOn(t, vastaisim.Options{APIKey: "vk"})
+}
+
+// newInstancesWorldOn is newInstancesWorld over a simulator with options
+// o (its APIKey "vk").
+func newInstancesWorldOn(t *testing.T, o vastaisim.Options) *instancesWorld {
+	t.Helper()
+	w := &instancesWorld{t: t, vast: vastaisim.New(o)}
 	vurl, err := w.vast.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
