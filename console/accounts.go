@@ -37,8 +37,6 @@ type limitRow struct{ Minutes, Limit string }
 
 type accountsData struct {
 	Accounts []accountView
-	// BalancePlaces and BurnPlaces are the decimals of the list's columns.
-	BalancePlaces, BurnPlaces int
 }
 
 // blankRows is how many empty rows each limits form offers for new windows.
@@ -85,11 +83,6 @@ func (c *Console) renderAccounts(q *req, status int, failed string, ferr error, 
 		}
 		d.Accounts = append(d.Accounts, v)
 	}
-	var bals, burns []gpuproxy.Micros
-	for _, v := range d.Accounts {
-		bals, burns = append(bals, v.Balance), append(burns, v.Burn)
-	}
-	d.BalancePlaces, d.BurnPlaces = amountPlaces(bals...), amountPlaces(burns...)
 	if done := q.r.URL.Query().Get("saved"); failed == "" {
 		for _, a := range as {
 			if a.Name == done {

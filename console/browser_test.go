@@ -62,10 +62,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.t = t
 		b.open("/console/")
 		api := s.api(eng, "/api/v1/spending")
-		if got := shownUSD(t, b.text("#burn")); got != apiUSD(t, api["burn_rate_per_hour"]) || got == 0 {
+		if got := b.text("#burn"); got != money(apiUSD(t, api["burn_rate_per_hour"])) || apiUSD(t, api["burn_rate_per_hour"]) == 0 {
 			t.Errorf("burn rate shown %s, API %v", got, api["burn_rate_per_hour"])
 		}
-		if got := shownUSD(t, b.text("#held")); got != apiUSD(t, api["held"]) {
+		if got := b.text("#held"); got != money(apiUSD(t, api["held"])) {
 			t.Errorf("held shown %s, API %v", got, api["held"])
 		}
 		shown := eval[[]map[string]string](b, `[...document.querySelectorAll("article[data-window]")].map(a => {
@@ -83,7 +83,7 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Errorf("window %d: %s minutes shown, API %v", i, shown[i]["minutes"], w["window_minutes"])
 			}
 			for _, f := range []string{"limit", "spent", "held", "committed", "remaining"} {
-				if got, want := shownUSD(t, shown[i][f]), apiUSD(t, w[f]); got != want {
+				if got, want := shown[i][f], money(apiUSD(t, w[f])); got != want {
 					t.Errorf("window %s %s: shown %s, API %s", shown[i]["minutes"], f, got, want)
 				}
 			}
@@ -133,8 +133,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("running instances shown %d, API %d", len(rows), len(running))
 		}
 		in := running[0].(map[string]any)
-		if rows[0]["id"] != in["id"] || shownUSD(t, rows[0]["price"]) != apiUSD(t, in["price_per_hour"]) ||
-			shownUSD(t, rows[0]["cost"]) != apiUSD(t, in["cost_to_date"]) || shownUSD(t, rows[0]["cost"]) == 0 {
+		if rows[0]["id"] != in["id"] || rows[0]["price"] != money(apiUSD(t, in["price_per_hour"])) ||
+			rows[0]["cost"] != money(apiUSD(t, in["cost_to_date"])) || apiUSD(t, in["cost_to_date"]) == 0 {
 			t.Errorf("running instance shown %v, API %v", rows[0], in)
 		}
 		// The chart: 24 hourly bars, whose total is the ledger's spend since its start.
@@ -151,7 +151,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			from := eval[string](b, `document.querySelector("#range-spend").dataset.from`)
 			tot := s.api(eng, "/api/v1/billing/transactions?limit=1&from="+url.QueryEscape(from))["totals"].(map[string]any)
 			want := apiUSD(t, tot["charges"]) + apiUSD(t, tot["refunds"]) + apiUSD(t, tot["adjustments"]) // refunds signed negative
-			if got := shownUSD(t, b.text("#range-spend")); got != want || got == 0 {
+			if got := b.text("#range-spend"); got != money(want) || want == 0 {
 				t.Errorf("%s spend shown %s, API totals since %s give %s", rc.rng, got, from, want)
 			}
 			sum := eval[int64](b, `[...document.querySelectorAll("svg.chart rect.b")].reduce((s, r) => s + Number(r.dataset.spend), 0)`)
@@ -163,12 +163,18 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 		}
 		b.click("#range-24h")
+		if n := b.checkMoneyRule("overview"); n < 10 {
+			t.Errorf("the overview shows %d amounts, want its windows', burn rate, instances' and spend", n)
+		}
 		b.shot("overview")
 	})
 
 	t.Run("transactions: filters, paging, totals", func(t *testing.T) {
 		b.t = t
 		b.click("#nav-transactions")
+		if n := b.checkMoneyRule("transactions"); n < 20 {
+			t.Errorf("the ledger shows %d amounts, want its totals and a page of entries", n)
+		}
 		b.shot("transactions")
 		b.do(chromedp.SetValue(chromedp.ID("f-type"), "charge"),
 			chromedp.SetValue(chromedp.ID("f-provider"), "vast.ai"),
@@ -202,7 +208,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			if r[0] != ids[i] || r[col["account"]] != "demo" || r[col["type"]] != "charge" || r[col["provider"]] != "vast.ai" {
 				t.Errorf("CSV row %d %v, shown id %s", i, r, ids[i])
 			}
-			if m, _ := gpuproxy.ParseUSD(r[col["amount"]]); m != shownUSD(t, amounts[i]) {
+			if m, _ := gpuproxy.ParseUSD(r[col["amount"]]); money(m) != amounts[i] {
 				t.Errorf("CSV row %d amount %s, shown %s", i, r[col["amount"]], amounts[i])
 			}
 		}
@@ -216,7 +222,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			m, _ := strconv.ParseInt(r[col["amount_micros"]], 10, 64)
 			sum += gpuproxy.Micros(m)
 		}
-		if want := shownUSD(t, b.text("#totals [data-field=charges]")); sum != want {
+		if want := micros(b, "#totals [data-field=charges]"); sum != want {
 			t.Errorf("all-matching CSV sums to %s, totals show %s", sum, want)
 		}
 	})
@@ -241,7 +247,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		for i, v := range api {
 			v := v.(map[string]any)
-			if rows[i]["id"] != v["id"] || rows[i]["status"] != v["status"] || shownUSD(t, rows[i]["cost"]) != apiUSD(t, v["cost_to_date"]) {
+			if rows[i]["id"] != v["id"] || rows[i]["status"] != v["status"] || rows[i]["cost"] != money(apiUSD(t, v["cost_to_date"])) {
 				t.Errorf("instance %d shown %v, API %v %v %v", i, rows[i], v["id"], v["status"], v["cost_to_date"])
 			}
 		}
@@ -252,7 +258,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.click(`#instances tr[data-instance="` + s.ended.ID + `"] a`)
 		want := s.api(eng, "/api/v1/billing/transactions?instance_id="+s.ended.ID)
 		b.compareLedger(want)
-		if got := shownUSD(t, b.text("#instance-cost")); got != apiUSD(t, s.api(eng, "/api/v1/gpu/instances/"+s.ended.ID)["cost_to_date"]) {
+		if got := b.text("#instance-cost"); got != money(apiUSD(t, s.api(eng, "/api/v1/gpu/instances/"+s.ended.ID)["cost_to_date"])) {
 			t.Errorf("instance cost shown %s", got)
 		}
 		types := eval[[]string](b, `[...document.querySelectorAll("#ledger .tag")].map(e => e.innerText)`)
@@ -330,7 +336,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Error("finance overview lacks transactions, windows or the chart")
 		}
 		api := s.api(fin, "/api/v1/spending")
-		if got := shownUSD(t, b.text("#window-1440 [data-field=spent]")); got != apiUSD(t, api["windows"].([]any)[1].(map[string]any)["spent"]) {
+		if got := b.text("#window-1440 [data-field=spent]"); got != money(apiUSD(t, api["windows"].([]any)[1].(map[string]any)["spent"])) {
 			t.Errorf("finance 1440-minute spent shown %s", got)
 		}
 		if st := b.open("/console/instances"); st != 403 || b.text("#error-message") == "" {
@@ -351,7 +357,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("accounts shown %v", names)
 		}
 		spent := b.text(`#acct-other tr[data-window="60"] [data-field=spent]`)
-		if got, want := shownUSD(t, spent), apiUSD(t, s.api(adm, "/api/v1/spending?account=other")["windows"].([]any)[0].(map[string]any)["spent"]); got != want {
+		if got, want := spent, money(apiUSD(t, s.api(adm, "/api/v1/spending?account=other")["windows"].([]any)[0].(map[string]any)["spent"])); got != want {
 			t.Errorf("other's 60-minute spent shown %s, API %s", got, want)
 		}
 		b.shot("accounts")
@@ -383,6 +389,28 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := b.text("#account-name"); got != "other" {
 			t.Errorf("admin overview of other shows %q", got)
 		}
+		// One precision per kind of figure: a $500 limit is $500.00 beside
+		// a spend with micro-dollars, never $500.000000; the spend to the
+		// cent.
+		if got := b.text("#window-10080 [data-field=limit]"); got != "$500.00" {
+			t.Errorf("other's 7-day limit shown %q, want $500.00", got)
+		}
+		if got, m := b.text("#window-10080 [data-field=spent]"), micros(b, "#window-10080 [data-field=spent]"); got != money(m) || got != "$9.00" || m != 9_004_200 {
+			t.Errorf("other's 7-day spent shown %q for %d micros, want $9.00 for 9004200", got, m)
+		}
+		b.checkMoneyRule("overview of other")
+		// A figure under a cent keeps its digits.
+		b.open("/console/transactions?account=other")
+		if got := b.text(`#ledger td.num[data-micros="4200"]`); got != "$0.0042" {
+			t.Errorf("a charge of 4200 micro-dollars shown %q, want $0.0042", got)
+		}
+		if got := b.text("#totals [data-field=charges]"); got != "$9.00" {
+			t.Errorf("other's charges total shown %q, want $9.00", got)
+		}
+		b.checkMoneyRule("transactions of other")
+		if !strings.Contains(b.text("#money-rule"), "to the cent") {
+			t.Errorf("the page does not state its money rule: %q", b.text("#money-rule"))
+		}
 		b.signOut()
 	})
 
@@ -411,7 +439,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := b.text("#window-60 h3"); !strings.HasPrefix(got, "60 min") {
 			t.Errorf("first window %q", got)
 		}
-		if got := shownUSD(t, b.text("#window-60 [data-field=limit]")); got != 50*usd {
+		if got := b.text("#window-60 [data-field=limit]"); got != "$50.00" {
 			t.Errorf("60-minute limit shown %s, want $50", got)
 		}
 		if !b.has("#nav-transactions") {

@@ -54,8 +54,8 @@ type economicsRow struct {
 	// NoLabel leaves the label column out (by key: the label is the name
 	// the group column shows).
 	NoLabel bool
-	// The money columns at their column's precision ("—" for no cost
-	// per million), and utilization as a percentage with one decimal
+	// The money columns as usd shows money ("—" for no cost per
+	// million), and utilization as a percentage with one decimal
 	// ("37.5%").
 	CostText, ChargeText, OutText, TokText string
 	Util                                   string
@@ -64,10 +64,6 @@ type economicsRow struct {
 	// (by key only).
 	BusyOutText, SharedText, ChargedText string
 }
-
-// economicsPlaces are the decimals of the table's money columns: one
-// precision per column.
-type economicsPlaces struct{ cost, charge, shared, charged int }
 
 type economicsData struct {
 	GroupBy    economics.GroupBy
@@ -79,8 +75,6 @@ type economicsData struct {
 	From, To time.Time
 	Rows     []economicsRow
 	Totals   economicsRow
-	// CostPlaces is the decimals of the GPU cost column.
-	CostPlaces int
 	// ByKey shows the key columns: GPU cost by token share and charged.
 	ByKey bool
 	// Headline figures: the totals' GPU cost split into busy and idle
@@ -157,31 +151,20 @@ func (c *Console) economics(q *req) error {
 			return err
 		}
 	}
-	var costs, charges, shared, charged []gpuproxy.Micros
-	for _, r := range append(sum.Rows, sum.Totals) {
-		costs, charges = append(costs, r.GPUCost), append(charges, r.ProxyCharges)
-		shared = append(shared, r.SharedGPUCost)
-		if r.Charged != nil {
-			charged = append(charged, *r.Charged)
-		}
-	}
-	pl := economicsPlaces{cost: amountPlaces(costs...), charge: amountPlaces(charges...), shared: amountPlaces(shared...),
-		charged: amountPlaces(charged...)}
 	v := q.r.URL.Query()
 	t := sum.Totals
 	d := economicsData{GroupBy: eq.GroupBy, GroupTitle: groupTitles[eq.GroupBy], Groups: economicsGroups, FromText: v.Get("from"), ToText: v.Get("to"),
-		From: eq.From, To: eq.To, Bucket: per, Totals: newEconomicsRow(t, eq.GroupBy, pg, pl),
-		CostPlaces: pl.cost, ByKey: eq.GroupBy == economics.ByKey,
-		BusyText: usd(toCent(t.BusyGPUCost)), IdleText: usd(toCent(t.SharedGPUCost - t.BusyGPUCost))}
+		From: eq.From, To: eq.To, Bucket: per, Totals: newEconomicsRow(t, eq.GroupBy, pg),
+		ByKey: eq.GroupBy == economics.ByKey, BusyText: usd(t.BusyGPUCost), IdleText: usd(t.SharedGPUCost - t.BusyGPUCost)}
 	if t.PerMillionOutput != nil {
-		d.PerOutText = perMillionText(*t.PerMillionOutput)
+		d.PerOutText = usd(*t.PerMillionOutput)
 	}
 	if t.PerMillionOutputBusy != nil {
-		d.PerOutBusyText = perMillionText(*t.PerMillionOutputBusy)
+		d.PerOutBusyText = usd(*t.PerMillionOutputBusy)
 	}
 	d.Totals.Name, d.Totals.Link = "Total", ""
 	for _, r := range sum.Rows {
-		d.Rows = append(d.Rows, newEconomicsRow(r, eq.GroupBy, pg, pl))
+		d.Rows = append(d.Rows, newEconomicsRow(r, eq.GroupBy, pg))
 	}
 	keep := url.Values{"from": {eq.From.Format(time.RFC3339Nano)}, "to": {eq.To.Format(time.RFC3339Nano)},
 		"group_by": {string(eq.GroupBy)}}
@@ -202,20 +185,20 @@ func (c *Console) economics(q *req) error {
 
 // newEconomicsRow is r as the table shows it, linked to its instance's or
 // service's page when the caller may open it.
-func newEconomicsRow(r economics.Row, g economics.GroupBy, pg *page, pl economicsPlaces) economicsRow {
+func newEconomicsRow(r economics.Row, g economics.GroupBy, pg *page) economicsRow {
 	opt := func(m *gpuproxy.Micros) string {
 		if m == nil {
 			return "—"
 		}
-		return perMillionText(*m)
+		return usd(*m)
 	}
-	out := economicsRow{Row: r, Name: r.Group, CostText: usdPlaces(pl.cost, r.GPUCost),
-		ChargeText: usdPlaces(pl.charge, r.ProxyCharges), OutText: opt(r.PerMillionOutput),
+	out := economicsRow{Row: r, Name: r.Group, CostText: usd(r.GPUCost),
+		ChargeText: usd(r.ProxyCharges), OutText: opt(r.PerMillionOutput),
 		TokText: opt(r.PerMillionTokens), BusyOutText: opt(r.PerMillionOutputBusy),
-		SharedText: usdPlaces(pl.shared, r.SharedGPUCost), Util: strconv.FormatFloat(r.Utilization*100, 'f', 1, 64) + "%",
+		SharedText: usd(r.SharedGPUCost), Util: strconv.FormatFloat(r.Utilization*100, 'f', 1, 64) + "%",
 		NoLabel: g == economics.ByKey}
 	if r.Charged != nil {
-		out.ChargedText = usdPlaces(pl.charged, *r.Charged)
+		out.ChargedText = usd(*r.Charged)
 	}
 	switch {
 	case r.Group == "":
@@ -328,50 +311,6 @@ func (c *Console) economicsCSV(q *req) error {
 	q.w.WriteHeader(http.StatusOK)
 	_, _ = q.w.Write(buf.Bytes())
 	return nil
-}
-
-// toCent rounds m to the cent, half away from zero: a headline's
-// precision (the exact figure is in its data-micros and the API).
-func toCent(m gpuproxy.Micros) gpuproxy.Micros {
-	if m < 0 {
-		return -toCent(-m)
-	}
-	return (m + 5_000) / 10_000 * 10_000
-}
-
-// perMillionText renders a cost per million tokens at the page's one
-// precision for such figures: to the cent from $1 up ("$6,960.32"),
-// below $1 to four significant digits at most ("$0.1235", "$0.004567",
-// "$0.50"), rounded half up; the API keeps the exact micro-dollars.
-func perMillionText(m gpuproxy.Micros) string {
-	neg := m < 0
-	if neg {
-		m = -m
-	}
-	if m < gpuproxy.MicrosPerUSD {
-		drop := max(len(strconv.FormatInt(int64(m), 10))-4, 0)
-		unit := gpuproxy.Micros(1)
-		for range drop {
-			unit *= 10
-		}
-		if r := (m + unit/2) / unit * unit; r < gpuproxy.MicrosPerUSD {
-			whole, frac, _ := strings.Cut(usd(r), ".")
-			frac = strings.TrimRight(frac, "0")
-			for len(frac) < 2 {
-				frac += "0"
-			}
-			s := whole + "." + frac
-			if neg {
-				return "-" + s
-			}
-			return s
-		}
-	}
-	s := usd((m + 5_000) / 10_000 * 10_000)
-	if neg {
-		return "-" + s
-	}
-	return s
 }
 
 // groupDigits renders n with thousands separators: "1,234,567".

@@ -100,21 +100,6 @@ func seedWeek(t *testing.T, s *stack, account string, acct int64, now time.Time)
 	charge("gpi_week_idle_l40s", 950_000, idleFrom, idleTo)
 }
 
-// perMillionShown is how the page shows a cost per 1M tokens: to the cent
-// from $1 (the figures of this fixture).
-func perMillionShown(m gpuproxy.Micros) string {
-	c := (m + 5_000) / 10_000
-	return "$" + groupThousands(int64(c/100)) + fmt.Sprintf(".%02d", int64(c%100))
-}
-
-func groupThousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
-
 // runInstance writes an instance of acct, created by key, to the store
 // that ran from started, until ended unless zero, as the fleet would have
 // left it.
@@ -234,9 +219,23 @@ func TestEconomicsInBrowser(t *testing.T) {
 			case q.GroupBy == economics.ByKey && w.Label != "":
 				name = w.Label + " · " + w.Group[:8] // the key's name, its id's start beside it
 			}
-			if shownUSD(t, r["gpu-cost"]) != w.GPUCost || r["group"] != name {
+			if r["gpu-cost"] != money(w.GPUCost) || r["group"] != name {
 				t.Errorf("row %d shown as %q with GPU cost %s; service %q, %s", i, r["group"], r["gpu-cost"], name, w.GPUCost)
 			}
+			// Every money cell by the one rule: totals to the cent, costs
+			// per 1M tokens to the cent, a figure under a cent with its
+			// digits.
+			for _, f := range []string{"proxy-charges", "charged", "gpu-cost-by-token-share", "per-1m-output", "per-1m-output-busy"} {
+				if m, ok := r[f+"-micros"]; ok {
+					v, _ := strconv.ParseInt(m, 10, 64)
+					if r[f] != money(gpuproxy.Micros(v)) {
+						t.Errorf("row %d %s shown %q for %s micros, want %q", i, f, r[f], m, money(gpuproxy.Micros(v)))
+					}
+				}
+			}
+		}
+		if n := b.checkMoneyRule("unit economics by " + string(q.GroupBy)); n < 2*len(want.Rows) {
+			t.Errorf("unit economics by %s shows %d amounts for %d rows", q.GroupBy, n, len(want.Rows))
 		}
 		return want
 	}
@@ -309,10 +308,10 @@ func TestEconomicsInBrowser(t *testing.T) {
 	fits()
 	// The headline splits busy from idle and names both costs per 1M
 	// output tokens, at the page's precision for such figures.
-	if got, want := b.text("#total-per-1m-output-busy"), perMillionShown(*sum.Totals.PerMillionOutputBusy); got != want {
+	if got, want := b.text("#total-per-1m-output-busy"), money(*sum.Totals.PerMillionOutputBusy); got != want {
 		t.Errorf("headline $/1M out on busy time %q, want %q", got, want)
 	}
-	if got, want := b.text("#total-per-1m-output"), perMillionShown(*sum.Totals.PerMillionOutput); got != want {
+	if got, want := b.text("#total-per-1m-output"), money(*sum.Totals.PerMillionOutput); got != want {
 		t.Errorf("headline $/1M out all-in %q, want %q", got, want)
 	}
 	b.shot("console-economics")

@@ -118,7 +118,7 @@ func checkRow(t *testing.T, what string, got shownRow, want economics.Row) {
 		}
 	}
 	// The shown amounts say the same as their data-micros.
-	if m, _ := strconv.ParseInt(got.num["gpu-cost"], 10, 64); shownUSDText(t, got.text["gpu-cost"]) != gpuproxy.Micros(m) {
+	if m, _ := strconv.ParseInt(got.num["gpu-cost"], 10, 64); got.text["gpu-cost"] != money(gpuproxy.Micros(m)) {
 		t.Errorf("%s GPU cost shown %q, data-micros %s", what, got.text["gpu-cost"], got.num["gpu-cost"])
 	}
 	if want.PerMillionOutput == nil && got.text["per-1m-output"] != "—" {
@@ -130,15 +130,6 @@ func checkRow(t *testing.T, what string, got shownRow, want economics.Row) {
 	if wantPct := strconv.FormatFloat(want.Utilization*100, 'f', 1, 64) + "%"; got.text["utilization"] != wantPct {
 		t.Errorf("%s utilization shown %q, want %q", what, got.text["utilization"], wantPct)
 	}
-}
-
-// shownUSDText parses a shown amount; "—" is no amount (0).
-func shownUSDText(t *testing.T, s string) gpuproxy.Micros {
-	t.Helper()
-	if s == "—" {
-		return 0
-	}
-	return shownUSD(t, s)
 }
 
 // reCircle is a point of the line chart with its series.

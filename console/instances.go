@@ -14,9 +14,6 @@ type instancesData struct {
 	Statuses  []gpuproxy.InstanceStatus
 	Instances []fleet.View
 	Total     gpuproxy.Micros
-	// PricePlaces and CostPlaces are the decimals of the price and cost
-	// columns: one precision per column.
-	PricePlaces, CostPlaces int
 }
 
 // needFleet refuses instance pages when the service runs without
@@ -51,12 +48,9 @@ func (c *Console) instances(q *req) error {
 	}
 	d := instancesData{Status: status, Instances: vs, Statuses: []gpuproxy.InstanceStatus{gpuproxy.Pending, gpuproxy.Starting,
 		gpuproxy.Running, gpuproxy.Stopped, gpuproxy.Terminating, gpuproxy.Terminated, gpuproxy.Failed}}
-	var prices, costs []gpuproxy.Micros
 	for _, v := range vs {
 		d.Total += v.CostToDate
-		prices, costs = append(prices, v.PricePerHour), append(costs, v.CostToDate)
 	}
-	d.PricePlaces, d.CostPlaces = amountPlaces(prices...), amountPlaces(costs...)
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "instances", pg)
 	return nil
@@ -69,8 +63,6 @@ type instanceData struct {
 	Entries       []billing.Entry
 	Totals        billing.Totals
 	Signed        billing.Totals // Totals signed as the amounts
-	Places        int            // decimals of the transactions' amounts
-	TotalPlaces   int            // decimals of their totals
 	More          bool           // more transactions than shown
 	TxLink        string         // the instance's transactions on the transactions page
 }
@@ -99,8 +91,6 @@ func (c *Console) instance(q *req) error {
 		}
 		d.Entries, d.Totals, d.More = p.Entries, p.Totals, p.Next != ""
 		d.Signed = p.Totals.Signed()
-		d.Places = entryPlaces(d.Entries)
-		d.TotalPlaces = amountPlaces(d.Signed.Charges, d.Signed.Refunds, d.Signed.Adjustments, d.Totals.Amount())
 		l := url.Values{"instance_id": {v.ID}}
 		if name != q.p.AccountName {
 			l.Set("account", name)

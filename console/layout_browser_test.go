@@ -81,8 +81,8 @@ func TestLedgerByKeyAndAllAccountsInBrowser(t *testing.T) {
 	if len(keys) != 3 || keys[0] != "engineer key" || keys[2] != "engineer key" {
 		t.Errorf("filtered by the engineer key: Key cells %v", keys)
 	}
-	if got := shownUSD(t, b.text("#totals [data-field=charges]")); got != 3_000_003 {
-		t.Errorf("the engineer key's charges shown %s, want $3.000003", got)
+	if got, m := b.text("#totals [data-field=charges]"), micros(b, "#totals [data-field=charges]"); got != "$3.00" || m != 3_000_003 {
+		t.Errorf("the engineer key's charges shown %s (%d micros), want $3.00 (3000003)", got, m)
 	}
 	if loc := b.location(); !strings.Contains(loc, "account=all") || !strings.Contains(loc, "key_id="+p.KeyID) {
 		t.Errorf("filter URL %s", loc)

@@ -38,7 +38,6 @@ var cssVersion = func() string {
 
 var funcs = template.FuncMap{
 	"usd":       usd,
-	"usdp":      usdPlaces,
 	"plural":    plural,
 	"int":       func(n int64) int { return int(n) },
 	"neg":       func(m gpuproxy.Micros) gpuproxy.Micros { return -m },
@@ -48,7 +47,6 @@ var funcs = template.FuncMap{
 	"window":    windowLabel,
 	"css":       func() string { return "/console/static/console.css?v=" + cssVersion },
 	"micros":    func(m gpuproxy.Micros) string { return strconv.FormatInt(int64(m), 10) },
-	"plain":     func(m gpuproxy.Micros) string { return m.String() },
 	"pathq":     pathEscape,
 	"withAcct":  withAccount,
 	"acctLink":  accountLink,
@@ -157,60 +155,33 @@ func (c *Console) static(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// usd renders an amount for people: "$1,234.50", every significant
-// micro-dollar kept ("$0.000125"), negative as "-$3.00".
+// usd renders money for people, every figure on every page by the one
+// rule the layout's footer states: to the cent, rounded half away from
+// zero ("$1,234.50", "$500.00", "-$3.00"), except a figure under a cent,
+// which keeps its digits ("$0.0042", "$0.000125": rounding it to $0.00
+// or $0.01 would say it is nothing or more than it is). Totals, limits,
+// prices per hour and costs per 1M tokens alike; the exact micro-dollars
+// are in the elements' data-micros, the API and the CSV downloads.
 func usd(m gpuproxy.Micros) string {
-	s := m.String()
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	whole, frac, _ := strings.Cut(s, ".")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	var b strings.Builder
-	for i, d := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(d)
-	}
-	out := "$" + b.String() + "." + frac
+	neg := m < 0
 	if neg {
-		out = "-" + out
+		m = -m
 	}
-	return out
+	var s string
+	if m > 0 && m < centMicros {
+		s = "$" + m.String() // "0.0042": its significant places
+	} else {
+		c := (m + centMicros/2) / centMicros
+		s = gpuproxy.Micros(c/100*gpuproxy.MicrosPerUSD).Dollars() + fmt.Sprintf(".%02d", c%100)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }
 
-// usdPlaces renders m as usd does, with exactly places decimals: a
-// column's amounts are all printed at the precision its most precise one
-// needs (places from amountPlaces), so they line up and none is rounded.
-func usdPlaces(places int, m gpuproxy.Micros) string {
-	s := usd(m)
-	whole, frac, _ := strings.Cut(s, ".")
-	for len(frac) < places {
-		frac += "0"
-	}
-	return whole + "." + frac
-}
-
-// amountPlaces is the number of decimals (2 to 6) that prints every one
-// of ms exactly: one precision for a column of amounts.
-func amountPlaces(ms ...gpuproxy.Micros) int {
-	places := 2
-	for _, m := range ms {
-		if m < 0 {
-			m = -m
-		}
-		frac := m % 1_000_000
-		n := 6
-		for n > places && frac%10 == 0 {
-			frac /= 10
-			n--
-		}
-		places = max(places, n)
-	}
-	return places
-}
+// centMicros is a cent in micro-dollars.
+const centMicros = gpuproxy.MicrosPerUSD / 100
 
 // plural is "1 row", "2 rows": n with one or many.
 func plural(n int, one, many string) string {

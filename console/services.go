@@ -76,8 +76,6 @@ type servicesData struct {
 	BaseURL  string
 	Ready    int             // ready replicas of all the services
 	Cost     gpuproxy.Micros // what all their replicas cost per hour
-	// CapPlaces and CostPlaces are the decimals of the price columns.
-	CapPlaces, CostPlaces int
 }
 
 // needServices refuses the services pages when the server runs without
@@ -111,15 +109,12 @@ func (c *Console) services(q *req) error {
 		}
 	}
 	d := servicesData{BaseURL: services.BaseURL}
-	var caps, costs []gpuproxy.Micros
 	for _, v := range vs {
 		r := newServiceRow(v)
 		d.Services = append(d.Services, r)
 		d.Ready += v.Ready
 		d.Cost += r.Cost
-		caps, costs = append(caps, r.PriceCap), append(costs, r.Cost)
 	}
-	d.CapPlaces, d.CostPlaces = amountPlaces(caps...), amountPlaces(append(costs, d.Cost)...)
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "services", pg)
 	return nil
@@ -130,8 +125,6 @@ type serviceData struct {
 	Events []services.EventView
 	// More: the service has more events than the page shows.
 	More bool
-	// PricePlaces is the decimals of the replicas' prices.
-	PricePlaces int
 }
 
 func (c *Console) service(q *req) error {
@@ -155,11 +148,6 @@ func (c *Console) service(q *req) error {
 	if len(evs) > maxServiceEvents {
 		d.Events, d.More = evs[:maxServiceEvents], true
 	}
-	var prices []gpuproxy.Micros
-	for _, r := range v.Instances {
-		prices = append(prices, r.PricePerHour)
-	}
-	d.PricePlaces = amountPlaces(prices...)
 	pg := c.newPage(q, "Service "+v.Name, "services")
 	pg.Target = name
 	pg.Data = d

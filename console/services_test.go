@@ -246,11 +246,11 @@ func TestServicesInBrowser(t *testing.T) {
 		bounds := fmt.Sprintf("%d–%d", *v.Definition.Replicas.Min, v.Definition.Replicas.Max)
 		price, _ := gpuproxy.ParseUSD(v.Spec.MaxPricePerHour.String())
 		if r["id"] != v.ID || r["name"] != v.Name || r["state"] != v.State || r["ready"] != fmt.Sprintf("%d / %d", v.Ready, v.Desired) ||
-			r["bounds"] != bounds || shownUSD(t, r["cap"]) != price {
+			r["bounds"] != bounds || r["cap"] != money(price) {
 			t.Errorf("service %d shown %v, manager %s %s %s %d/%d %s %s", i, r, v.ID, v.Name, v.State, v.Ready, v.Desired, bounds, price)
 		}
 	}
-	if got := shownUSD(t, b.text("#services-cost")); got != s.running.PricePerHour {
+	if got := b.text("#services-cost"); got != money(s.running.PricePerHour) {
 		t.Errorf("replicas cost shown %s, want the running replica's %s", got, s.running.PricePerHour)
 	}
 	fits("#services")
@@ -269,7 +269,7 @@ func TestServicesInBrowser(t *testing.T) {
 	if len(reps) != len(v.Instances) || len(reps) != 1 {
 		t.Fatalf("replicas shown %v, manager %+v", reps, v.Instances)
 	}
-	if r := v.Instances[0]; reps[0]["id"] != r.InstanceID || reps[0]["state"] != r.State || shownUSD(t, reps[0]["price"]) != r.PricePerHour {
+	if r := v.Instances[0]; reps[0]["id"] != r.InstanceID || reps[0]["state"] != r.State || reps[0]["price"] != money(r.PricePerHour) {
 		t.Errorf("replica shown %v, manager %+v", reps[0], r)
 	}
 	evs, err := s.svcs.Events(ctx, s.demo.ID, seed.llama.ID, 100)

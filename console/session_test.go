@@ -81,17 +81,6 @@ func TestCSRFToken(t *testing.T) {
 	}
 }
 
-func TestUSD(t *testing.T) {
-	t.Parallel()
-	for m, want := range map[gpuproxy.Micros]string{0: "$0.00", 1: "$0.000001", 12_500_000: "$12.50",
-		1_234_567_890_000: "$1,234,567.89", -3 * gpuproxy.MicrosPerUSD: "-$3.00", 999_999: "$0.999999",
-		1000 * gpuproxy.MicrosPerUSD: "$1,000.00"} {
-		if got := usd(m); got != want {
-			t.Errorf("usd(%d) = %q, want %q", m, got, want)
-		}
-	}
-}
-
 func TestReach(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)

@@ -218,6 +218,8 @@ func (s *stack) seed(ctx context.Context) {
 	add(s.demo.ID, billing.Adjustment, 1*usd+125_000, now.AddDate(0, 0, -2), "vast.ai", "gpi_histb", "truth-up against vast.ai charges", billing.Provider)
 	add(s.other.ID, billing.Credit, 100*usd, now.AddDate(0, 0, -5), "", "", "other's credit", billing.Manual)
 	add(s.other.ID, billing.Charge, 9*usd, now.Add(-2*time.Hour), "io.net", "gpi_other", "other's charge", billing.Prepaid)
+	// A figure under a cent, which the console shows with its digits.
+	add(s.other.ID, billing.Charge, 4_200, now.Add(-90*time.Minute), "io.net", "gpi_other", "other's metered minute", billing.Metered)
 }
 
 // api calls the REST API with key and decodes the JSON answer, numbers

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,15 +250,75 @@ func csvColumns(t *testing.T, header []string) map[string]int {
 	return col
 }
 
-// shownUSD parses an amount as the console shows it ("-$1,234.50").
-func shownUSD(t *testing.T, s string) gpuproxy.Micros {
-	t.Helper()
-	v := strings.ReplaceAll(strings.Replace(strings.TrimSpace(s), "$", "", 1), ",", "")
-	m, err := gpuproxy.ParseUSD(v)
-	if err != nil {
-		t.Fatalf("shown amount %q: %v", s, err)
+// money is how the console shows m, by the rule its footer states: to
+// the cent, halves away from zero, with thousands separators ("$500.00",
+// "-$1,234.57"), except a figure under a cent, which keeps its digits
+// ("$0.0042"). Written apart from the console's own formatter (exact
+// rationals here), so the tests check the rule, not a copy of the code.
+func money(m gpuproxy.Micros) string {
+	r := new(big.Rat).Abs(big.NewRat(int64(m), gpuproxy.MicrosPerUSD))
+	sign := ""
+	if m < 0 {
+		sign = "-"
 	}
-	return m
+	var s string
+	if m != 0 && r.Cmp(big.NewRat(1, 100)) < 0 {
+		s = strings.TrimRight(r.FloatString(6), "0")
+	} else {
+		s = r.FloatString(2) // rounds halves away from zero
+		whole, frac, _ := strings.Cut(s, ".")
+		for i := len(whole) - 3; i > 0; i -= 3 {
+			whole = whole[:i] + "," + whole[i:]
+		}
+		s = whole + "." + frac
+	}
+	return sign + "$" + s
+}
+
+// reMoney finds the amounts in a text; reCents and reSubCent are the two
+// forms the money rule allows.
+var (
+	reMoney   = regexp.MustCompile(`-?\$[0-9][0-9,]*(\.[0-9]+)?`)
+	reCents   = regexp.MustCompile(`^-?\$(0|[1-9][0-9]{0,2}(,[0-9]{3})*)\.[0-9]{2}$`)
+	reSubCent = regexp.MustCompile(`^-?\$0\.00[0-9]{0,3}[1-9]$`)
+)
+
+// checkMoneyRule checks every amount the page shows in its text (the
+// charts' axes and the ledger's descriptions, which quote records, aside)
+// against the money rule: to the cent, or a figure under a cent with its
+// digits. It returns how many amounts it read.
+func (b *tab) checkMoneyRule(page string) int {
+	b.t.Helper()
+	texts := eval[[]string](b, `(() => {
+		const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+		for (let n = w.nextNode(); n; n = w.nextNode()) {
+			if (n.parentElement.closest("svg, td.desc, script, style, textarea")) continue;
+			if (n.data.includes("$")) out.push(n.data);
+		}
+		return out;
+	})()`)
+	n := 0
+	for _, s := range texts {
+		for _, m := range reMoney.FindAllString(s, -1) {
+			n++
+			if !reCents.MatchString(m) && !reSubCent.MatchString(m) {
+				b.t.Errorf("%s shows %q in %q: not to the cent, nor a figure under a cent", page, m, strings.TrimSpace(s))
+			}
+		}
+	}
+	return n
+}
+
+// micros is the data-micros of the first element sel matches: the exact
+// amount behind the figure shown.
+func micros(b *tab, sel string) gpuproxy.Micros {
+	b.t.Helper()
+	v := eval[string](b, `(e => e ? e.dataset.micros || "" : "")(document.querySelector(`+strconv.Quote(sel)+`))`)
+	m, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		b.t.Fatalf("%s has no data-micros (%q)", sel, v)
+	}
+	return gpuproxy.Micros(m)
 }
 
 // apiUSD parses an amount from the API's JSON.
@@ -288,8 +350,8 @@ func (b *tab) compareLedger(api map[string]any) {
 		tx := tx.(map[string]any)
 		// The console signs amounts as the API does: credits and
 		// refunds negative.
-		want := apiUSD(t, tx["amount"])
-		if rows[i]["id"] != tx["id"].(json.Number).String() || shownUSD(t, rows[i]["amount"]) != want {
+		want := money(apiUSD(t, tx["amount"]))
+		if rows[i]["id"] != tx["id"].(json.Number).String() || rows[i]["amount"] != want {
 			t.Errorf("row %d shown %v, API %v %v %v", i, rows[i], tx["id"], tx["type"], tx["amount"])
 		}
 	}
@@ -300,7 +362,7 @@ func (b *tab) compareLedger(api map[string]any) {
 	// and refunds negative, the total the sum of every matching amount.
 	tot := api["totals"].(map[string]any)
 	for _, f := range []string{"charges", "credits", "refunds", "adjustments", "amount"} {
-		if got := shownUSD(t, b.text("#totals [data-field="+f+"]")); got != apiUSD(t, tot[f]) {
+		if got := b.text("#totals [data-field=" + f + "]"); got != money(apiUSD(t, tot[f])) {
 			t.Errorf("totals %s shown %s, API %v", f, got, tot[f])
 		}
 	}

@@ -25,32 +25,21 @@ const allAccounts = "all"
 var ledgerParams = append([]string{"account"}, apiview.LedgerParams...)
 
 type transactionsData struct {
-	Filter      map[string]string
-	Limit       int
-	Types       []billing.Type
-	Providers   []string
-	Entries     []billing.Entry
-	Totals      billing.Totals
-	Signed      billing.Totals // Totals signed as the table's amounts (Totals.Signed)
-	Places      int            // decimals of the table's Amount column
-	TotalPlaces int            // decimals of the totals
-	All         bool           // every account's entries (admins): an Account column
-	Keys        []keyGroup     // the key filter's choices
-	Paged       bool           // a page after the first
-	NextLink    string         // "" on the last page
-	FirstLink   string
-	PageCSV     string // this page as CSV
-	AllCSV      string // every matching entry as CSV
-	FocusCSV    string // every matching entry as FOCUS 1.2 CSV ("" without an exporter)
-}
-
-// entryPlaces is the precision of an Amount column listing es.
-func entryPlaces(es []billing.Entry) int {
-	ms := make([]gpuproxy.Micros, len(es))
-	for i, e := range es {
-		ms[i] = e.Signed()
-	}
-	return amountPlaces(ms...)
+	Filter    map[string]string
+	Limit     int
+	Types     []billing.Type
+	Providers []string
+	Entries   []billing.Entry
+	Totals    billing.Totals
+	Signed    billing.Totals // Totals signed as the table's amounts (Totals.Signed)
+	All       bool           // every account's entries (admins): an Account column
+	Keys      []keyGroup     // the key filter's choices
+	Paged     bool           // a page after the first
+	NextLink  string         // "" on the last page
+	FirstLink string
+	PageCSV   string // this page as CSV
+	AllCSV    string // every matching entry as CSV
+	FocusCSV  string // every matching entry as FOCUS 1.2 CSV ("" without an exporter)
 }
 
 // ledgerProviders are the providers the provider filter offers: a ledger
@@ -139,8 +128,6 @@ func (c *Console) transactions(q *req) error {
 		Totals: pageRes.Totals, Signed: pageRes.Totals.Signed(), Paged: f.After != nil,
 		Types: []billing.Type{billing.Charge, billing.Credit, billing.Refund, billing.Adjustment}, Providers: ledgerProviders,
 		All: f.AllAccounts, Keys: keys}
-	d.TotalPlaces = amountPlaces(d.Signed.Charges, d.Signed.Credits, d.Signed.Refunds, d.Signed.Adjustments, d.Totals.Amount())
-	d.Places = entryPlaces(d.Entries)
 	keep := url.Values{}
 	for _, k := range filterKeys {
 		if s := v.Get(k); s != "" {
