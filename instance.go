@@ -93,6 +93,11 @@ type RentAttempt struct {
 	Outcome      RentOutcome
 	Error        string // the provider's or guard rail's message; "" when rented
 	Duration     time.Duration
+	// Machine and Location are the offer's machine (vast.ai machine_id;
+	// "" when the provider names none) and location: a service spreads
+	// its replicas by them.
+	Machine  string
+	Location string
 }
 
 // RentOutcome is how one rent attempt ended.

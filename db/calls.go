@@ -21,6 +21,8 @@ type attemptJSON struct {
 	Outcome     string `json:"outcome"`
 	Error       string `json:"error,omitempty"`
 	DurationUS  int64  `json:"duration_us"`
+	Machine     string `json:"machine,omitempty"`
+	Location    string `json:"location,omitempty"`
 }
 
 // encodeAttempts stores attempts as JSON; none is "".
@@ -32,7 +34,7 @@ func encodeAttempts(as []gpuproxy.RentAttempt) string {
 	for i, a := range as {
 		out[i] = attemptJSON{Provider: a.Provider, OfferID: a.OfferID, GPUName: a.GPUName, NumGPUs: a.NumGPUs,
 			PriceMicros: int64(a.PricePerHour), Outcome: string(a.Outcome), Error: a.Error,
-			DurationUS: a.Duration.Microseconds()}
+			DurationUS: a.Duration.Microseconds(), Machine: a.Machine, Location: a.Location}
 	}
 	b, _ := json.Marshal(out)
 	return string(b)
@@ -51,7 +53,7 @@ func decodeAttempts(s string) ([]gpuproxy.RentAttempt, error) {
 	for i, a := range in {
 		out[i] = gpuproxy.RentAttempt{Provider: a.Provider, OfferID: a.OfferID, GPUName: a.GPUName, NumGPUs: a.NumGPUs,
 			PricePerHour: gpuproxy.Micros(a.PriceMicros), Outcome: gpuproxy.RentOutcome(a.Outcome), Error: a.Error,
-			Duration: time.Duration(a.DurationUS) * time.Microsecond}
+			Duration: time.Duration(a.DurationUS) * time.Microsecond, Machine: a.Machine, Location: a.Location}
 	}
 	return out, nil
 }

@@ -74,6 +74,43 @@ type Spec struct {
 	// BidMargin is how far above the minimum bid to bid, as a fraction
 	// (0.25: 25% above); nil takes DefaultBidMargin.
 	BidMargin *float64 `json:",omitempty"`
+	// Spread, when set, keeps the rent away from machines and locations
+	// already in use (a service's other replicas). It orders the offers
+	// only: it is not part of what the create is (its fingerprint).
+	Spread *Spread `json:"-"`
+}
+
+// Spread is where a rent by spec would rather not land: offers on a
+// machine in Machines go after every other, and among those left offers
+// in a location in Locations after the ones elsewhere, each group
+// cheapest first. Keys are SpreadKeys of the offers to keep away from.
+type Spread struct {
+	Machines, Locations []string
+}
+
+// SpreadKeys are the keys of the machine and the location an offer (as a
+// rent attempt records it) is on, for a Spread: a location is per
+// provider, so spreading over locations spreads over providers too. A
+// provider that names no machine keys the offer itself.
+func SpreadKeys(a gpuproxy.RentAttempt) (machine, location string) {
+	machine = a.Provider + "/o/" + a.OfferID
+	if a.Machine != "" {
+		machine = a.Provider + "/m/" + a.Machine
+	}
+	return machine, a.Provider + "/" + strings.ToLower(a.Location)
+}
+
+// tier is how far an offer is from the spread's wish: 0 on a new machine
+// in a new location, 1 on a new machine, 2 on a machine in use.
+func (sp *Spread) tier(o providers.Offer) int {
+	m, l := SpreadKeys(gpuproxy.RentAttempt{Provider: o.Provider, OfferID: o.ID, Machine: o.Machine, Location: o.Location})
+	switch {
+	case slices.Contains(sp.Machines, m):
+		return 2
+	case slices.Contains(sp.Locations, l):
+		return 1
+	}
+	return 0
 }
 
 // markets lists the markets the spec searches.
@@ -291,7 +328,8 @@ func rank(offers []providers.Offer) {
 	})
 }
 
-// candidates are the offers matching sp at or under its cap, ranked. An
+// candidates are the offers matching sp at or under its cap, ranked (then
+// ordered by the spread's tiers, when the spec has one). An
 // interruptible offer is priced at the spec's bid for it plus storage
 // (what the rent would admit), and is left out when even its minimum bid
 // does not fit the cap.
@@ -311,6 +349,9 @@ func (sp *Spec) candidates(all []providers.Offer) []providers.Offer {
 		}
 	}
 	rank(out)
+	if sp.Spread != nil {
+		slices.SortStableFunc(out, func(a, b providers.Offer) int { return cmp.Compare(sp.Spread.tier(a), sp.Spread.tier(b)) })
+	}
 	return out
 }
 

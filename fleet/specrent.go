@@ -98,7 +98,7 @@ func (s *Service) attempt(ctx context.Context, accountID int64, req CreateReques
 	attempts []gpuproxy.RentAttempt) (gpuproxy.Instance, gpuproxy.RentAttempt, error) {
 	sp := req.Spec
 	a := gpuproxy.RentAttempt{Provider: o.Provider, OfferID: o.ID, GPUName: o.GPUName, NumGPUs: o.NumGPUs,
-		PricePerHour: o.PricePerHour}
+		PricePerHour: o.PricePerHour, Machine: o.Machine, Location: o.Location}
 	p := s.byName[o.Provider]
 	if p.BreakerState() == "open" {
 		a.Outcome = gpuproxy.RentBreakerOpen

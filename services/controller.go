@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +59,11 @@ type svcState struct {
 	// read or written here: Until is a lower bound of the stored one.
 	block    gpuproxy.ServiceBlock
 	probedAt map[string]time.Time
+	// spotShortUntil holds interruptible rents off after one found no
+	// offer while a fallback covers (PlacementFallback); spotStreak
+	// counts those in a row.
+	spotShortUntil time.Time
+	spotStreak     int
 }
 
 func newController(m *Manager) *controller {
@@ -209,6 +215,20 @@ func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[
 	idled := desired < s.Desired
 	desired = c.scale(ctx, s, st, len(live), ready, loads[s.ID], desired, idled, blocked, now)
 	desired = min(max(desired, s.MinReplicas), s.MaxReplicas)
+	if s.Placement.Interruptible() {
+		if err := c.place(ctx, s, st, reps, live, desired, blocked, now); err != nil {
+			return err
+		}
+		if blockErr != nil {
+			return fmt.Errorf("reading the service's refused rents: %w", blockErr)
+		}
+		if desired != s.Desired {
+			if err := m.store.SetServiceDesired(ctx, s.ID, desired, now); err != nil {
+				return fmt.Errorf("recording the desired size: %w", err)
+			}
+		}
+		return nil
+	}
 	switch {
 	case len(live) < desired && blocked():
 		if blockErr != nil {
@@ -219,9 +239,11 @@ func (c *controller) service(ctx context.Context, s gpuproxy.Service, loads map[
 		if err != nil {
 			return fmt.Errorf("counting replicas: %w", err)
 		}
-		desired = c.rent(ctx, s, st, ever, len(live), desired)
+		if _, err := c.rentOne(ctx, s, st, ever, gpuproxy.MarketOnDemand, nil); err != nil {
+			desired = c.refused(ctx, s, st, err, len(live), desired)
+		}
 	case len(live) > desired:
-		c.drainExtra(ctx, s, live, len(live)-desired, now)
+		c.drainExtra(ctx, s, live, len(live)-desired, "scale_down", now)
 	}
 	if desired != s.Desired {
 		if err := m.store.SetServiceDesired(ctx, s.ID, desired, now); err != nil {
@@ -265,6 +287,10 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 			}
 		case r.State == gpuproxy.ReplicaDraining:
 			c.drain(ctx, s, r, loads, now)
+		case r.inst.Status == gpuproxy.Preempted:
+			// Not live: its replacement is rented now; it is kept paused
+			// for the grace in case it resumes.
+			c.preempted(ctx, s, r, now)
 		case r.inst.Status == gpuproxy.Stopped:
 			// Replicas are destroyed when idle, not stopped: a stopped one
 			// is of no use.
@@ -276,6 +302,9 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 			}
 			live = append(live, r)
 		default:
+			if r.Reason == reasonPreempted {
+				c.resumed(ctx, s, r, now)
+			}
 			live = append(live, r)
 			if c.probeDue(s, st, r, now) {
 				probes = append(probes, r)
@@ -292,6 +321,13 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 		switch {
 		case r.State == gpuproxy.ReplicaStarting && now.Sub(r.CreatedAt) > m.opts.StartTimeout:
 			c.retire(ctx, s, r, "start_timeout", now)
+		case r.State == gpuproxy.ReplicaUnready && r.Reason == reasonResumed:
+			// Back from a preemption: its checks run from its resume.
+			if now.Sub(r.UpdatedAt) > m.opts.UnreadyTimeout {
+				c.retire(ctx, s, r, "unready", now)
+			} else {
+				out = append(out, r)
+			}
 		case r.State == gpuproxy.ReplicaUnready && now.Sub(r.UnreadySince) > m.opts.UnreadyTimeout:
 			c.retire(ctx, s, r, "unready", now)
 		default:
@@ -404,54 +440,43 @@ func (c *controller) scale(ctx context.Context, s gpuproxy.Service, st *svcState
 	return desired
 }
 
-// rent rents one replica by the service's spec, through the guard rails,
-// and returns the desired size after it: a refusal leaves the service at
-// its size (never under its minimum), records service.scale_blocked and
-// holds new rents off, in the store, for BlockedRetry doubled for each
-// refusal in a row before it (at most BlockedRetryMax). st.block is the
-// store's record (blocked read it).
-func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState, ever, live, desired int) int {
+// rentOne rents one replica on market by the service's spec, through
+// the guard rails, spread away from spread's machines and locations (nil:
+// cheapest first), records it and clears the service's streak of
+// refusals. ever numbers its idempotency key with st.block.Refused: a
+// refused rent's outcome is kept under its key, so the next try takes
+// another. A refusal is returned for the caller to record.
+func (c *controller) rentOne(ctx context.Context, s gpuproxy.Service, st *svcState, ever int, market string,
+	spread *fleet.Spread) (gpuproxy.Instance, error) {
 	m := c.m
 	var sp fleet.Spec
 	if err := jsonUnmarshal(s.Spec, &sp); err != nil {
 		m.log.Error("a service's stored spec is unreadable", "service_id", s.ID, "err", err)
-		return desired
+		return gpuproxy.Instance{}, gpuproxy.Errorf(gpuproxy.EINTERNAL, "the service's stored spec is unreadable")
+	}
+	key := fmt.Sprintf("service:%s:%d:%d", s.ID, ever+1, st.block.Refused)
+	sp.Spread = spread
+	if market == gpuproxy.MarketInterruptible {
+		sp.Market = fleet.MarketInterruptible
+		key += ":i" // never the key of an on-demand rent
+	} else {
+		sp.Market, sp.BidMargin = "", nil
 	}
 	ports := []int{s.Port}
 	req := fleet.CreateRequest{Spec: &sp, Image: s.Image, Env: s.Env, Ports: ports, KeyID: s.KeyID,
 		Label: "service " + s.Name,
 		// The same key after a crash between the rent and its record:
-		// the fleet returns the instance rented then. A refused rent's
-		// outcome is kept under its key, so the next try takes another.
-		// (A leader that crashes in that window after a refusal rents
-		// again under a new key; the first instance, not a replica, is
-		// left to its idle rule.)
-		IdempotencyKey: fmt.Sprintf("service:%s:%d:%d", s.ID, ever+1, st.block.Refused),
+		// the fleet returns the instance rented then. (A leader that
+		// crashes in that window after a refusal rents again under a new
+		// key; the first instance, not a replica, is left to its idle
+		// rule.)
+		IdempotencyKey: key,
 		Lifetime:       replicaLifetime(s)}
 	inst, err := m.fleet.Create(ctx, s.AccountID, req)
-	now := m.opts.Now() // the rent took its time: the backoff runs from its end
 	if err != nil {
-		refuse := func(b gpuproxy.ServiceBlock) (gpuproxy.ServiceBlock, bool) {
-			b.Refused++
-			b.Streak++
-			b.Until = now.Add(c.backoff(b.Streak))
-			return b, true
-		}
-		b, serr := changeBlock(ctx, m.store, s.ID, st.block, refuse)
-		if serr != nil {
-			if ctx.Err() == nil {
-				m.log.Warn("recording a refused rent", "service_id", s.ID, "err", serr)
-			}
-			b, _ = refuse(st.block) // held off here even if the store missed it
-		}
-		st.block = b
-		wait := b.Until.Sub(now)
-		size := max(live, s.MinReplicas)
-		m.event(ctx, s, "service.scale_blocked", "", "renting replica %d of %d was refused (%s): %s; the service stays at %d "+
-			"and tries again in %s (refusal %d in a row)", live+1, desired, gpuproxy.ErrorCode(err), gpuproxy.ErrorMessage(err), live,
-			fmtDuration(wait), b.Streak)
-		return min(desired, size)
+		return gpuproxy.Instance{}, err
 	}
+	now := m.opts.Now()
 	if b, err := changeBlock(ctx, m.store, s.ID, st.block, clearBlock); err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("clearing a service's refused rents", "service_id", s.ID, "err", err)
@@ -459,28 +484,66 @@ func (c *controller) rent(ctx context.Context, s gpuproxy.Service, st *svcState,
 	} else {
 		st.block = b
 	}
+	mk := inst.Market
+	if mk == "" {
+		mk = gpuproxy.MarketOnDemand
+	}
 	r := gpuproxy.Replica{ServiceID: s.ID, InstanceID: inst.ID, AccountID: s.AccountID, State: gpuproxy.ReplicaStarting,
-		CreatedAt: now, UpdatedAt: now}
+		Market: mk, CreatedAt: now, UpdatedAt: now}
 	if err := m.store.AddReplica(ctx, r); err != nil {
 		m.log.Error("recording a rented replica", "service_id", s.ID, "instance_id", inst.ID, "err", err)
-		return desired
+		return inst, nil
 	}
-	m.event(ctx, s, "service.replica_rented", inst.ID, "rented replica %s: %s %s at $%s/h", inst.ID, inst.Provider,
-		inst.GPUName, inst.PricePerHour)
-	return desired
+	m.event(ctx, s, "service.replica_rented", inst.ID, "rented replica %s: %s %s, %s, at $%s/h", inst.ID, inst.Provider,
+		inst.GPUName, mk, inst.PricePerHour)
+	return inst, nil
 }
 
-// drainExtra drains n replicas past the desired size: starting and
-// unready ones first, then the newest ready ones.
-func (c *controller) drainExtra(ctx context.Context, s gpuproxy.Service, live []*replica, n int, now time.Time) {
-	order := func(r *replica) int {
-		switch r.State {
-		case gpuproxy.ReplicaUnready:
-			return 0
-		case gpuproxy.ReplicaStarting:
-			return 1
+// refused records a refused rent and returns the desired size after it:
+// the service stays at its size (never under its minimum), records
+// service.scale_blocked and holds new rents off, in the store, for
+// BlockedRetry doubled for each refusal in a row before it (at most
+// BlockedRetryMax). st.block is the store's record (blocked read it).
+func (c *controller) refused(ctx context.Context, s gpuproxy.Service, st *svcState, err error, live, desired int) int {
+	m := c.m
+	now := m.opts.Now() // the rent took its time: the backoff runs from its end
+	refuse := func(b gpuproxy.ServiceBlock) (gpuproxy.ServiceBlock, bool) {
+		b.Refused++
+		b.Streak++
+		b.Until = now.Add(c.backoff(b.Streak))
+		return b, true
+	}
+	b, serr := changeBlock(ctx, m.store, s.ID, st.block, refuse)
+	if serr != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("recording a refused rent", "service_id", s.ID, "err", serr)
 		}
-		return 2
+		b, _ = refuse(st.block) // held off here even if the store missed it
+	}
+	st.block = b
+	wait := b.Until.Sub(now)
+	size := max(live, s.MinReplicas)
+	m.event(ctx, s, "service.scale_blocked", "", "renting replica %d of %d was refused (%s): %s; the service stays at %d "+
+		"and tries again in %s (refusal %d in a row)", live+1, desired, gpuproxy.ErrorCode(err), gpuproxy.ErrorMessage(err), live,
+		fmtDuration(wait), b.Streak)
+	return min(desired, size)
+}
+
+// drainExtra drains n of the replicas live (past the desired size, or
+// on-demand fallbacks released) for reason: unready ones first, then
+// starting ones, then ones resumed from a preemption, then the newest
+// ready ones. Those it drains are set to nil in live.
+func (c *controller) drainExtra(ctx context.Context, s gpuproxy.Service, live []*replica, n int, reason string, now time.Time) {
+	order := func(r *replica) int {
+		switch {
+		case r.State == gpuproxy.ReplicaUnready && r.Reason != reasonResumed:
+			return 0
+		case r.State == gpuproxy.ReplicaStarting:
+			return 1
+		case r.State == gpuproxy.ReplicaUnready:
+			return 2 // resumed from a preemption, its model likely loaded
+		}
+		return 3
 	}
 	for range n {
 		pick := -1
@@ -495,8 +558,9 @@ func (c *controller) drainExtra(ctx context.Context, s gpuproxy.Service, live []
 		if pick < 0 {
 			return
 		}
-		c.setState(ctx, s, live[pick], gpuproxy.ReplicaDraining, "scale_down", now)
-		c.m.event(ctx, s, "service.replica_draining", live[pick].InstanceID, "draining replica %s (scale down)", live[pick].InstanceID)
+		c.setState(ctx, s, live[pick], gpuproxy.ReplicaDraining, reason, now)
+		c.m.event(ctx, s, "service.replica_draining", live[pick].InstanceID, "draining replica %s (%s)", live[pick].InstanceID,
+			strings.ReplaceAll(reason, "_", " "))
 		live[pick] = nil
 	}
 }

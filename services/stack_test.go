@@ -52,6 +52,9 @@ type stackOpts struct {
 	price    gpuproxy.TokenPrice // proxy-wide per-token price
 	// alertsLoopback lets alert webhooks reach loopback (a test's hook).
 	alertsLoopback bool
+	// market and catalog are the simulator's (placement_test.go).
+	market  *vastaisim.Market
+	catalog []vastaisim.Offer
 }
 
 func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
@@ -63,7 +66,8 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 		o.start = 100 * time.Millisecond
 	}
 	s := &stack{t: t}
-	s.sim = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: o.start, ChunkDelay: o.chunk})
+	s.sim = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: o.start, ChunkDelay: o.chunk, Market: o.market,
+		Catalog: o.catalog})
 	url, err := s.sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
