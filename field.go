@@ -29,6 +29,12 @@ const (
 	FieldDuration FieldKind = "duration"
 	// FieldStrings is a string or an array of strings.
 	FieldStrings FieldKind = "strings"
+	// FieldString is one string of at most MaxLen characters ("" is
+	// none).
+	FieldString FieldKind = "string"
+	// FieldList is an array of at most MaxItems strings, each at most
+	// MaxLen characters.
+	FieldList FieldKind = "list"
 )
 
 // FieldRule is one numeric, duration or list input field's rule: its
@@ -57,6 +63,9 @@ type FieldRule struct {
 	MaxItems, MaxLen int
 	// Unit follows a number in messages ("GB", "USD per hour").
 	Unit string
+	// Secret marks a credential (a registry login): a refusal says how
+	// long the value was, never the value.
+	Secret bool
 }
 
 // Range says what the field accepts: "an integer from 1 to 64", "a
@@ -85,6 +94,10 @@ func (r FieldRule) Range() string {
 		return s
 	case FieldStrings:
 		return fmt.Sprintf("a string or an array of at most %d strings, each 1-%d characters", r.MaxItems, r.MaxLen)
+	case FieldString:
+		return fmt.Sprintf("a string of at most %d characters", r.MaxLen)
+	case FieldList:
+		return fmt.Sprintf("an array of at most %d strings, each at most %d characters", r.MaxItems, r.MaxLen)
 	}
 	if r.Unit != "" && r.Kind != FieldUSD {
 		s += " " + r.Unit
@@ -97,6 +110,9 @@ func (r FieldRule) Range() string {
 
 // invalid is the field's refusal: what it accepts, and what came.
 func (r FieldRule) invalid(got string) error {
+	if r.Secret {
+		got = fmt.Sprintf("a value of %d characters (not shown: it is a credential)", len(got))
+	}
 	if len(got) > 60 {
 		got = got[:57] + "..."
 	}
@@ -161,6 +177,18 @@ func (r FieldRule) CheckJSON(raw json.RawMessage) error {
 			return r.invalid(got)
 		}
 		return r.checkDuration(d, got)
+	case FieldString:
+		var one string
+		if raw[0] != '"' || json.Unmarshal(raw, &one) != nil {
+			return r.invalid(got)
+		}
+		return r.checkString(one, got)
+	case FieldList:
+		var many []string
+		if raw[0] != '[' || json.Unmarshal(raw, &many) != nil {
+			return r.invalid(got)
+		}
+		return r.checkList(many, got)
 	case FieldStrings:
 		var one string
 		if json.Unmarshal(raw, &one) == nil {
@@ -236,6 +264,37 @@ func (r FieldRule) checkStrings(l []string, got string) error {
 	}
 	for _, s := range l {
 		if strings.TrimSpace(s) == "" || len(s) > r.MaxLen {
+			return r.invalid(got)
+		}
+	}
+	return nil
+}
+
+// CheckString checks a FieldString value of the field.
+func (r FieldRule) CheckString(v string) error {
+	b, _ := json.Marshal(v)
+	return r.checkString(v, string(b))
+}
+
+func (r FieldRule) checkString(v, got string) error {
+	if len(v) > r.MaxLen {
+		return r.invalid(got)
+	}
+	return nil
+}
+
+// CheckList checks a FieldList value of the field.
+func (r FieldRule) CheckList(l []string) error {
+	b, _ := json.Marshal(l)
+	return r.checkList(l, string(b))
+}
+
+func (r FieldRule) checkList(l []string, got string) error {
+	if len(l) > r.MaxItems {
+		return r.invalid(got)
+	}
+	for _, s := range l {
+		if len(s) > r.MaxLen {
 			return r.invalid(got)
 		}
 	}

@@ -29,7 +29,7 @@ type runFunc func(ctx context.Context, tag string) (gpuproxy.Instance, []gpuprox
 // the instance one of its attempts left answers it, or, when it rented
 // nothing, the retry runs it afresh.
 func (s *Service) once(ctx context.Context, accountID int64, req CreateRequest, run runFunc) (gpuproxy.Instance, error) {
-	call := gpuproxy.CreateCall{AccountID: accountID, Key: req.IdempotencyKey, Fingerprint: req.Fingerprint(),
+	call := gpuproxy.CreateCall{AccountID: accountID, Key: req.IdempotencyKey, Fingerprint: req.callFingerprint(),
 		CreatedAt: s.opts.Now().Truncate(time.Microsecond)}
 	for range 2 {
 		got, fresh, err := s.store.BeginCreateCall(ctx, call)

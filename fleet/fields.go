@@ -52,11 +52,31 @@ var LifetimeRules = gpuproxy.FieldRules{
 		Zero: "none"},
 }
 
+// Bounds of what a create passes through to the provider.
+const (
+	// MaxStartScript bounds onstart and args together, in characters
+	// (vast.ai's limit on args + onstart).
+	MaxStartScript = 4096
+	// MaxImageLogin bounds image_login.
+	MaxImageLogin = 1024
+	// MaxArgs bounds the number of args.
+	MaxArgs = 100
+)
+
+// PassRules are the rules of what a create passes through to the
+// provider: the registry login of a private image (a credential: never
+// echoed), the start script and the entrypoint's arguments.
+var PassRules = gpuproxy.FieldRules{
+	{Name: "image_login", Kind: gpuproxy.FieldString, MaxLen: MaxImageLogin, Secret: true},
+	{Name: "onstart", Kind: gpuproxy.FieldString, MaxLen: MaxStartScript},
+	{Name: "args", Kind: gpuproxy.FieldList, MaxItems: MaxArgs, MaxLen: MaxStartScript},
+}
+
 // CreateRules are the rules of an instance create's fields: hours, the
-// spec's and the lifetime's.
+// pass-through's, the spec's and the lifetime's.
 var CreateRules = concatRules(gpuproxy.FieldRules{
 	{Name: "hours", Kind: gpuproxy.FieldInteger, Min: 1, Max: MaxHours},
-}, SpecRules, LifetimeRules)
+}, PassRules, SpecRules, LifetimeRules)
 
 func concatRules(tables ...gpuproxy.FieldRules) gpuproxy.FieldRules {
 	var out gpuproxy.FieldRules

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,12 @@ func (s *Service) Create(ctx context.Context, accountID int64, req CreateRequest
 	// Lifetime rules are bad input too: refused before anything is tried.
 	if _, err := s.createLifetime(ctx, accountID, req.Lifetime, req.Provider); err != nil {
 		return gpuproxy.Instance{}, err
+	}
+	// So is what the provider cannot carry out (io.net runs no onstart).
+	if req.Spec == nil {
+		if err := checkCreate(p, req); err != nil {
+			return gpuproxy.Instance{}, err
+		}
 	}
 	run := func(ctx context.Context, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 		if req.Spec != nil {
@@ -159,6 +166,7 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 	defer cancel()
 	preq := providers.CreateRequest{OfferID: req.OfferID, Tag: inst.ID, Image: req.Image,
 		Hours: req.Hours, Env: req.Env, Ports: req.Ports}
+	req.passTo(&preq)
 	if bid > 0 {
 		// Never above the cap: the adapter refuses a bid over MaxBid.
 		preq.Bid, preq.MaxBid = bid, lim.maxPrice-q.StoragePerHour
@@ -186,6 +194,46 @@ func (s *Service) rentOffer(ctx context.Context, accountID int64, req CreateRequ
 		}
 	}
 	return s.markStarting(context.WithoutCancel(ctx), inst, pi.ProviderID)
+}
+
+// checkCreate asks p, when it can tell, whether it can carry out req
+// besides its offer (providers.CreateChecker): a refusal is the caller's
+// bad input, naming the field.
+func checkCreate(p providers.Provider, req CreateRequest) error {
+	c, ok := p.(providers.CreateChecker)
+	if !ok {
+		return nil
+	}
+	preq := providers.CreateRequest{Image: req.Image, Env: req.Env, Ports: req.Ports}
+	req.passTo(&preq)
+	if err := c.CheckCreate(preq); err != nil {
+		return providers.AsAppError(err)
+	}
+	return nil
+}
+
+// passProviders are the providers of names that can carry out req
+// besides its offers (a rent by spec with an onstart skips io.net, which
+// runs none); none left is the first one's refusal.
+func (s *Service) passProviders(req CreateRequest, names []string) ([]string, error) {
+	var out []string
+	var first error
+	for _, n := range names {
+		p, ok := s.byName[n]
+		if !ok {
+			out = append(out, n) // unknown names are the spec's to refuse
+			continue
+		}
+		if err := checkCreate(p, req); err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 && first != nil {
+		return nil, first
+	}
+	return out, nil
 }
 
 // quote reads the live price of the offer to rent: its on-demand quote,

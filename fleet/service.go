@@ -9,7 +9,9 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -68,9 +70,19 @@ type CreateRequest struct {
 	Label    string
 	// Hours is the prepaid duration, 1 to MaxHours: required by a prepaid
 	// provider (io.net), which charges it up front; ignored by hourly ones.
-	Hours          int
-	Env            map[string]string
-	Ports          []int
+	Hours int
+	Env   map[string]string
+	Ports []int
+	// ImageLogin is a private image's registry login, "-u USER -p TOKEN
+	// [REGISTRY]" (vast.ai's image_login; io.net takes the user and
+	// token). A credential: passed to the provider, never stored, logged
+	// or shown.
+	ImageLogin string
+	// Onstart is a shell script the instance runs when it starts
+	// (vast.ai; io.net runs none and refuses it); Args the image's
+	// entrypoint arguments. Both are passed to the provider as given.
+	Onstart        string
+	Args           []string
 	IdempotencyKey string
 	// KeyID is the API key creating the instance: the cost must fit its
 	// own windows too, and the instance's spend counts against them.
@@ -134,6 +146,9 @@ func (r *CreateRequest) validateRest() error {
 	case len(r.IdempotencyKey) > 200:
 		return gpuproxy.Invalid("idempotency_key", "must be at most 200 characters")
 	}
+	if err := r.validatePass(); err != nil {
+		return err
+	}
 	for k, v := range r.Env {
 		if k == "" || len(k) > 100 || strings.ContainsAny(k, "= \n") || len(v) > 4096 {
 			return gpuproxy.Invalid("env", "variable %q: names are 1-100 characters without '=', values at most 4096", k)
@@ -145,6 +160,48 @@ func (r *CreateRequest) validateRest() error {
 		}
 	}
 	return nil
+}
+
+// validatePass checks what the create passes through to the provider:
+// each field by its rule (PassRules), the login's form, and onstart and
+// args together within MaxStartScript. A refusal never quotes the login.
+func (r *CreateRequest) validatePass() error {
+	for _, err := range []error{PassRules.Rule("image_login").CheckString(r.ImageLogin),
+		PassRules.Rule("onstart").CheckString(r.Onstart), PassRules.Rule("args").CheckList(r.Args)} {
+		if err != nil {
+			return err
+		}
+	}
+	if r.ImageLogin != "" {
+		if _, err := providers.ParseImageLogin(r.ImageLogin); err != nil {
+			return gpuproxy.Invalid("image_login", "%v", err)
+		}
+	}
+	if n := len(r.Onstart) + len(strings.Join(r.Args, " ")); n > MaxStartScript {
+		return gpuproxy.Invalid("onstart", "onstart and args are %d characters together, over %d", n, MaxStartScript)
+	}
+	return nil
+}
+
+// callFingerprint is what tells one keyed create from another: the
+// request's Fingerprint and, when given, its start script and arguments
+// (the login is left out: a rotated token is the same create).
+func (r *CreateRequest) callFingerprint() string {
+	fp := r.Fingerprint()
+	if r.Onstart == "" && len(r.Args) == 0 {
+		return fp // as before pass-through: calls recorded then still match
+	}
+	b, _ := json.Marshal(struct {
+		Fingerprint, Onstart string
+		Args                 []string
+	}{fp, r.Onstart, r.Args})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// passTo is the provider create's pass-through fields from r.
+func (r *CreateRequest) passTo(p *providers.CreateRequest) {
+	p.ImageLogin, p.Onstart, p.Args = r.ImageLogin, r.Onstart, r.Args
 }
 
 // Progress receives human-readable progress while an instance starts.

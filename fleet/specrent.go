@@ -27,7 +27,10 @@ import (
 // storage. It returns every attempt made, the rented one last.
 func (s *Service) createBySpec(ctx context.Context, accountID int64, req CreateRequest, tag string) (gpuproxy.Instance, []gpuproxy.RentAttempt, error) {
 	sp := req.Spec
-	names := s.specProviderNames(sp)
+	names, err := s.passProviders(req, s.specProviderNames(sp))
+	if err != nil {
+		return gpuproxy.Instance{}, nil, err
+	}
 	f := providers.SearchFilter{MinVRAMGB: sp.MinVRAMGB, MinGPUs: sp.NumGPUs, Limit: 500}
 	if len(sp.GPU) == 1 {
 		f.GPUName = strings.TrimSpace(sp.GPU[0])

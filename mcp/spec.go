@@ -111,6 +111,11 @@ func ruleSchema(rules gpuproxy.FieldRules, name, desc string) *jsonschema.Schema
 		return s
 	case gpuproxy.FieldStrings:
 		return strOrList(desc, r.MaxItems, r.MaxLen)
+	case gpuproxy.FieldString:
+		return str(desc, r.MaxLen)
+	case gpuproxy.FieldList:
+		return &jsonschema.Schema{Type: "array", Description: desc, MaxItems: jsonschema.Ptr(r.MaxItems),
+			Items: &jsonschema.Schema{Type: "string", MaxLength: jsonschema.Ptr(r.MaxLen)}}
 	}
 	return str(desc, 40) // a duration
 }

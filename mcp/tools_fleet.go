@@ -73,6 +73,14 @@ func (s *Server) fleetTools() []toolSpec {
 				optional("env", stringMap("environment variables for the container", 50, 4096)),
 				optional("ports", &jsonschema.Schema{Type: "array", Description: "container ports to expose, e.g. [8000]",
 					MaxItems: jsonschema.Ptr(10), Items: integer("a port", 1, 65535)}),
+				optional("image_login", &jsonschema.Schema{Type: "string", Description: "a private image's registry login, " +
+					"\"-u USER -p TOKEN [REGISTRY]\" (as vast.ai's image_login and docker login take it; io.net uses the " +
+					"user and token). A credential: passed to the provider, never stored, logged or shown; " +
+					fleet.PassRules.Rule("image_login").Range()}),
+				optional("onstart", ruleSchema(fleet.PassRules, "onstart", "a shell script the instance runs when it "+
+					"starts (vast.ai; io.net runs none and refuses it, and a spec with it rents on vast.ai only)")),
+				optional("args", ruleSchema(fleet.PassRules, "args", "the image's entrypoint arguments, e.g. "+
+					`["--model", "meta-llama/Llama-3.1-8B-Instruct"]`)),
 				optional("idempotency_key", str("a key of your choice: repeating a create with it returns the same instance "+
 					"(or the same error), never a second rental", 200)),
 				optional("confirm_token", str("the confirm_token of a confirmation_required answer, once a person has agreed", 200))},
@@ -214,6 +222,9 @@ type createInput struct {
 	Hours          int               `json:"hours"`
 	Env            map[string]string `json:"env"`
 	Ports          []int             `json:"ports"`
+	ImageLogin     string            `json:"image_login"`
+	Onstart        string            `json:"onstart"`
+	Args           []string          `json:"args"`
 	IdempotencyKey string            `json:"idempotency_key"`
 	ConfirmToken   string            `json:"confirm_token"`
 	Spec           *specInput        `json:"spec"`
@@ -294,6 +305,7 @@ func (s *Server) createInstance(ctx context.Context, c call, in createInput) (re
 	}
 	req := fleet.CreateRequest{Provider: in.Provider, OfferID: in.InstanceID,
 		Image: in.Image, Label: in.Label, Hours: in.Hours, Env: in.Env, Ports: in.Ports,
+		ImageLogin: in.ImageLogin, Onstart: in.Onstart, Args: in.Args,
 		IdempotencyKey: in.IdempotencyKey, KeyID: c.p.KeyID, ConfirmToken: token}
 	if req.Lifetime, err = in.request(); err != nil {
 		return result{}, err

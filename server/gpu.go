@@ -76,6 +76,11 @@ func (s *Server) createInstance(c echo.Context) error {
 		Hours    int               `json:"hours"`
 		Env      map[string]string `json:"env"`
 		Ports    []int             `json:"ports"`
+		// ImageLogin, Onstart and Args pass through to the provider
+		// (fleet.CreateRequest); the login is a credential, never shown.
+		ImageLogin string   `json:"image_login"`
+		Onstart    string   `json:"onstart"`
+		Args       []string `json:"args"`
 		// ConfirmToken is a confirmation_required answer's token, once a
 		// person agreed (HTTP 428 names it).
 		ConfirmToken string `json:"confirm_token"`
@@ -90,6 +95,7 @@ func (s *Server) createInstance(c echo.Context) error {
 	p := principal(c)
 	creq := fleet.CreateRequest{Provider: req.Provider,
 		OfferID: req.OfferID, Image: req.Image, Label: req.Label, Hours: req.Hours, Env: req.Env, Ports: req.Ports,
+		ImageLogin: req.ImageLogin, Onstart: req.Onstart, Args: req.Args,
 		IdempotencyKey: strings.TrimSpace(c.Request().Header.Get("Idempotency-Key")), KeyID: p.KeyID,
 		ConfirmToken: req.ConfirmToken}
 	var err error

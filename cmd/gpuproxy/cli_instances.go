@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,7 @@ const instancesUsage = `  instances create --image IMAGE (--provider P --offer I
 var specFlagOf = map[string]string{
 	"provider": "--provider", "offer_id": "--offer", "image": "--image", "label": "--label", "hours": "--hours",
 	"env": "--env", "ports": "--port", "idempotency_key": "--idempotency-key", "confirm_token": "--confirm-token",
+	"image_login": "--image-login", "onstart": "--onstart", "args": "--arg",
 	"spec.gpu": "--gpu", "spec.min_vram_gb": "--min-vram", "spec.num_gpus": "--gpus",
 	"spec.max_price_per_hour": "--max-price", "spec.providers": "--providers",
 	"spec.min_reliability": "--min-reliability", "spec.locations": "--location", "spec.billing": "--billing",
@@ -70,6 +72,9 @@ type createBody struct {
 	Hours        int               `json:"hours,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Ports        []int             `json:"ports,omitempty"`
+	ImageLogin   string            `json:"image_login,omitempty"`
+	Onstart      string            `json:"onstart,omitempty"`
+	Args         []string          `json:"args,omitempty"`
 	ConfirmToken string            `json:"confirm_token,omitempty"`
 	Spec         *specBody         `json:"spec,omitempty"`
 	lifetimeBody
@@ -146,6 +151,11 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	var env, ports multi
 	f.Var(&env, "env", "KEY=VALUE for the container, repeatable")
 	f.Var(&ports, "port", "container port to expose, repeatable")
+	imageLogin := f.String("image-login", "", `a private image's registry login, "-u USER -p TOKEN [REGISTRY]" `+
+		"(default GPUPROXY_IMAGE_LOGIN, which keeps it out of the shell's history)")
+	onstart := f.String("onstart", "", "a shell script the instance runs when it starts (vast.ai; io.net runs none)")
+	var cargs multi
+	f.Var(&cargs, "arg", "an argument of the image's entrypoint, repeatable, in order")
 	idem := f.String("idempotency-key", "", "a key of your choice: repeating the create with it returns the same instance")
 	confirm := f.String("confirm-token", "", "the token of a confirmation_required answer, once a person agreed")
 	provider := f.String("provider", "", "one offer: its provider (vast.ai, io.net)")
@@ -167,7 +177,7 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 	f.forSub("list", "status")
 	lf := addLifetimeFlags(f)
 	f.forSub("create", append([]string{"image", "label", "hours", "env", "port", "idempotency-key", "confirm-token",
-		"provider", "offer"}, specFlags...)...)
+		"provider", "offer", "image-login", "onstart", "arg"}, specFlags...)...)
 	f.forSub("create update", lifetimeFlagNames...)
 	if err := f.parse(args); err != nil {
 		var h helpError
@@ -203,6 +213,7 @@ func cmdInstances(ctx context.Context, args []string, getenv func(string) string
 		bySpec = bySpec || set[n]
 	}
 	body := createBody{Provider: *provider, OfferID: *offer, Image: *image, Label: *label, Hours: *hours,
+		ImageLogin: cmp.Or(*imageLogin, getenv("GPUPROXY_IMAGE_LOGIN")), Onstart: *onstart, Args: cargs,
 		ConfirmToken: *confirm}
 	switch {
 	case bySpec && (*offer != "" || *provider != ""):

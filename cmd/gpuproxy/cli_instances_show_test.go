@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +80,34 @@ func TestInstancesListShowMarket(t *testing.T) {
 	}
 	if _, err := w.instancesCmd("list", "--status", "bogus"); err == nil || !strings.Contains(err.Error(), "--status") {
 		t.Fatalf("list --status bogus: %v", err)
+	}
+}
+
+// TestInstancesCreatePassThrough: `instances create` passes
+// --image-login (or GPUPROXY_IMAGE_LOGIN), --onstart and --arg (in
+// order) to vast.ai's create body; the login's secret is not printed.
+func TestInstancesCreatePassThrough(t *testing.T) {
+	w := newInstancesWorld(t)
+	const secret = "ghp_CliPassSecret0123456789"
+	env := maps.Clone(w.env)
+	env["GPUPROXY_IMAGE_LOGIN"] = "-u robot -p " + secret + " ghcr.io"
+	out, errOut, err := w.create(env, "--gpu", "4090", "--max-price", "1", "--image", "ghcr.io/acme/llm:1",
+		"--onstart", "echo ready", "--arg", "--model", "--arg", "m")
+	if err != nil || strings.Contains(out+errOut, secret) {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	var body map[string]any
+	for _, r := range w.vast.Requests() {
+		if r.Method == http.MethodPut && strings.HasPrefix(r.Path, "/api/v0/asks/") {
+			_ = json.Unmarshal(r.Body, &body)
+		}
+	}
+	if got, _ := json.Marshal(body["args"]); body["image_login"] != env["GPUPROXY_IMAGE_LOGIN"] ||
+		body["onstart"] != "echo ready" || string(got) != `["--model","m"]` {
+		t.Fatalf("vast.ai's create body: %v", body)
+	}
+	_, _, err = w.create(nil, "--gpu", "4090", "--max-price", "1", "--image", "img", "--image-login", secret)
+	if err == nil || !strings.Contains(err.Error(), "--image-login") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("a bad login: %v", err)
 	}
 }

@@ -85,7 +85,10 @@ type Adapter struct {
 	names sync.Map
 }
 
-var _ providers.Provider = (*Adapter)(nil)
+var (
+	_ providers.Provider      = (*Adapter)(nil)
+	_ providers.CreateChecker = (*Adapter)(nil)
+)
 
 // withDefaults returns o with its zero fields (and a PageSize over
 // MaxPageSize) set to their defaults; the client's fields are

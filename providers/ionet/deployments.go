@@ -40,16 +40,11 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 	if err != nil {
 		return providers.Instance{}, badOfferID(err)
 	}
-	switch {
-	case strings.TrimSpace(req.Tag) == "":
+	if strings.TrimSpace(req.Tag) == "" {
 		return providers.Instance{}, invalid("a tag (resource_private_name) is required")
-	case strings.TrimSpace(req.Image) == "":
-		return providers.Instance{}, invalid("an image is required")
-	case len(req.Ports) > 1:
-		return providers.Instance{}, invalid(fmt.Sprintf("io.net routes a single traffic port, got %d ports", len(req.Ports)))
-	case len(req.Ports) == 1 && (req.Ports[0] < 1 || req.Ports[0] > maxPort):
-		// io.net's schema does not bound traffic_port: check it here.
-		return providers.Instance{}, invalid(fmt.Sprintf("the traffic port must be between 1 and %d, got %d", maxPort, req.Ports[0]))
+	}
+	if err := a.CheckCreate(req); err != nil {
+		return providers.Instance{}, err
 	}
 	hours := req.Hours
 	if hours <= 0 {
@@ -67,6 +62,15 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 		LocationIDs:         []int{id.Location},
 		ContainerConfig:     containerConfig{ReplicaCount: 1, TrafficPort: port},
 		RegistryConfig:      registryConfig{ImageURL: req.Image},
+	}
+	if len(req.Args) > 0 {
+		body.ContainerConfig.Args = req.Args
+	}
+	if req.ImageLogin != "" {
+		// Checked by CheckCreate. io.net takes the registry from the
+		// image's own name, so the login's host is not sent.
+		l, _ := providers.ParseImageLogin(req.ImageLogin)
+		body.RegistryConfig.Username, body.RegistryConfig.Secret = &l.User, &l.Secret
 	}
 	for k, v := range req.Env {
 		m := &body.ContainerConfig.EnvVariables
@@ -99,6 +103,38 @@ func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (prov
 		GPUName:    a.hardwareName(ctx, id.Hardware),
 		NumGPUs:    id.GPUs,
 	}, nil
+}
+
+// CheckCreate checks what a create would send besides the offer. io.net
+// routes a single traffic port; it takes entrypoint arguments
+// (container_config.args) and a registry login (registry_username and
+// registry_secret, read from image_login's "-u USER -p TOKEN"), but runs
+// no start script: an onstart is refused naming the field, since
+// io.net's containers run only the image's entrypoint (its command
+// would replace that entrypoint, not run after it).
+func (a *Adapter) CheckCreate(req providers.CreateRequest) error {
+	invalid := func(field, msg string) error {
+		return &providers.Error{Provider: providers.IONet, Kind: providers.KindInvalid, Field: field,
+			Message: "creating deployment: " + msg}
+	}
+	switch {
+	case strings.TrimSpace(req.Image) == "":
+		return invalid("image", "an image is required")
+	case len(req.Ports) > 1:
+		return invalid("ports", fmt.Sprintf("io.net routes a single traffic port, got %d ports", len(req.Ports)))
+	case len(req.Ports) == 1 && (req.Ports[0] < 1 || req.Ports[0] > maxPort):
+		// io.net's schema does not bound traffic_port: check it here.
+		return invalid("ports", fmt.Sprintf("the traffic port must be between 1 and %d, got %d", maxPort, req.Ports[0]))
+	case req.Onstart != "":
+		return invalid("onstart", "io.net runs no start script: its containers run the image's entrypoint "+
+			"(with args); leave onstart out, or rent on vast.ai")
+	}
+	if req.ImageLogin != "" {
+		if _, err := providers.ParseImageLogin(req.ImageLogin); err != nil {
+			return invalid("image_login", err.Error())
+		}
+	}
+	return nil
 }
 
 // looksSecret reports env names that should not be echoed by io.net.

@@ -153,10 +153,13 @@ type containerConfig struct {
 	TrafficPort        int               `json:"traffic_port"`
 	EnvVariables       map[string]string `json:"env_variables,omitempty"`
 	SecretEnvVariables map[string]string `json:"secret_env_variables,omitempty"`
+	Args               []string          `json:"args,omitempty"`
 }
 
 type registryConfig struct {
-	ImageURL string `json:"image_url"`
+	ImageURL string  `json:"image_url"`
+	Username *string `json:"registry_username,omitempty"`
+	Secret   *string `json:"registry_secret,omitempty"`
 }
 
 // actionReply is the bare reply of deploy and delete.

@@ -86,8 +86,9 @@ type Adapter struct {
 }
 
 var (
-	_ providers.Provider = (*Adapter)(nil)
-	_ providers.Bidder   = (*Adapter)(nil)
+	_ providers.Provider      = (*Adapter)(nil)
+	_ providers.Bidder        = (*Adapter)(nil)
+	_ providers.CreateChecker = (*Adapter)(nil)
 )
 
 // withDefaults returns o with its zero fields (and a DiskGB below
@@ -227,7 +228,7 @@ func (a *Adapter) parseID(what, s string) (int64, error) {
 // told, so the default is not relied upon.
 func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error) {
 	if strings.TrimSpace(req.Image) == "" {
-		return nil, a.errorf(providers.KindInvalid, "image is required")
+		return nil, a.fieldErr("image", "image is required")
 	}
 	if len(req.Tag) > maxLabelLen {
 		return nil, a.errorf(providers.KindInvalid, "tag is longer than %d characters", maxLabelLen)
@@ -237,13 +238,13 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 		// Keys starting with "-" are docker flags (-p, -v, -h) on vast.ai;
 		// only ports are ours to set.
 		if k == "" || strings.HasPrefix(k, "-") {
-			return nil, a.errorf(providers.KindInvalid, "env name %q is not allowed", k)
+			return nil, a.fieldErr("env", "env name %q is not allowed", k)
 		}
 		env[k] = v
 	}
 	for _, p := range req.Ports {
 		if p <= 0 || p > 65535 {
-			return nil, a.errorf(providers.KindInvalid, "port %d is out of range", p)
+			return nil, a.fieldErr("ports", "port %d is out of range", p)
 		}
 		env[fmt.Sprintf("-p %d:%d", p, p)] = "1"
 	}
@@ -271,6 +272,9 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 		body["price"] = req.Bid.USD()
 	}
 	if req.ImageLogin != "" {
+		if _, err := providers.ParseImageLogin(req.ImageLogin); err != nil {
+			return nil, a.fieldErr("image_login", "%v", err)
+		}
 		body["image_login"] = req.ImageLogin
 	}
 	if req.Onstart != "" {
@@ -280,10 +284,26 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 		body["args"] = req.Args
 	}
 	if n := len(req.Onstart) + len(strings.Join(req.Args, " ")); n > maxStartScript {
-		return nil, a.errorf(providers.KindInvalid, "onstart and args are %d characters together, over vast.ai's %d",
+		return nil, a.fieldErr("onstart", "onstart and args are %d characters together, over vast.ai's %d",
 			n, maxStartScript)
 	}
 	return body, nil
+}
+
+// CheckCreate checks what a create would send besides the offer (the
+// body createBody builds): every field vast.ai takes is passed through,
+// so only the form and size of each is checked.
+func (a *Adapter) CheckCreate(req providers.CreateRequest) error {
+	_, err := a.createBody(req)
+	return err
+}
+
+// fieldErr is a KindInvalid refusal of the caller's field, before any
+// call.
+func (a *Adapter) fieldErr(field, format string, args ...any) *providers.Error {
+	e := a.errorf(providers.KindInvalid, format, args...)
+	e.Field = field
+	return e
 }
 
 // Create rents an offer with PUT /api/v0/asks/{id}/, exactly once. A reply
@@ -291,6 +311,25 @@ func (a *Adapter) createBody(req providers.CreateRequest) (map[string]any, error
 // dropped connection is KindAmbiguous (with ProviderID when known); a
 // vanished offer is KindGone.
 func (a *Adapter) Create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
+	in, err := a.create(ctx, req)
+	var pe *providers.Error
+	if req.ImageLogin != "" && errors.As(err, &pe) {
+		// A reply that echoed the request must not carry the login out.
+		pe.Message = scrubLogin(pe.Message, req.ImageLogin)
+	}
+	return in, err
+}
+
+// scrubLogin removes a registry login, and its secret alone, from s.
+func scrubLogin(s, login string) string {
+	s = strings.ReplaceAll(s, login, "[image_login redacted]")
+	if l, err := providers.ParseImageLogin(login); err == nil && len(l.Secret) >= 4 {
+		s = strings.ReplaceAll(s, l.Secret, "[redacted]")
+	}
+	return s
+}
+
+func (a *Adapter) create(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 	id, err := a.parseID("offer", req.OfferID)
 	if err != nil {
 		return providers.Instance{}, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/big"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,6 +85,12 @@ type SimDeployment struct {
 	StartedAt        time.Time
 	FinishedAt       time.Time
 	PublicURLs       []string // one per running container
+	// Args are container_config.args; RegistryUser and RegistrySecret
+	// the registry login (the secret only as given or not, as io.net
+	// never echoes it).
+	Args           []string
+	RegistryUser   string
+	RegistrySecret bool
 }
 
 // Deployments returns every deployment ever created, oldest first.
@@ -97,7 +104,8 @@ func (s *Server) Deployments() []SimDeployment {
 			LocationID: d.loc.LocationID, GPUsPerContainer: d.gpus, Replicas: d.replicas,
 			DurationHours: d.hours, Image: d.image, TrafficPort: d.port, Env: map[string]string{},
 			AmountPaid: d.paid, Refunded: d.refunded, Destroyed: d.destroyed,
-			CreatedAt: d.created, StartedAt: d.started, FinishedAt: d.finished}
+			CreatedAt: d.created, StartedAt: d.started, FinishedAt: d.finished,
+			Args: slices.Clone(d.args), RegistryUser: d.registryUser, RegistrySecret: d.registrySecrets}
 		for k, v := range d.env {
 			sd.Env[k] = v
 		}
