@@ -3,16 +3,21 @@ package console
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/services"
 )
 
 // The services pages show an account's services (services.Manager, as
 // REST's GET /api/v1/services): each one's model, state, replicas ready of
-// desired, bounds and base URL, and on its own page its definition, its
-// replicas and its event history. They need instances:read.
+// desired, bounds and base URL, and on its own page its definition, what
+// it cost and carried since it was created (economics.ToDate, as
+// GET /api/v1/services/{id} has it), its replicas and its event history.
+// They need instances:read.
 
 // maxServiceEvents is how many of a service's latest events its page shows.
 const maxServiceEvents = 100
@@ -125,6 +130,12 @@ type serviceData struct {
 	Events []services.EventView
 	// More: the service has more events than the page shows.
 	More bool
+	// ToDate is its GPU cost, proxy charges and tokens since it was
+	// created (nil on a server without unit economics); EconLink the unit
+	// economics page by service for the same period ("" when the key may
+	// not open it).
+	ToDate   *economics.ToDate
+	EconLink string
 }
 
 func (c *Console) service(q *req) error {
@@ -150,6 +161,21 @@ func (c *Console) service(q *req) error {
 	}
 	pg := c.newPage(q, "Service "+v.Name, "services")
 	pg.Target = name
+	if c.svc.Economics != nil {
+		td, err := c.svc.Economics.ServiceToDate(ctx, acct, v.Name, v.CreatedAt)
+		if err != nil {
+			return err
+		}
+		d.ToDate = &td
+		if pg.Economics && td.To.After(td.From) {
+			l := url.Values{"group_by": {string(economics.ByService)}, "from": {td.From.Format(time.RFC3339Nano)},
+				"to": {td.To.Format(time.RFC3339Nano)}}
+			if name != q.p.AccountName {
+				l.Set("account", name)
+			}
+			d.EconLink = "/console/economics?" + l.Encode()
+		}
+	}
 	pg.Data = d
 	c.render(q.w, q.r, http.StatusOK, "service", pg)
 	return nil

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/billing"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -208,12 +211,33 @@ func TestServicesPages(t *testing.T) {
 // page, whose rows match the services manager (ready/desired, bounds,
 // price cap; the replica with its state and price; the events, newest
 // first); every table fits its box; the replica links to its instance.
-// A finance key has no link and is refused the page. Nothing is requested
-// from another origin. Screenshots: console-services, console-service.
+// The service page's cost to date and tokens are the unit economics
+// summary by service over the period it names, and so is the REST view's
+// to_date. A finance key has no link and is refused the page. Nothing is
+// requested from another origin. Screenshots: console-services,
+// console-service.
 func TestServicesInBrowser(t *testing.T) {
 	s := newStack(t, stackOpts{})
 	seed := seedServices(t, s)
 	ctx := context.Background()
+	// Calls since the service was created: two through its endpoint,
+	// one through the instance proxy to its replica, and a charge for
+	// the replica's time, which the two kinds of calls share by tokens.
+	now := time.Now().UTC()
+	if err := s.store.InsertUsage(ctx, "", []gpuproxy.Usage{
+		{AccountID: s.demo.ID, InstanceID: s.running.ID, Method: "POST", Path: "/v1/chat/completions", Status: 200,
+			Latency: time.Second, Cost: 12_345, At: now, Model: seed.llama.Model, ServiceID: seed.llama.ID, PromptTokens: 1200, CompletionTokens: 3400},
+		{AccountID: s.demo.ID, InstanceID: s.running.ID, Method: "POST", Path: "/v1/chat/completions", Status: 200,
+			Latency: time.Second, Cost: 2_000, At: now, Model: seed.llama.Model, ServiceID: seed.llama.ID, PromptTokens: 800, CompletionTokens: 600},
+		{AccountID: s.demo.ID, InstanceID: s.running.ID, Method: "POST", Path: "/v1/chat/completions", Status: 200,
+			Latency: time.Second, At: now, Model: "other-model", PromptTokens: 1000, CompletionTokens: 1000},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ledger.Append(ctx, billing.Entry{AccountID: s.demo.ID, Type: billing.Charge, Amount: 1_234_567, At: now,
+		Provider: "vast.ai", InstanceID: s.running.ID, Description: "metered time", Basis: billing.Metered}); err != nil {
+		t.Fatal(err)
+	}
 	b := newTab(t, s)
 	b.signIn(s.keys["engineer"])
 	fits := func(table string) {
@@ -264,6 +288,71 @@ func TestServicesInBrowser(t *testing.T) {
 	if got := b.text("#service-name"); got != "llama-8b" {
 		t.Fatalf("service page of %q", got)
 	}
+	// Cost to date and tokens: the summary by service for the period the
+	// page names, to the micro-dollar.
+	toDate := func(from, to string) economics.Row {
+		t.Helper()
+		f, err1 := time.Parse(time.RFC3339Nano, from)
+		e, err2 := time.Parse(time.RFC3339Nano, to)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("period %q to %q: %v %v", from, to, err1, err2)
+		}
+		sum, err := economics.New(s.store, nil).Summary(ctx, economics.Query{AccountID: s.demo.ID, From: f, To: e, GroupBy: economics.ByService})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sum.Rows {
+			if r.Group == "llama-8b" {
+				return r
+			}
+		}
+		t.Fatalf("no llama-8b row in the summary by service: %+v", sum.Rows)
+		return economics.Row{}
+	}
+	shown := eval[map[string]string](b, `(() => {
+		const d = document.querySelector("#to-date"), k = document.querySelector("#tokens"), o = {from: d.dataset.from, to: d.dataset.to};
+		for (const e of [...d.querySelectorAll("[data-field]"), ...k.querySelectorAll("[data-field]")]) {
+			o[e.dataset.field] = e.innerText;
+			if (e.dataset.micros !== undefined) o[e.dataset.field + "-micros"] = e.dataset.micros;
+		}
+		return o;
+	})()`)
+	econ := toDate(shown["from"], shown["to"])
+	if f, _ := time.Parse(time.RFC3339Nano, shown["from"]); !f.Equal(seed.llama.CreatedAt) {
+		t.Errorf("cost to date from %s, want the service's creation %s", shown["from"], seed.llama.CreatedAt)
+	}
+	for _, c := range []struct{ field, got, want string }{
+		{"gpu-cost", shown["gpu-cost"], money(econ.GPUCost)},
+		{"gpu-cost micros", shown["gpu-cost-micros"], strconv.FormatInt(int64(econ.GPUCost), 10)},
+		{"proxy-charges", shown["proxy-charges"], money(econ.ProxyCharges)},
+		{"proxy-charges micros", shown["proxy-charges-micros"], strconv.FormatInt(int64(econ.ProxyCharges), 10)},
+		{"prompt-tokens", shown["prompt-tokens"], "2,000"},
+		{"completion-tokens", shown["completion-tokens"], "4,000"},
+		{"requests", shown["requests"], "2"},
+		{"summary's prompt tokens", strconv.FormatInt(econ.PromptTokens, 10), "2000"},
+		{"summary's completion tokens", strconv.FormatInt(econ.CompletionTokens, 10), "4000"},
+		// 6000 of the replica's 8000 tokens were the service's: 3/4 of its
+		// charge since, $1.234567 → $0.925925 (toward zero) + the rest.
+		{"summary's GPU cost", strconv.FormatInt(int64(econ.GPUCost), 10), "925926"},
+		{"summary's proxy charges", strconv.FormatInt(int64(econ.ProxyCharges), 10), "14345"},
+	} {
+		if c.got != c.want {
+			t.Errorf("service page %s: %q, want %q", c.field, c.got, c.want)
+		}
+	}
+	if href := eval[string](b, `document.querySelector("#to-date-economics").getAttribute("href")`); !strings.Contains(href, "group_by=service") {
+		t.Errorf("the cost to date links %q, want the unit economics by service", href)
+	}
+	// GET /api/v1/services/{id} carries the same figures, from the same
+	// source, for its own period.
+	api := s.api(s.keys["engineer"], "/api/v1/services/"+seed.llama.ID)["to_date"].(map[string]any)
+	apiEcon := toDate(api["from"].(string), api["to"].(string))
+	if apiUSD(t, api["gpu_cost"]) != apiEcon.GPUCost || apiUSD(t, api["proxy_charges"]) != apiEcon.ProxyCharges ||
+		api["prompt_tokens"].(json.Number).String() != "2000" || api["completion_tokens"].(json.Number).String() != "4000" ||
+		api["requests"].(json.Number).String() != "2" {
+		t.Errorf("REST to_date %v, the summary by service %+v", api, apiEcon)
+	}
+	b.checkMoneyRule("service page")
 	reps := eval[[]map[string]string](b, `[...document.querySelectorAll("#replicas tr[data-instance]")].map(r => ({
 		id: r.dataset.instance, state: r.querySelector("[data-field=state]").innerText, price: r.querySelector("[data-field=price]").innerText}))`)
 	if len(reps) != len(v.Instances) || len(reps) != 1 {

@@ -34,6 +34,13 @@ func New(store Store, now func() time.Time) *Service {
 // (Query.WithDefaults); a query Validate refuses is an invalid error
 // naming the field.
 func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
+	return s.summary(ctx, q, true)
+}
+
+// summary is Summary; without busy it reads no request's span, and the
+// busy figures (Busy, Utilization, BusyGPUCost, PerMillionOutputBusy)
+// are left zero: every other figure is Summary's to the micro-dollar.
+func (s *Service) summary(ctx context.Context, q Query, busy bool) (Summary, error) {
 	q = q.WithDefaults(s.now())
 	if err := q.Validate(); err != nil {
 		return Summary{Query: q}, err
@@ -133,8 +140,10 @@ func (s *Service) Summary(ctx context.Context, q Query) (Summary, error) {
 	}
 
 	bm := newBusyMeter(p.window, p.spanGroup)
-	if err := s.store.EachUsageSpan(ctx, q.AccountID, q.From, q.To, q.GroupBy, bm.add); err != nil {
-		return Summary{Query: q}, err
+	if busy {
+		if err := s.store.EachUsageSpan(ctx, q.AccountID, q.From, q.To, q.GroupBy, bm.add); err != nil {
+			return Summary{Query: q}, err
+		}
 	}
 	bm.done()
 

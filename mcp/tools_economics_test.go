@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -144,5 +145,53 @@ func sameJSON(t *testing.T, what string, got, want any) {
 	_ = json.Unmarshal(wb, &w)
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("%s:\n got %s\nwant %s", what, gb, wb)
+	}
+}
+
+// TestGetServiceToDate: get_service carries what the service cost and
+// carried since it was created, the unit economics summary by service
+// over [created_at, now) to the micro-dollar, valid against the tool's
+// output schema, and says it in its text; on SQLite and Postgres.
+func TestGetServiceToDate(t *testing.T) {
+	for _, k := range dbtest.Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			s, acme, _ := economicsStack(t, k)
+			key, _ := s.key("acme", "engineer")
+			cs := s.connect(viaStreamable, key, nil)
+			valid := outputValidator(t, cs)
+			res := callTool(t, cs, "get_service", map[string]any{"service": economicstest.ServiceName})
+			if res.IsError {
+				t.Fatalf("get_service: %s", text(res))
+			}
+			valid("get_service", res)
+			got := structured[struct {
+				CreatedAt time.Time         `json:"created_at"`
+				ToDate    *economics.ToDate `json:"to_date"`
+			}](t, res)
+			if got.ToDate == nil || !got.ToDate.From.Equal(got.CreatedAt) || !got.ToDate.To.Equal(economicstest.Now) {
+				t.Fatalf("to_date %+v, service created %s", got.ToDate, got.CreatedAt)
+			}
+			sum, err := economics.New(s.store, func() time.Time { return economicstest.Now }).Summary(context.Background(),
+				economics.Query{AccountID: acme.ID, From: got.ToDate.From, To: got.ToDate.To, GroupBy: economics.ByService})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var row economics.Row
+			for _, r := range sum.Rows {
+				if r.Group == economicstest.ServiceName {
+					row = r
+				}
+			}
+			td := *got.ToDate
+			if td.GPUCost != row.GPUCost || td.ProxyCharges != row.ProxyCharges || td.Requests != row.Requests ||
+				td.PromptTokens != row.PromptTokens || td.CompletionTokens != row.CompletionTokens || row.CompletionTokens == 0 {
+				t.Errorf("to_date %+v, the summary by service %+v", td, row)
+			}
+			if txt := text(res); !strings.Contains(txt, fmt.Sprintf("%d tokens in, %d out over %d requests", row.PromptTokens,
+				row.CompletionTokens, row.Requests)) {
+				t.Errorf("get_service text lacks the figures to date:\n%s", txt)
+			}
+		})
 	}
 }

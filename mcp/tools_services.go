@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -25,7 +26,11 @@ import (
 // sentence on what happened and what to do next.
 type serviceOutput struct {
 	services.View
-	Message string `json:"message" jsonschema:"what happened and what to do next"`
+	// ToDate is, from get_service on a server with unit economics, what
+	// the service cost and carried since it was created (as REST's
+	// GET /api/v1/services/{id}).
+	ToDate  *economics.ToDate `json:"to_date,omitempty"`
+	Message string            `json:"message" jsonschema:"what happened and what to do next"`
 }
 
 // servicesOutput is the caller's services.
@@ -51,6 +56,11 @@ func serviceOutputSchema() *jsonschema.Schema {
 	s := viewSchema()
 	s.Properties["message"] = &jsonschema.Schema{Type: "string", Description: "what happened and what to do next"}
 	s.Required = append(s.Required, "message")
+	td := outputSchema[economics.ToDate]()
+	td.Description = "get_service only: what the service cost and carried from its creation (from) to now (to): " +
+		"the unit economics summary by service over that period (GPU cost: its replicas' ledger charges, idle " +
+		"time included; proxy charges: what its calls were charged; tokens in and out)"
+	s.Properties["to_date"] = td
 	return s
 }
 
@@ -106,8 +116,9 @@ func (s *Server) serviceTools() []toolSpec {
 			Name:  "get_service",
 			Title: "Show a service",
 			Description: "Show one of your services: its definition (defaults filled), state, its replicas as " +
-				"instances (instance, state, provider, GPU, price, when ready) and its 20 latest events, newest first " +
-				"(scale-ups, refused rents, replacements, readiness).",
+				"instances (instance, state, provider, GPU, price, when ready), its 20 latest events, newest first " +
+				"(scale-ups, refused rents, replacements, readiness), and to_date: its GPU cost, proxy charges, " +
+				"requests and tokens in and out since it was created.",
 			InputSchema:  object(ident),
 			OutputSchema: serviceOutputSchema(),
 			Annotations:  readOnly("Show a service", false),
@@ -286,6 +297,13 @@ func (s *Server) getService(ctx context.Context, c call, in serviceInput) (resul
 		return result{}, err
 	}
 	out := serviceOutput{View: v, Message: stateSentence(v)}
+	if s.svc.Economics != nil {
+		td, err := s.svc.Economics.ServiceToDate(ctx, c.p.AccountID, v.Name, v.CreatedAt)
+		if err != nil {
+			return result{}, err
+		}
+		out.ToDate = &td
+	}
 	return result{serviceText("Service", out), out}, nil
 }
 
@@ -418,6 +436,11 @@ func serviceText(verb string, o serviceOutput) string {
 	}
 	if l := v.Lifetime; l != nil && (l.IdleTimeout != "0" && l.IdleTimeout != "" || l.MaxDuration != "0" && l.MaxDuration != "") {
 		fmt.Fprintf(&b, "Replica lifetime: idle_timeout %s, max_duration %s.\n", l.IdleTimeout, l.MaxDuration)
+	}
+	if td := o.ToDate; td != nil {
+		fmt.Fprintf(&b, "Since %s UTC: GPU cost %s, proxy charges %s; %d tokens in, %d out over %d requests.\n",
+			td.From.UTC().Format(time.DateTime), usd(td.GPUCost), usd(td.ProxyCharges), td.PromptTokens,
+			td.CompletionTokens, td.Requests)
 	}
 	b.WriteString("\n")
 	if len(v.Instances) == 0 {

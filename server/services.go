@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/services"
 )
 
@@ -48,13 +49,31 @@ func (s *Server) listServices(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"services": vs})
 }
 
+// serviceJSON is one service as GET /api/v1/services/{id} answers it:
+// its view and, on a server with unit economics, what it cost and carried
+// since it was created (the summary by service over that period).
+type serviceJSON struct {
+	services.View
+	ToDate *economics.ToDate `json:"to_date,omitempty"`
+}
+
 // GET /api/v1/services/{id}
 func (s *Server) getService(c echo.Context) error {
-	v, err := s.svc.Services.Get(c.Request().Context(), principal(c).AccountID, c.Param("id"))
+	ctx := c.Request().Context()
+	acct := principal(c).AccountID
+	v, err := s.svc.Services.Get(ctx, acct, c.Param("id"))
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, v)
+	out := serviceJSON{View: v}
+	if s.svc.Economics != nil {
+		td, err := s.svc.Economics.ServiceToDate(ctx, acct, v.Name, v.CreatedAt)
+		if err != nil {
+			return err
+		}
+		out.ToDate = &td
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // PATCH /api/v1/services/{id}: the body is the fields to change (a JSON

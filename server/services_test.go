@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/providers"
@@ -41,7 +43,8 @@ func newServicesEnv(t *testing.T, k dbtest.Kind) (*env, *services.Manager) {
 		Leader: st.WithLeader, Ledger: ledger})
 	m := services.New(st, fl, nil, services.Options{Logger: log})
 	srv := server.New(server.Services{Auth: a, Guard: g, Ledger: ledger, Fleet: fl, Services: m, Store: st,
-		RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})}, server.Options{Logger: log})
+		Economics: economics.New(st, nil), RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})},
+		server.Options{Logger: log})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: ledger}, m
@@ -181,6 +184,13 @@ func TestServicesREST(t *testing.T) {
 			evs, _ := g["events"].([]any)
 			if r.Status != 200 || g["id"] != id || len(evs) != 1 || evs[0].(map[string]any)["kind"] != "service.created" {
 				t.Fatalf("get %s: %d %s", ref, r.Status, r.Body)
+			}
+			// What it cost and carried since it was created: nothing yet.
+			td, _ := g["to_date"].(map[string]any)
+			from, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(td["from"]))
+			created, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(g["created_at"]))
+			if td == nil || !from.Equal(created) || created.IsZero() || td["requests"] != 0.0 || td["gpu_cost"] != 0.0 {
+				t.Errorf("get %s: to_date %v, created_at %v", ref, g["to_date"], g["created_at"])
 			}
 		}
 
