@@ -17,7 +17,12 @@ import (
 // watches every running or preempted interruptible one for preemption
 // (see watch) and confirms every terminating one, once; it asks the
 // provider again only for a destroy whose claim is older than
-// DestroyRetry (see destroy). It runs on one replica at a time.
+// DestroyRetry (see destroy). It runs on one replica at a time. The
+// instances it reads are read at a provider that lists them in full
+// (providers.FullLister: vast.ai) with one listing per poll, not one Get
+// each, which a rate-limited provider would soon refuse; only one missing
+// from the listing (created since, or gone) is read alone, as is every
+// one when the listing fails.
 func (s *Service) Poll(ctx context.Context) error {
 	_, err := s.opts.Leader(ctx, "fleet-poll", func(ctx context.Context) error {
 		insts, err := s.store.InstancesInStatus(ctx, gpuproxy.Starting, gpuproxy.Running, gpuproxy.Preempted,
@@ -25,17 +30,17 @@ func (s *Service) Poll(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		lists := s.pollListings(ctx, insts)
 		var errs []error
 		for _, inst := range insts {
 			var err error
-			switch inst.Status {
-			case gpuproxy.Starting:
-				_, err = s.advance(ctx, inst)
-			case gpuproxy.Running, gpuproxy.Preempted:
-				if inst.Market == gpuproxy.MarketInterruptible {
-					_, err = s.watch(ctx, inst)
-				}
-			default:
+			l := lists[inst.Provider]
+			switch {
+			case inst.Status == gpuproxy.Starting:
+				_, err = s.advanceIn(ctx, inst, l)
+			case polledWatch(inst):
+				_, err = s.watch(ctx, inst, l)
+			case inst.Status == gpuproxy.Terminating:
 				_, err = s.destroy(ctx, inst)
 			}
 			if err != nil {
@@ -47,6 +52,42 @@ func (s *Service) Poll(ctx context.Context) error {
 	return err
 }
 
+// polledWatch tells an instance the poller watches for preemption: a
+// running or preempted interruptible one.
+func polledWatch(inst gpuproxy.Instance) bool {
+	return (inst.Status == gpuproxy.Running || inst.Status == gpuproxy.Preempted) &&
+		inst.Market == gpuproxy.MarketInterruptible
+}
+
+// pollListings lists, once each, the providers that list in full and
+// have an instance among insts the poll reads at them (starting, or
+// watched); a provider whose listing fails has none (its instances are
+// read one by one, as before listings).
+func (s *Service) pollListings(ctx context.Context, insts []gpuproxy.Instance) map[string]*listing {
+	out := map[string]*listing{}
+	for _, inst := range insts {
+		if inst.ProviderInstanceID == "" || (inst.Status != gpuproxy.Starting && !polledWatch(inst)) {
+			continue
+		}
+		if _, done := out[inst.Provider]; done {
+			continue
+		}
+		p, ok := s.byName[inst.Provider]
+		if _, full := p.(providers.FullLister); !ok || !full {
+			continue
+		}
+		list, err := p.List(ctx)
+		if err != nil {
+			s.opts.Logger.Warn("fleet poll: listing failed; reading each instance", "provider", p.Name(), "err", err)
+			out[inst.Provider] = nil
+			continue
+		}
+		l := indexListing(list)
+		out[inst.Provider] = &l
+	}
+	return out
+}
+
 // watch reads a running or preempted interruptible instance at its
 // provider and records what preemption did: running → preempted (its
 // meter stopped, so its GPU time leaves committed spend) with the
@@ -55,9 +96,10 @@ func (s *Service) Poll(ctx context.Context) error {
 // meter stops at the poll that sees the pause, so up to one
 // PollInterval of a pause may be charged (and a resume's first interval
 // missed); truth-up against the provider's charges corrects both, and
-// the storage a paused instance still bills.
-func (s *Service) watch(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
-	pi, now, out, done, err := s.look(ctx, inst)
+// the storage a paused instance still bills. l, when set, is the poll's
+// listing of the instance's provider (see look).
+func (s *Service) watch(ctx context.Context, inst gpuproxy.Instance, l *listing) (gpuproxy.Instance, error) {
+	pi, now, out, done, err := s.look(ctx, inst, l)
 	if done {
 		return out, err
 	}

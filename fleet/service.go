@@ -280,17 +280,26 @@ func (s *Service) WaitRunning(ctx context.Context, accountID int64, id string, p
 }
 
 // look reads the poller's instance at its provider, at the service's
-// clock's now. done reports that the answer settles the row's fate for
-// the caller, which returns out and err: no provider or provider id yet
-// (nothing to read), a failed read, the instance gone at the provider, or
-// our provider id now naming someone else's instance (ours is gone).
-func (s *Service) look(ctx context.Context, inst gpuproxy.Instance) (pi providers.Instance, now time.Time,
+// clock's now: in l, the poll's complete listing of the provider, when
+// given and the instance is in it, else with a Get (an instance missing
+// from a listing was created since, or is gone, which the Get tells).
+// done reports that the answer settles the row's fate for the caller,
+// which returns out and err: no provider or provider id yet (nothing to
+// read), a failed read, the instance gone at the provider, or our
+// provider id now naming someone else's instance (ours is gone).
+func (s *Service) look(ctx context.Context, inst gpuproxy.Instance, l *listing) (pi providers.Instance, now time.Time,
 	out gpuproxy.Instance, done bool, err error) {
 	p, ok := s.byName[inst.Provider]
 	if !ok || inst.ProviderInstanceID == "" {
 		return pi, now, inst, true, nil
 	}
-	pi, err = p.Get(ctx, inst.ProviderInstanceID)
+	listed := false
+	if l != nil {
+		pi, listed = l.byID[inst.ProviderInstanceID]
+	}
+	if !listed {
+		pi, err = p.Get(ctx, inst.ProviderInstanceID)
+	}
 	now = s.opts.Now()
 	switch {
 	case providers.KindOf(err) == providers.KindGone:
@@ -308,7 +317,13 @@ func (s *Service) look(ctx context.Context, inst gpuproxy.Instance) (pi provider
 
 // advance checks one starting instance at its provider and moves it on.
 func (s *Service) advance(ctx context.Context, inst gpuproxy.Instance) (gpuproxy.Instance, error) {
-	pi, now, out, done, err := s.look(ctx, inst)
+	return s.advanceIn(ctx, inst, nil)
+}
+
+// advanceIn is advance reading the instance in l, the poll's listing of
+// its provider, when given (see look).
+func (s *Service) advanceIn(ctx context.Context, inst gpuproxy.Instance, l *listing) (gpuproxy.Instance, error) {
+	pi, now, out, done, err := s.look(ctx, inst, l)
 	if done {
 		return out, err
 	}

@@ -89,6 +89,7 @@ var (
 	_ providers.Provider      = (*Adapter)(nil)
 	_ providers.Bidder        = (*Adapter)(nil)
 	_ providers.CreateChecker = (*Adapter)(nil)
+	_ providers.FullLister    = (*Adapter)(nil)
 )
 
 // withDefaults returns o with its zero fields (and a DiskGB below
@@ -461,6 +462,10 @@ func (a *Adapter) List(ctx context.Context) ([]providers.Instance, error) {
 		tokens[token] = true
 	}
 }
+
+// ListsInFull marks List's instances as complete as Get's: the v1 list
+// and the one-instance read answer the same instance object.
+func (a *Adapter) ListsInFull() {}
 
 // listPage fetches one page, waiting out a rate limit that outlasted the
 // client's retries (the v1 list allows about one call per second).
