@@ -17,6 +17,10 @@ const (
 	headWriteSize = 8 << 10
 )
 
+// A head reader takes in one read all a pooled buffer holds (waitData's
+// read-ahead): it is at least as large.
+const _ = uint(headReadSize - CopySize)
+
 // Buffers are the pooled buffers of one Client: copy buffers of bodies
 // (shared with the caller's own copy loop through Get and Put), and the
 // head readers and writers of its connections. Held counts those taken

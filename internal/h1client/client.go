@@ -104,6 +104,7 @@ type conn struct {
 	bufs   *Buffers
 	raw    *rawReader    // reads and waits without a buffer (nil: not a file descriptor)
 	br     *bufio.Reader // nil when no head is being read
+	src    readAhead     // br's source: bytes waitData read, then c
 	bw     *bufio.Writer // nil when no head is being written
 	addr   string
 	idleAt time.Time
@@ -115,7 +116,8 @@ type conn struct {
 func (pc *conn) reader() *bufio.Reader {
 	if pc.br == nil {
 		pc.br = pc.bufs.reader()
-		pc.br.Reset(pc.c)
+		pc.src.c = pc.c
+		pc.br.Reset(&pc.src)
 	}
 	return pc.br
 }
@@ -126,6 +128,7 @@ func (pc *conn) releaseReader() {
 		pc.bufs.putReader(pc.br)
 		pc.br = nil
 	}
+	pc.src.drop(pc.bufs)
 }
 
 func (pc *conn) writer() *bufio.Writer {
@@ -160,16 +163,61 @@ func (pc *conn) buffered() int {
 }
 
 // waitData waits until the connection has something to read (or its
-// read deadline passes), then reads the first byte into the head reader:
-// while nothing comes, no buffer is held.
+// read deadline passes), then has it in the head reader: while nothing
+// comes, no buffer is held. With a file descriptor the bytes are read
+// once they are there, into a pooled buffer (rawReader.readPooled), and
+// handed to the head reader by a copy: one read per answer, where waiting
+// for readability first and then reading would take a second call.
 func (pc *conn) waitData() error {
-	if pc.raw != nil && pc.buffered() == 0 {
-		if err := pc.raw.waitReadable(); err != nil {
-			return err
-		}
+	if pc.raw == nil || pc.buffered() > 0 {
+		_, err := pc.reader().Peek(1)
+		return err
 	}
-	_, err := pc.reader().Peek(1)
+	bp, n, err := pc.raw.readPooled()
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
+		return io.EOF
+	}
+	pc.releaseReader() // empty: nothing is dropped
+	pc.src.bp, pc.src.b = bp, (*bp)[:n]
+	_, err = pc.reader().Peek(1) // copies what was read
+	pc.src.drain(pc.bufs)
 	return err
+}
+
+// readAhead is a connection's head reader's source: the bytes waitData
+// read ahead (held in a pooled buffer), then the connection.
+type readAhead struct {
+	c  net.Conn
+	bp *[]byte // pooled, holding b
+	b  []byte
+}
+
+func (r *readAhead) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return r.c.Read(p)
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// drain gives the pooled buffer back once its bytes are all read (the
+// head reader took them whole: its buffer is as large as a pooled one).
+func (r *readAhead) drain(bufs *Buffers) {
+	if len(r.b) == 0 {
+		r.drop(bufs)
+	}
+}
+
+// drop gives the pooled buffer back; unread bytes are dropped.
+func (r *readAhead) drop(bufs *Buffers) {
+	if r.bp != nil {
+		bufs.Put(r.bp)
+		r.bp, r.b = nil, nil
+	}
 }
 
 // cancelPoll is how often an exchange waiting for its answer checks its

@@ -12,6 +12,4 @@ func newRawReader(net.Conn, *Buffers) *rawReader { return nil }
 
 func (r *rawReader) readPooled() (*[]byte, int, error) { panic("unreachable") }
 
-func (r *rawReader) waitReadable() error { panic("unreachable") }
-
 func (r *rawReader) relay(func([]byte) bool) error { panic("unreachable") }

@@ -12,10 +12,8 @@ import (
 // connection has nothing to read (a parked stream), the goroutine waits in
 // the poller and holds no buffer.
 type rawReader struct {
-	rc     syscall.RawConn
-	bufs   *Buffers
-	peek   func(fd uintptr) bool // waitReadable's, made once per connection
-	peeked [1]byte               // peek's byte (peeked, never used)
+	rc   syscall.RawConn
+	bufs *Buffers
 	// read is readPooled's, made once per connection, with its results
 	// (one read at a time per connection).
 	read func(fd uintptr) bool
@@ -34,10 +32,6 @@ func newRawReader(c net.Conn, bufs *Buffers) *rawReader {
 		return nil
 	}
 	r := &rawReader{rc: rc, bufs: bufs}
-	r.peek = func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), r.peeked[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
-	}
 	r.read = func(fd uintptr) bool {
 		r.bp = r.bufs.Get()
 		for {
@@ -78,13 +72,6 @@ func (r *rawReader) readPooled() (bp *[]byte, n int, err error) {
 		}
 	}
 	return bp, n, err
-}
-
-// waitReadable waits, holding no buffer, until the connection has data,
-// an end of stream or an error to read (or its read deadline passes).
-// It is one exchange's (one call at a time per connection).
-func (r *rawReader) waitReadable() error {
-	return r.rc.Read(r.peek)
 }
 
 // relay reads the connection until feed returns false: each time it is
