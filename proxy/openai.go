@@ -121,6 +121,48 @@ type modelOnly struct {
 	Messages jsonKind `json:"messages"`
 }
 
+// read reads body into mo as json.Unmarshal does, and returns its error.
+// A body whose model is a plain string (ASCII, no escapes) or null is read
+// by topFields, without encoding/json's reflection; any other is left to
+// json.Unmarshal. FuzzModelOnly holds the two equal.
+func (mo *modelOnly) read(body []byte) error {
+	var m modelOnly
+	plain := true
+	if topFields(body, func(k, v []byte) {
+		switch {
+		case fieldIs(k, "model"):
+			switch {
+			case v[0] == 'n':
+				m.Model = nil
+			case v[0] == '"' && plainString(v):
+				s := string(v[1 : len(v)-1])
+				m.Model = &s
+			default:
+				plain = false
+			}
+		case fieldIs(k, "messages"):
+			_ = m.Messages.UnmarshalJSON(v)
+		}
+	}) && plain {
+		*mo = m
+		return nil
+	}
+	*mo = modelOnly{}
+	return json.Unmarshal(body, mo)
+}
+
+// plainString reports whether v, a valid JSON string, is read as its bytes
+// between the quotes: no escapes, and ASCII (json.Unmarshal replaces
+// invalid UTF-8).
+func plainString(v []byte) bool {
+	for _, c := range v {
+		if c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // jsonKind records the first byte of a JSON value (0: absent) without
 // keeping the value.
 type jsonKind byte
@@ -146,7 +188,7 @@ func (o openAI) serve(w http.ResponseWriter, r *http.Request, acct int64, key st
 		return writeOpenAIErr(w, p, err)
 	}
 	var mo modelOnly
-	if err := json.Unmarshal(body, &mo); err != nil {
+	if err := mo.read(body); err != nil {
 		return writeOpenAIErr(w, p, gpuproxy.Invalid("body", "must be a JSON object: %s", jsonProblem(err)))
 	}
 	if mo.Model == nil || *mo.Model == "" {
