@@ -513,11 +513,14 @@ func (s *Store) ReplicasEver(ctx context.Context, serviceID string) (int, error)
 }
 
 // AccountReplicas lists the replicas, not gone, of the account's active
-// services (the router's table), by service and then oldest first.
+// services (the router's table), by service and then oldest first. A
+// replica whose instance is preempted is left out: the routers send it
+// nothing from their next refresh, before the controller marks it.
 func (s *Store) AccountReplicas(ctx context.Context, accountID int64) ([]gpuproxy.Replica, error) {
 	r, err := s.pool().query(ctx, `SELECT r.service_id, r.instance_id, r.account_id, r.state, r.reason, r.ready_us,
 		r.unready_us, r.created_us, r.updated_us, r.market FROM service_replicas r JOIN services s ON s.id = r.service_id
 		WHERE r.account_id = $1 AND r.state <> 'gone' AND s.account_id = $1 AND s.state = 'active'
+		AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = r.instance_id AND i.status = 'preempted')
 		ORDER BY r.service_id, r.created_us, r.instance_id`, accountID)
 	return scanAll(r, err, func(r rows) (gpuproxy.Replica, error) { return scanReplica(r) })
 }

@@ -287,6 +287,10 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, h1client.ErrClientGone) {
 		p.log.Warn("proxy response cut", "request_id", u.RequestID, "instance_id", u.InstanceID, "bytes", n, "err", err)
+		if u.ServiceID != "" && isEventStream(resp.Header) { // a service's token stream ends with an error event
+			_, _ = w.Write(streamCutEvent(err))
+			return resp.StatusCode
+		}
 		panic(http.ErrAbortHandler) // ServeHTTP's deferred record still runs
 	}
 	// Send the answer now rather than after the middleware's bookkeeping

@@ -33,6 +33,9 @@ func (p *Proxy) detach(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if tap != nil {
 		f = tap
 	}
+	if u.ServiceID != "" { // a service's token stream ends with an error event if cut
+		f = cutFilter{f}
+	}
 	return p.lean.Detach(ctx, w, r, resp, p.opts.MaxResponseBody, f, func(end h1client.StreamEnd) {
 		if end.Err != nil {
 			p.log.Warn("proxy response cut", "request_id", rec.RequestID, "instance_id", rec.InstanceID,

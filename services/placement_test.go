@@ -129,7 +129,7 @@ func (s *stack) waitFor(name, what string, within time.Duration, ok func(service
 // two replicas and one extra, all interruptible, on three machines in
 // three locations (by price alone two would share machine 1 and all
 // three Texas). A replica preempted for good stops taking requests at
-// once, is replaced, and is destroyed once its preempted_grace (3s) is
+// once, is replaced, and is destroyed once its preempted_grace (5s) is
 // over; one preempted for 2s resumes within the grace, serves again, and
 // the surplus it makes is drained. Requests sent meanwhile are all answered,
 // and the limit is never passed.
@@ -142,7 +142,7 @@ func TestInterruptiblePlacement(t *testing.T) {
 				limits: []guardrails.Window{{Minutes: 60, Limit: 10 * gpuproxy.MicrosPerUSD}}})
 			stop := limitWatch(t, s)
 			defer stop()
-			s.create(spotService("spot", "interruptible", `,"preempted_grace":"3s"`))
+			s.create(spotService("spot", "interruptible", `,"preempted_grace":"5s"`))
 			v := s.waitReady("spot", 3, 20*time.Second)
 			machines, locations := map[int64]bool{}, map[string]bool{}
 			for _, r := range v.Instances {
@@ -166,6 +166,10 @@ func TestInterruptiblePlacement(t *testing.T) {
 			var sent atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
+			defer func() {
+				cancel()
+				wg.Wait()
+			}()
 			for range 3 {
 				wg.Go(func() {
 					for ctx.Err() == nil {
@@ -185,15 +189,21 @@ func TestInterruptiblePlacement(t *testing.T) {
 			if err := s.sim.Preempt(s.simID(gone), time.Hour); err != nil {
 				t.Fatal(err)
 			}
-			s.waitFor("spot", "the preempted replica unready and a replacement ready", 20*time.Second, func(v services.View) bool {
+			s.waitFor("spot", "the preempted replica unready", 20*time.Second, func(v services.View) bool {
 				r, ok := replicaOf(v, gone)
-				return ok && r.State == string(gpuproxy.ReplicaUnready) && r.Reason == "preempted" &&
-					readyCount(v, gpuproxy.MarketInterruptible) == 3
+				return !ok || r.State == string(gpuproxy.ReplicaUnready) && r.Reason == "preempted"
 			})
-			s.waitFor("spot", "the preempted replica destroyed after its grace", 20*time.Second, func(v services.View) bool {
-				_, ok := replicaOf(v, gone)
-				return !ok
-			})
+			s.waitFor("spot", "the preempted replica destroyed after its grace, and replaced", 30*time.Second,
+				func(v services.View) bool {
+					_, ok := replicaOf(v, gone)
+					return !ok && readyCount(v, gpuproxy.MarketInterruptible) == 3
+				})
+			if e := s.event("spot", "service.replica_preempted", gone); e == nil || !strings.Contains(e.Message, "outranked") {
+				t.Errorf("replica_preempted of %s: %+v", gone, e)
+			}
+			if e := s.event("spot", "service.replica_destroyed", gone); e == nil || !strings.Contains(e.Message, "stayed preempted for 5s") {
+				t.Errorf("replica_destroyed of %s: %+v", gone, e)
+			}
 			if in, ok := simInstance(s, gone); ok && !in.Destroyed {
 				t.Errorf("the preempted replica's instance %s is not destroyed at the provider: %+v", gone, in)
 			}
@@ -205,16 +215,13 @@ func TestInterruptiblePlacement(t *testing.T) {
 			if err := s.sim.Preempt(s.simID(back), 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			s.waitFor("spot", "the briefly preempted replica unready", 20*time.Second, func(v services.View) bool {
-				r, ok := replicaOf(v, back)
-				return ok && r.Reason == "preempted"
-			})
+			if !testpoll.Wait(20*time.Second, func() bool { return s.event("spot", "service.replica_preempted", back) != nil }) {
+				t.Fatalf("the briefly preempted replica %s was not seen preempted: %v", back, s.events("spot"))
+			}
 			s.waitFor("spot", "the resumed replica ready again and the surplus drained", 30*time.Second, func(v services.View) bool {
 				r, ok := replicaOf(v, back)
 				return ok && r.State == string(gpuproxy.ReplicaReady) && v.Ready == 3 && len(v.Instances) == 3
 			})
-			cancel()
-			wg.Wait()
 			evs := s.events("spot")
 			for _, want := range []string{"service.replica_preempted", "service.replica_destroyed", "service.replica_resumed",
 				"service.replica_draining"} {
@@ -227,6 +234,21 @@ func TestInterruptiblePlacement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// event is the service's latest event of kind about instance id, or nil.
+func (s *stack) event(name, kind, id string) *services.EventView {
+	s.t.Helper()
+	evs, err := s.apps[0].Services.Events(context.Background(), s.acct.ID, name, 500)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Kind == kind && e.InstanceID == id {
+			return &e
+		}
+	}
+	return nil
 }
 
 // simInstance is the simulator's record of one of our instances.
@@ -242,15 +264,15 @@ func simInstance(s *stack, id string) (vastaisim.SimInstance, bool) {
 // TestFallbackOnDemand: with interruptible-with-fallback, while every
 // minimum bid is over the cap (a trace raises them at the start) the
 // interruptible rent finds no offer and on-demand replicas cover the
-// load; once bids fall back (the trace, at 6s) interruptible replicas are
+// load; once bids fall back (the test applies it) interruptible replicas are
 // rented and, once ready, the on-demand ones are drained and destroyed.
 // The limit is never passed.
 func TestFallbackOnDemand(t *testing.T) {
 	for _, k := range dbtest.Kinds {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
-			trace := []vastaisim.TraceEvent{{At: 0, Kind: vastaisim.TraceBid, Value: 20},
-				{At: 6 * time.Second, Kind: vastaisim.TraceBid, Value: 1}}
+			// Every minimum bid 20 times its list price: over the cap.
+			trace := []vastaisim.TraceEvent{{At: 0, Kind: vastaisim.TraceBid, Value: 20}}
 			s := newStack(t, k, stackOpts{catalog: spotCatalog(),
 				market: &vastaisim.Market{Tick: 50 * time.Millisecond, Trace: trace},
 				limits: []guardrails.Window{{Minutes: 60, Limit: 10 * gpuproxy.MicrosPerUSD}}})
@@ -260,6 +282,13 @@ func TestFallbackOnDemand(t *testing.T) {
 			s.waitFor("hedge", "two on-demand fallbacks ready", 20*time.Second, func(v services.View) bool {
 				return readyCount(v, gpuproxy.MarketOnDemand) == 2
 			})
+			if st, b := s.chat(0, "hedge-m", false); st != 200 {
+				t.Fatalf("chat on the fallbacks: %d %s", st, b)
+			}
+			// Bids back at their list prices: interruptible supply returns.
+			if err := s.sim.Apply(vastaisim.TraceEvent{Kind: vastaisim.TraceBid, Value: 1}); err != nil {
+				t.Fatal(err)
+			}
 			v := s.waitFor("hedge", "interruptible replicas back and the fallbacks released", 40*time.Second,
 				func(v services.View) bool {
 					return readyCount(v, gpuproxy.MarketInterruptible) == 3 && len(v.Instances) == 3

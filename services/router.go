@@ -95,10 +95,19 @@ func (m *Manager) Models(ctx context.Context, accountID int64) ([]gpuproxy.Servi
 
 func (r *router) pick(ctx context.Context, acct int64, model, exclude string) (gpuproxy.ServiceRoute, error) {
 	var deadline time.Time
-	for {
+	for first := true; ; first = false {
 		t, err := r.table(ctx, acct)
 		if err != nil {
 			return gpuproxy.ServiceRoute{}, err
+		}
+		if first && exclude != "" {
+			// A retry: the replica tried could not serve (preempted,
+			// drained and destroyed since the table was read), and so may
+			// others the table still lists. Read it afresh first.
+			r.refresh(ctx, acct, t)
+			if t, err = r.table(ctx, acct); err != nil {
+				return gpuproxy.ServiceRoute{}, err
+			}
 		}
 		rt := t.byModel[model]
 		if rt == nil {

@@ -257,7 +257,37 @@ func (d *detachedStream) relay() (int64, bool, error) {
 			err = ErrClientGone
 		}
 	}
+	if c, ok := d.filter.(Cutter); ok && err != nil && !errors.Is(err, ErrClientGone) && !d.cancelled.Load() {
+		d.endCut(c, err)
+	}
 	return d.written, err == nil && d.done && d.clean, err
+}
+
+// Cutter is a Filter that ends a stream whose server's side fails
+// mid-way (a read error, a body over its limit; not the caller gone, nor
+// a cancel) with bytes of its own — an error event the caller can read —
+// and the last chunk, instead of cutting it short. Cut returns them (nil:
+// cut the stream).
+type Cutter interface {
+	Cut(err error) []byte
+}
+
+// endCut ends a stream whose server's side failed with what c.Cut says
+// and the last chunk, so the caller sees why it ended rather than a body
+// cut short. The stream still ends with its error (the connection is
+// closed after it).
+func (d *detachedStream) endCut(c Cutter, err error) {
+	ev := c.Cut(err)
+	if len(ev) == 0 {
+		return
+	}
+	b := make([]byte, 0, len(ev)+chunkHead+2+len(lastChunk))
+	b = strconv.AppendInt(b, int64(len(ev)), 16)
+	b = append(b, "\r\n"...)
+	b = append(b, ev...)
+	b = append(b, "\r\n"...)
+	b = append(b, lastChunk...)
+	_, _ = d.nc.Write(b)
 }
 
 // relayRaw relays a body whose end is in band through rawReader.relay,

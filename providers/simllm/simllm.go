@@ -242,7 +242,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id string, creat
 			case <-r.Context().Done():
 				return
 			case <-s.done:
-				return
+				// The server went away mid-stream (an instance preempted):
+				// the connection drops, the stream is never ended whole.
+				panic(http.ErrAbortHandler)
 			case <-time.After(delay):
 			}
 		}

@@ -375,6 +375,7 @@ func (s *Server) settleOne(in *instance, t time.Time) {
 	case lost && !in.paused:
 		in.paused = true
 		in.endRun(t)
+		in.stopInference() // its GPUs are gone: requests on it fail now, streams are cut
 		in.preemptions++
 		s.mkt.preempted++
 		in.logf(t, true, "instance %d paused: %s", in.id, why)
@@ -595,5 +596,23 @@ func (s *Server) Preempt(id int64, hold time.Duration) error {
 	}
 	s.mkt.claims[in.offer.MachineID] = claim{until: now.Add(hold), onDemand: true}
 	s.settleOne(in, now)
+	return nil
+}
+
+// Apply schedules a market event now, as a trace event at this time:
+// it takes effect at the market's next tick (tests drive the market
+// with it, free of the trace's clock). It needs a market.
+func (s *Server) Apply(e TraceEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mkt == nil {
+		return fmt.Errorf("a %s event needs Options.Market", e.Kind)
+	}
+	if err := e.validate(); err != nil {
+		return err
+	}
+	now := s.now()
+	s.advanceMarket(now)
+	s.applyTrace(e, now)
 	return nil
 }
