@@ -35,3 +35,19 @@ func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 		t.Fatalf("waited %v until %s; it never happened", timeout, what)
 	}
 }
+
+// WaitEvery is Wait with a fixed pause between checks, for a condition
+// whose check costs: a request that counts against the caller's rate
+// limit, or load on the system a harness drives.
+func WaitEvery(timeout, every time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(every)
+	}
+}

@@ -55,3 +55,23 @@ func TestUntilFailsTheTestAtTheDeadline(t *testing.T) {
 		t.Fatal("Until failed a test whose condition held")
 	}
 }
+
+func TestWaitEveryPausesAsTold(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	start := time.Now()
+	if !WaitEvery(5*time.Second, 30*time.Millisecond, func() bool { return calls.Add(1) == 3 }) {
+		t.Fatal("WaitEvery gave up on a condition that held")
+	}
+	// Two pauses of 30 ms between three checks, not Wait's 1 and 2 ms.
+	if d := time.Since(start); d < 60*time.Millisecond || calls.Load() != 3 {
+		t.Fatalf("%d checks in %v, want 3 in at least 60ms", calls.Load(), d)
+	}
+	start = time.Now()
+	if WaitEvery(50*time.Millisecond, 20*time.Millisecond, func() bool { return false }) {
+		t.Fatal("WaitEvery reported a condition that never held")
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("gave up after %v, before the deadline", d)
+	}
+}
