@@ -23,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/netpolicy"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 const usd = gpuproxy.MicrosPerUSD
@@ -30,13 +31,7 @@ const usd = gpuproxy.MicrosPerUSD
 // waitFor polls cond until it holds, failing after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for pause := time.Millisecond; !cond(); pause = min(2*pause, 20*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v until %s; it never happened", timeout, what)
-		}
-		time.Sleep(pause)
-	}
+	testpoll.Until(t, timeout, what, cond)
 }
 
 // post is one POST the receiver got.

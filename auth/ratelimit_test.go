@@ -355,6 +355,7 @@ func TestRateLimiterReplicas(t *testing.T) {
 									badWait.Store(wait)
 								}
 							}
+							// pace: callers spread their requests over the run.
 							time.Sleep(time.Millisecond)
 						}
 					})
@@ -397,6 +398,7 @@ func TestRateLimiterRunPrunes(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { rl.Run(ctx); close(done) }()
+		// pace: synctest's fake clock passes three PruneIntervals.
 		time.Sleep(3*time.Minute + time.Second)
 		synctest.Wait()
 		if n := f.prunes.Load(); n != 3 {

@@ -34,7 +34,8 @@ func TestLifetimePolicyUpdatesKeepEachOther(t *testing.T) {
 				wg.Go(func() {
 					d := time.Duration(i+1) * time.Hour
 					_, err := stores[i].UpdateLifetimePolicy(ctx, a.ID, func(p gpuproxy.LifetimePolicy) (gpuproxy.LifetimePolicy, error) {
-						time.Sleep(5 * time.Millisecond) // widen the read-to-write window
+						// pace: holds the read-to-write window open for the others.
+						time.Sleep(5 * time.Millisecond)
 						f(&p, &d)
 						return p, nil
 					})

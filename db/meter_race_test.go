@@ -16,6 +16,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // runningMeter admits, starts and runs an hourly instance whose meter
@@ -263,6 +264,7 @@ func meterStopRace(t *testing.T, stores []*db.Store) {
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(round), uint64(i)))
+				// pace: the stops land at random points between ticks.
 				time.Sleep(time.Duration(rng.IntN(4000)) * time.Microsecond)
 				s := stores[rng.IntN(len(stores))]
 				// The stop's time is read before the call, and some time may
@@ -270,6 +272,7 @@ func meterStopRace(t *testing.T, stores []*db.Store) {
 				// provider, a reconciler pass): ticks read later meanwhile.
 				at := clock()
 				if rng.IntN(2) == 0 {
+					// pace: the stop commits a while after its time was read.
 					time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
 				}
 				var err error
@@ -290,19 +293,17 @@ func meterStopRace(t *testing.T, stores []*db.Store) {
 		wg.Wait()
 	}
 	// The tickers charge what is left up to each stop.
-	deadline := time.Now().Add(30 * time.Second)
-	for due := len(stops); due > 0; {
-		if time.Now().After(deadline) {
-			t.Errorf("%d stopped meters still not charged up to their stop after 30s", due)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	due := len(stops)
+	if !testpoll.Wait(30*time.Second, func() bool {
 		due = 0
 		for id, stop := range stops {
 			if m, err := stores[0].Meter(ctx, id); err != nil || m.ChargedUntil.Before(stop) {
 				due++
 			}
 		}
+		return due == 0
+	}) {
+		t.Errorf("%d stopped meters still not charged up to their stop after 30s", due)
 	}
 	cancel()
 	tickers.Wait()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestClaimRateTokens: a new key's bucket is full; claims take what is
@@ -58,16 +59,10 @@ func TestClaimRateTokens(t *testing.T) {
 			t.Fatalf("other key: %d, want a full bucket of %d", g, perMinute)
 		}
 		// The refill shows up within about the wait the store named.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if g, _ := claim("a", 1); g == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the bucket did not refill")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testpoll.Until(t, 5*time.Second, "the bucket refills", func() bool {
+			g, _ := claim("a", 1)
+			return g == 1
+		})
 		for _, bad := range [][2]int{{0, 60}, {1, 0}} {
 			if _, _, err := s.ClaimRateTokens(ctx, "a", bad[0], bad[1]); gpuproxy.ErrorCode(err) != gpuproxy.EINVALID {
 				t.Fatalf("claim %v: %v", bad, err)

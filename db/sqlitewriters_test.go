@@ -10,6 +10,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestSQLiteWriterTakesItsTurn: a single write waiting behind a stream of
@@ -43,9 +44,7 @@ func TestSQLiteWriterTakesItsTurn(t *testing.T) {
 			}
 		})
 	}
-	for started.Load() < writers*10 {
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, 10*time.Second, "the writers are under way", func() bool { return started.Load() >= writers*10 })
 	above := gpuproxy.Micros(1)
 	before := started.Load()
 	err = st.SetKeyConfirmAbove(ctx, a.ID, "k", &above) // one statement outside a transaction

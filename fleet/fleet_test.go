@@ -151,7 +151,7 @@ func TestLifecycleHourly(t *testing.T) {
 			if snap.Held != 0 || snap.Burn != o.PricePerHour {
 				t.Fatalf("running: held %s burn %s", snap.Held, snap.Burn)
 			}
-			// The sleep models time: the instance runs a while before it is
+			// pace: models time: the instance runs a while before it is
 			// destroyed.
 			time.Sleep(50 * time.Millisecond)
 			got, err := f.Destroy(ctx, w.acct.ID, inst.ProviderInstanceID) // by the provider's id

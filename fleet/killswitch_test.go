@@ -180,8 +180,8 @@ func TestKillPlans(t *testing.T) {
 			if _, _, err := w.guards[0].Admit(ctx, w.acct.ID, usd, "lease:test"); err != nil {
 				t.Fatal(err)
 			}
-			// Half of what has run so far is charged. (The sleep models
-			// time: the instance runs 20 ms more for the meter to charge.)
+			// Half of what has run so far is charged.
+			// pace: models time: the instance runs 20 ms more for the meter to charge.
 			time.Sleep(20 * time.Millisecond)
 			if _, err := billing.NewMeterer(w.stores[0], billing.MeterOptions{Logger: quiet}).Tick(ctx); err != nil {
 				t.Fatal(err)

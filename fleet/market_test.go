@@ -12,6 +12,7 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -20,20 +21,20 @@ import (
 func (w *world) pollUntil(id string, want gpuproxy.InstanceStatus) gpuproxy.Instance {
 	w.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var (
+		inst gpuproxy.Instance
+		err  error
+	)
+	if !testpoll.Wait(10*time.Second, func() bool {
 		if err := w.fleets[0].Poll(ctx); err != nil {
 			w.t.Fatal(err)
 		}
-		inst, err := w.stores[0].Instance(ctx, w.acct.ID, id)
-		if err == nil && inst.Status == want {
-			return inst
-		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("instance %s is %s (%v), want %s", id, inst.Status, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		inst, err = w.stores[0].Instance(ctx, w.acct.ID, id)
+		return err == nil && inst.Status == want
+	}) {
+		w.t.Fatalf("instance %s is %s (%v), want %s", id, inst.Status, err, want)
 	}
+	return inst
 }
 
 // TestInterruptibleRentPreemptedAndResumed: a spec for the interruptible

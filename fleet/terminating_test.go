@@ -13,6 +13,7 @@ import (
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
@@ -62,19 +63,13 @@ func TestDestroyIsAskedOnce(t *testing.T) {
 	if _, err := f.Destroy(ctx, acct.ID, inst.ID); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testpoll.Until(t, 20*time.Second, "the destroyed instance is terminated", func() bool {
 		row, err := st.Instance(ctx, acct.ID, inst.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if row.Status == gpuproxy.Terminated {
-			break
-		}
-		if wctx.Err() != nil {
-			t.Fatalf("not terminated: %s", row.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return row.Status == gpuproxy.Terminated
+	})
 	if n := deletes.Load(); n != 1 {
 		t.Fatalf("%d DELETEs sent for one destroy", n)
 	}

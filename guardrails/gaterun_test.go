@@ -117,7 +117,8 @@ func TestProxyGateWorksOnlyWhileRunning(t *testing.T) {
 			}
 		}
 		call()
-		time.Sleep(time.Minute) // 60 lease spans, 600 limits polls
+		// pace: synctest's fake clock: 60 lease spans, 600 limits polls.
+		time.Sleep(time.Minute)
 		synctest.Wait()
 		if n, m := st.settles.Load(), st.limitReads.Load(); n != 0 || m != 0 {
 			t.Fatalf("before Run: %d settlements, %d limits reads; want none", n, m)
@@ -126,6 +127,7 @@ func TestProxyGateWorksOnlyWhileRunning(t *testing.T) {
 		rctx, stop := context.WithCancel(ctx)
 		done := startRun(rctx, g)
 		call() // a new lease and snapshot for the limits poll to watch
+		// pace: synctest's fake clock passes five limits polls.
 		time.Sleep(500 * time.Millisecond)
 		synctest.Wait()
 		if st.settles.Load() == 0 || st.limitReads.Load() == 0 {
@@ -135,6 +137,7 @@ func TestProxyGateWorksOnlyWhileRunning(t *testing.T) {
 		<-done
 		settles, reads := st.settles.Load(), st.limitReads.Load()
 		call()
+		// pace: synctest's fake clock, a minute with Run stopped.
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if st.settles.Load() != settles || st.limitReads.Load() != reads {

@@ -14,6 +14,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
@@ -130,9 +131,5 @@ func TestClientMistakesAreNotErrors(t *testing.T) {
 // waitFor polls cond until it holds, failing after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testpoll.Until(t, 10*time.Second, what, cond)
 }

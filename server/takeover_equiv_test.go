@@ -102,7 +102,8 @@ func TestTakeoverWriteTimeout(t *testing.T) {
 	const limit = 500 * time.Millisecond
 	h := func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/v1/x/slow" {
-			time.Sleep(2 * limit) // the response is written after WriteTimeout
+			// pace: holds the response back past WriteTimeout.
+			time.Sleep(2 * limit)
 		}
 		_, _ = w.Write([]byte("ok"))
 	}
@@ -112,6 +113,7 @@ func TestTakeoverWriteTimeout(t *testing.T) {
 			rc := e.conn(t)
 			// The deadline runs from each request's head, not from the
 			// connection's first request.
+			// pace: the connection must really be older than WriteTimeout.
 			time.Sleep(limit + limit/2)
 			if res, body := rc.do("GET", "/api/v1/x/fast", e.key, ""); res.StatusCode != 200 || body != "ok" {
 				t.Fatalf("request after WriteTimeout has passed: %d %q", res.StatusCode, body)
@@ -147,6 +149,7 @@ func TestTakeoverReadTimeout(t *testing.T) {
 			rc := e.conn(t)
 			// A body sent in time is read, however long the connection has
 			// been idle (IdleTimeout) before.
+			// pace: the connection must really idle longer than ReadTimeout.
 			time.Sleep(limit + limit/2)
 			if res, body := rc.do("POST", "/api/v1/x/echo", e.key, "in time"); res.StatusCode != 200 || body != "in time" {
 				t.Fatalf("body in time: %d %q", res.StatusCode, body)
@@ -154,6 +157,7 @@ func TestTakeoverReadTimeout(t *testing.T) {
 			// A body still arriving after ReadTimeout fails to read.
 			rc.send("POST /api/v1/x/echo HTTP/1.1\r\nHost: test\r\nX-API-Key: " + e.key +
 				"\r\nContent-Length: 10\r\n\r\n01234")
+			// pace: the rest of the body really arrives after ReadTimeout.
 			time.Sleep(limit + limit/2)
 			_, _ = io.WriteString(rc.c, "56789")
 			res, body, err := rc.tryRead("POST")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -78,12 +79,8 @@ func (rc *rawConn) do(method, path, key, body string, extra ...string) (*http.Re
 // takeover follows the response the client has already read).
 func waitTakenOver(t *testing.T, s *server.Server, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); server.TakenOver(s) != n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections taken over; want %d", server.TakenOver(s), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, 5*time.Second, fmt.Sprintf("%d connections are taken over", n),
+		func() bool { return server.TakenOver(s) == n })
 }
 
 // closed reports whether the server closed the connection (EOF) within 5s.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // sink records each Write it gets.
@@ -60,16 +62,10 @@ func TestIntervalFlushes(t *testing.T) {
 	w := New(s, 1024, 10*time.Millisecond)
 	defer w.Close()
 	_, _ = w.Write([]byte("hello\n"))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if got, _ := s.all(); got == "hello\n" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the line was not flushed by the timer")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, 5*time.Second, "the timer flushes the line", func() bool {
+		got, _ := s.all()
+		return got == "hello\n"
+	})
 }
 
 func TestFullBufferFlushesFirstAndLargeLinesGoThrough(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/netpolicy"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // countingResolver answers from a map it may change, counts lookups and
@@ -85,9 +86,7 @@ func TestDialerCachesCheckedAddresses(t *testing.T) {
 	for range 50 {
 		wg.Go(func() { errs <- dial() })
 	}
-	for r.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, 5*time.Second, "the first lookup starts", func() bool { return r.calls.Load() != 0 })
 	close(r.gate)
 	wg.Wait()
 	close(errs)

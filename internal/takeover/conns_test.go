@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/takeover"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // The tests here drive the package through its seam alone: an http.Server
@@ -121,12 +123,8 @@ func (c *client) get(path string) string {
 // waitLen waits until n connections are taken over.
 func waitLen(t *testing.T, conns *takeover.Conns, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); conns.Len() != n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections taken over; want %d", conns.Len(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, 5*time.Second, fmt.Sprintf("%d connections are taken over", n),
+		func() bool { return conns.Len() == n })
 }
 
 func TestTakeOverServesTheRouteAndHandsTheRestBack(t *testing.T) {

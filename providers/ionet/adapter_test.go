@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
@@ -187,20 +188,15 @@ func TestQuote(t *testing.T) {
 
 func waitRunning(t *testing.T, a *Adapter, id string) providers.Instance {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		inst, err := a.Get(ctx, id)
-		if err != nil {
+	var inst providers.Instance
+	testpoll.Until(t, 5*time.Second, "deployment "+id+" is running", func() bool {
+		var err error
+		if inst, err = a.Get(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if inst.Status == providers.StatusRunning {
-			return inst
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never running: %+v", inst)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return inst.Status == providers.StatusRunning
+	})
+	return inst
 }
 
 func TestLifecycle(t *testing.T) {
@@ -242,20 +238,19 @@ func TestLifecycle(t *testing.T) {
 	if want := Refund(sd.AmountPaid, sd.DurationHours, sd.StartedAt, sd.FinishedAt); sd.Refunded != want || want == 0 {
 		t.Fatalf("sim refunded %v, Refund says %v", sd.Refunded, want)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testpoll.Until(t, 5*time.Second, "the destroyed deployment is gone", func() bool {
 		gone, err := a.Get(ctx, inst.ProviderID)
 		if providers.KindOf(err) == providers.KindGone {
 			if gone.ProviderID != inst.ProviderID || gone.StoppedAt.IsZero() {
 				t.Fatalf("gone instance %+v", gone)
 			}
-			break
+			return true
 		}
-		if err != nil || time.Now().After(deadline) {
+		if err != nil {
 			t.Fatalf("not gone: %+v %v", gone, err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 	if err := a.Destroy(ctx, inst.ProviderID); err != nil {
 		t.Fatalf("destroying a destroyed deployment: %v", err)
 	}

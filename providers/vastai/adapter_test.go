@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
@@ -227,13 +228,12 @@ func TestCreateGetStreamDestroy(t *testing.T) {
 	if got.Status != providers.StatusStarting || got.Endpoint != "" {
 		t.Fatalf("fresh instance %+v, want starting without endpoint", got)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for got.Status != providers.StatusRunning && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	testpoll.Wait(3*time.Second, func() bool {
 		if got, err = a.Get(ctx, in.ProviderID); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return got.Status == providers.StatusRunning
+	})
 	if got.Status != providers.StatusRunning || !strings.HasPrefix(got.Endpoint, "http://127.0.0.1:") ||
 		got.Tag != "gp-inst-1" || got.PricePerHour != offers[0].PricePerHour || got.GPUName != "RTX 4090" ||
 		got.NumGPUs != 1 || got.StartedAt.Before(before) || got.StartedAt.After(time.Now()) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 )
@@ -127,17 +128,17 @@ func TestPreemptedIsAStatus(t *testing.T) {
 	}
 	get := func(want providers.Status) providers.Instance {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got, err := a.Get(ctx, in.ProviderID)
-			if err == nil && got.Status == want {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("instance %s: %+v %v, want %s", in.ProviderID, got, err, want)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var (
+			got providers.Instance
+			err error
+		)
+		if !testpoll.Wait(5*time.Second, func() bool {
+			got, err = a.Get(ctx, in.ProviderID)
+			return err == nil && got.Status == want
+		}) {
+			t.Fatalf("instance %s: %+v %v, want %s", in.ProviderID, got, err, want)
 		}
+		return got
 	}
 	if got := get(providers.StatusRunning); !got.Interruptible {
 		t.Fatalf("bid instance not interruptible: %+v", got)
