@@ -23,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 	"github.com/aiserve/gpuproxy/proxy"
@@ -306,21 +307,19 @@ func chatBody(stream bool, content string) []byte {
 // asynchronous) and returns the page.
 func (e *env) usage(key, query string, want int) proxy.UsagePageJSON {
 	e.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var page proxy.UsagePageJSON
+	testpoll.Wait(5*time.Second, func() bool {
 		r := e.do(key, "GET", "/api/v1/proxy/usage"+query, nil, nil)
 		if r.Status != 200 {
 			e.t.Fatalf("usage: %d %s", r.Status, r.Body)
 		}
-		var page proxy.UsagePageJSON
+		page = proxy.UsagePageJSON{}
 		if err := json.Unmarshal(r.Body, &page); err != nil {
 			e.t.Fatal(err)
 		}
-		if (int(page.Totals.Requests) >= want && len(page.Records) >= min(want, 100)) || time.Now().After(deadline) {
-			return page
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return int(page.Totals.Requests) >= want && len(page.Records) >= min(want, 100)
+	})
+	return page
 }
 
 type fakeMetrics struct {

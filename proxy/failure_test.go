@@ -381,18 +381,11 @@ func TestStoreDownFailsClosed(t *testing.T) {
 // its budget leases.
 func waitSettled(t *testing.T, e *env) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testpoll.Until(t, 10*time.Second, "the budget leases are settled (nothing held)", func() bool {
 		snap, err := e.guard.Spending(context.Background(), e.acct.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if snap.Held == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still holding %s after 10s", snap.Held)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return snap.Held == 0
+	})
 }

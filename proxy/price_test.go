@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/proxy"
 )
 
@@ -97,10 +98,7 @@ func TestTokenPricesChargeCountedTokens(t *testing.T) {
 			}
 			// The gate settles its lease: the ledger holds exactly the
 			// counted tokens' charges.
-			deadline := time.Now().Add(5 * time.Second)
-			for ledgerCharges(t, e) != sum && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testpoll.Wait(5*time.Second, func() bool { return ledgerCharges(t, e) == sum })
 			if got := ledgerCharges(t, e); got != sum {
 				t.Fatalf("ledger charges %s, want %s", got, sum)
 			}
@@ -110,8 +108,11 @@ func TestTokenPricesChargeCountedTokens(t *testing.T) {
 				[]guardrails.Window{{Minutes: 60, Limit: sum + 1000}}, ""); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond) // the gate sees the new limit
-			r = e.do(e.key, "POST", path, []byte(`{"model":"x","max_tokens":4000,"messages":[]}`), nil)
+			// Once the gate sees the new limit.
+			testpoll.Wait(5*time.Second, func() bool {
+				r = e.do(e.key, "POST", path, []byte(`{"model":"x","max_tokens":4000,"messages":[]}`), nil)
+				return r.Status != 200
+			})
 			if r.Status != 402 || !strings.Contains(r.ErrMessage(), "60-minute window") || !strings.Contains(r.ErrMessage(), "0.040") {
 				t.Fatalf("over the limit: %d %s", r.Status, r.Body)
 			}
@@ -145,6 +146,7 @@ func (s slowStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := w.(http.Flusher)
 	write := func(ev string) { _, _ = io.WriteString(w, "data: "+ev+"\n\n"); f.Flush() }
 	write(`{"model":"m","choices":[{"delta":{"content":"one"}}]}`)
+	// pace: holds the stream open past its lease.
 	time.Sleep(s.pause)
 	write(`{"model":"m","choices":[{"delta":{"content":" two"}}]}`)
 	write(`{"model":"m","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}`)
@@ -178,25 +180,23 @@ func TestTokenPriceLateSettlement(t *testing.T) {
 			}()
 			// Mid-stream the lease is settled, the stream charged its
 			// admitted cost.
-			deadline := time.Now().Add(3 * time.Second)
-			for ledgerCharges(t, e) < reserved && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testpoll.Wait(3*time.Second, func() bool { return ledgerCharges(t, e) >= reserved })
 			if got := ledgerCharges(t, e); got < reserved {
 				t.Fatalf("mid-stream charges %s, want at least the admitted %s", got, reserved)
 			}
 			<-done
 			want := price.Cost(7, 2)
-			deadline = time.Now().Add(3 * time.Second)
-			for ledgerCharges(t, e) != want && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testpoll.Wait(3*time.Second, func() bool { return ledgerCharges(t, e) == want })
 			if got := ledgerCharges(t, e); got != want {
 				t.Fatalf("after the stream: charges %s, want the counted %s", got, want)
 			}
 		})
 	}
 }
+
+// priceWait bounds how long a changed account price may take to apply:
+// the proxy reuses a price read for a second (accountPriceTTL).
+const priceWait = 3 * time.Second
 
 // TestAccountTokenPrice: an account's own price replaces the proxy-wide
 // one for its requests (within a second of being set), and removing it
@@ -228,18 +228,19 @@ func TestAccountTokenPrice(t *testing.T) {
 	if err := e.store.SetAccountTokenPrice(context.Background(), e.acct.ID, &price); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // the proxy reads it again after a second
+	// The proxy reads it again once its cached price (a second) expires:
+	// requests until then are charged the proxy-wide price (none).
 	// The upstream counts 21 prompt tokens, more than the body's 42
 	// bytes / 3 it was admitted for: the charge stops at the admission.
 	want := min(price.Cost(21, 9), price.Cost(14, 9))
-	if _, cost := send(); cost != want {
+	var cost gpuproxy.Micros
+	if !testpoll.Wait(priceWait, func() bool { _, cost = send(); return cost != 0 }) || cost != want {
 		t.Fatalf("the account's price: charged %s, want %s", cost, want)
 	}
 	if err := e.store.SetAccountTokenPrice(context.Background(), e.acct.ID, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	if _, cost := send(); cost != 0 {
+	if !testpoll.Wait(priceWait, func() bool { _, cost = send(); return cost != want }) || cost != 0 {
 		t.Fatalf("the price removed: charged %s", cost)
 	}
 }

@@ -76,6 +76,7 @@ func (u *tokenUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for i := 0; i < len(s); i += 37 { // pieces that split events
 		_, _ = w.Write([]byte(s[i:min(i+37, len(s))]))
 		f.Flush()
+		// pace: each piece arrives in a read of its own.
 		time.Sleep(time.Millisecond)
 	}
 }

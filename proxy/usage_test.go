@@ -92,11 +92,7 @@ func TestUsageBatchedAndFlushedOnClose(t *testing.T) {
 		}
 	}
 	// Two full batches are written without waiting for the (hour-long) tick.
-	deadline := time.Now().Add(5 * time.Second)
-	for st.count() < 20 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if st.count() < 20 {
+	if !testpoll.Wait(5*time.Second, func() bool { return st.count() >= 20 }) {
 		t.Fatalf("written before close: %d, want at least 20", st.count())
 	}
 	if err := p.Close(context.Background()); err != nil {
