@@ -98,6 +98,8 @@ func TestServiceScalesToZeroAndWakes(t *testing.T) {
 			if v.Desired != 0 || len(v.Instances) != 0 {
 				t.Fatalf("a min 0 service starts with replicas: %s", mustJSON(v))
 			}
+			// pace: an absence has no event to wait for: several controller
+			// passes (Interval 50 ms) go by, in which nothing may be rented.
 			time.Sleep(300 * time.Millisecond)
 			if v = s.get("zero"); len(v.Instances) != 0 {
 				t.Fatalf("rented with no request: %s", mustJSON(v))
@@ -176,8 +178,9 @@ func TestServiceScaleBlockedByTheLimit(t *testing.T) {
 			}
 			most := 0
 			var over []string
-			deadline := time.Now().Add(20 * time.Second)
-			for time.Now().Before(deadline) {
+			// Until the controller has been refused twice, each look
+			// checks no window passed its limit.
+			testpoll.Wait(20*time.Second, func() bool {
 				v := s.get("capped")
 				most = max(most, len(v.Instances))
 				snap, err := s.apps[0].Guard.Spending(context.Background(), s.acct.ID)
@@ -189,11 +192,8 @@ func TestServiceScaleBlockedByTheLimit(t *testing.T) {
 						over = append(over, fmt.Sprintf("%+v", w))
 					}
 				}
-				if count(s.events("capped"), "service.scale_blocked") >= 2 {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return count(s.events("capped"), "service.scale_blocked") >= 2
+			})
 			close(stop)
 			wg.Wait()
 			v := s.get("capped")
