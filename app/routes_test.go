@@ -70,10 +70,25 @@ func TestEveryRouteGoesThroughThePipeline(t *testing.T) {
 	}
 	listener := httptest.NewServer(w.a.Server.MetricsListener())
 	t.Cleanup(listener.Close)
+	// The routes walk in parallel, one at a time per path (the metric
+	// samples are counted per path), but for the console's session routes
+	// and its sign-in form, which walk one after another before the
+	// others: a session is signed in to with a request on /console/login,
+	// whose own walk counts that path's samples.
+	var paths sync.Map // path → *sync.Mutex
+	walk := func(t *testing.T, base string, i int, rt server.Route) {
+		if rt.Auth != httpapi.AuthSession && rt.Path != "/console/login" {
+			t.Parallel()
+			mu, _ := paths.LoadOrStore(rt.Path, &sync.Mutex{})
+			mu.(*sync.Mutex).Lock()
+			defer mu.(*sync.Mutex).Unlock()
+		}
+		w.walk(t, base, i, rt)
+	}
 	for i, rt := range routes {
-		t.Run(rt.Method+" "+rt.Path, func(t *testing.T) { w.walk(t, w.hs.URL, i, rt) })
+		t.Run(rt.Method+" "+rt.Path, func(t *testing.T) { walk(t, w.hs.URL, i, rt) })
 		if rt.Path == "/metrics" {
-			t.Run("metrics listener", func(t *testing.T) { w.walk(t, listener.URL, i, rt) })
+			t.Run("metrics listener", func(t *testing.T) { walk(t, listener.URL, i, rt) })
 		}
 	}
 }
@@ -150,6 +165,16 @@ type routeWalk struct {
 	unenforced atomic.Pointer[func(r *http.Request)]
 	addrs      atomic.Int32 // the loopback addresses sign-ins came from
 	keys       atomic.Int32
+
+	// The request log, read as it grows: logRead bytes of it are indexed
+	// in logByID, its request lines by request id.
+	logMu   sync.Mutex
+	logRead int
+	logByID map[string][]map[string]any
+	// counted is a path's metric samples as the last send on it left
+	// them (absent: unknown), so a send reads the metrics once, not twice.
+	countMu sync.Mutex
+	counted map[string]int
 }
 
 // metricsToken is the walk's metrics.token.
@@ -157,7 +182,7 @@ const metricsToken = "walk-metrics-token"
 
 func newRouteWalk(t *testing.T) *routeWalk {
 	t.Helper()
-	w := &routeWalk{logs: &teststack.Buffer{}, maxBody: 3 << 10}
+	w := &routeWalk{logs: &teststack.Buffer{}, maxBody: 3 << 10, logByID: map[string][]map[string]any{}, counted: map[string]int{}}
 	a, err := app.New(context.Background(), app.Config{
 		Database:  db.Options{URL: "sqlite:" + filepath.Join(t.TempDir(), "app.db")},
 		Logger:    slog.New(slog.NewJSONHandler(w.logs, nil)),
@@ -216,16 +241,44 @@ func (w *routeWalk) samples(route string) int {
 	return n
 }
 
-// logLines are the request-log lines of request id rid.
+// logLines are the request-log lines of request id rid (the log's
+// complete lines are read once each, as it grows).
 func (w *routeWalk) logLines(rid string) []map[string]any {
-	var out []map[string]any
-	for l := range strings.Lines(w.logs.String()) {
+	w.logMu.Lock()
+	defer w.logMu.Unlock()
+	all := w.logs.String()
+	end := strings.LastIndexByte(all, '\n') + 1
+	for l := range strings.Lines(all[w.logRead:max(end, w.logRead)]) {
 		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" && m["request_id"] == rid {
-			out = append(out, m)
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" {
+			id, _ := m["request_id"].(string)
+			w.logByID[id] = append(w.logByID[id], m)
 		}
 	}
-	return out
+	w.logRead = max(end, w.logRead)
+	return slices.Clone(w.logByID[rid])
+}
+
+// countedBefore is path's metric samples before a send: as the last send
+// on it left them, else read now. A send on path holds path's turn, so
+// nothing else counts under it meanwhile; a sign-in forgets
+// /console/login's.
+func (w *routeWalk) countedBefore(path string) int {
+	w.countMu.Lock()
+	n, ok := w.counted[path]
+	delete(w.counted, path) // known again only once the send checked its sample
+	w.countMu.Unlock()
+	if !ok {
+		n = w.samples(path)
+	}
+	return n
+}
+
+// setCounted records path's metric samples after a send.
+func (w *routeWalk) setCounted(path string, n int) {
+	w.countMu.Lock()
+	defer w.countMu.Unlock()
+	w.counted[path] = n
 }
 
 // do sends req without following redirects: each answer is one route's.
@@ -250,6 +303,9 @@ func (w *routeWalk) signIn(tb testing.TB, key string, addr net.IP) teststack.Res
 	if addr == nil {
 		addr = w.newAddr()
 	}
+	w.countMu.Lock()
+	delete(w.counted, "/console/login")
+	w.countMu.Unlock()
 	req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), fromAddr{}, addr), http.MethodPost,
 		w.hs.URL+"/console/login", strings.NewReader(url.Values{"api_key": {key}, "next": {"/console/"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -321,7 +377,7 @@ func (w *routeWalk) routeOf(r *http.Request) string {
 func (w *routeWalk) send(tb testing.TB, base string, rt server.Route, body string, hdr ...string) teststack.Response {
 	tb.Helper()
 	method, name := routeMethod(rt), rt.Method+" "+rt.Path
-	before := w.samples(rt.Path)
+	before := w.countedBefore(rt.Path)
 	req, err := http.NewRequest(method, base+routePath(rt), strings.NewReader(body))
 	if err != nil {
 		tb.Fatal(err)
@@ -339,9 +395,12 @@ func (w *routeWalk) send(tb testing.TB, base string, rt server.Route, body strin
 	if got := w.logLines(rid); len(got) != 1 || got[0]["route"] != rt.Path {
 		tb.Errorf("%s: request-log lines %v, want one for route %s", name, got, rt.Path)
 	}
-	if n := w.samples(rt.Path) - before; n != 1 {
+	after := w.samples(rt.Path)
+	if n := after - before; n != 1 {
 		tb.Errorf("%s: %d metric samples, want 1", name, n)
+		return res
 	}
+	w.setCounted(rt.Path, after)
 	return res
 }
 
