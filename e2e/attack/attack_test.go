@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -25,6 +26,7 @@ type size struct {
 	proxyPerWave   int
 	specPerWave    int            // by-spec creates (issue 20)
 	tokensPerWave  int            // token-priced requests (issue 23, tokens_test.go)
+	preemptPerWave int            // interruptible creates by spec, preempted by the market (issue 33, preempt_test.go)
 	chaos          map[int]string // wave → "kill" | "pg" | "kill0"
 	budget         time.Duration  // deadline of the run after the build
 	settle         time.Duration
@@ -46,11 +48,11 @@ var sizes = map[string]size{
 	// restart and their idle deadlines fall with the others'; 4 s of
 	// traffic is more than idleEarly, so an act that ignored it (at
 	// running + idle timeout) is still caught.
-	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24, tokensPerWave: 40,
+	"ci": {replicas: 3, waves: 4, createsPerWave: 50, proxyPerWave: 100, specPerWave: 24, tokensPerWave: 40, preemptPerWave: 6,
 		chaos: map[int]string{1: "kill", 2: "pg"}, budget: 2 * time.Minute, settle: 30 * time.Second,
 		idle: map[int]string{0: "traffic", 1: "quiet", 2: "quiet"}, idleTraffic: 4 * time.Second, cutFor: 10 * time.Second},
 	// full: traffic longer than the idle timeout, across later chaos.
-	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30, tokensPerWave: 80,
+	"full": {replicas: 4, waves: 8, createsPerWave: 50, proxyPerWave: 250, specPerWave: 30, tokensPerWave: 80, preemptPerWave: 10,
 		chaos: map[int]string{2: "kill", 4: "pg", 6: "kill0"}, budget: 15 * time.Minute, settle: 60 * time.Second,
 		idle: map[int]string{1: "traffic", 2: "all", 4: "all", 6: "quiet"}, idleTraffic: 15 * time.Second, cutFor: 14 * time.Second},
 }
@@ -142,7 +144,13 @@ func TestAttack(t *testing.T) {
 		t.Logf("replica%d reaches Postgres through %s", cutReplica, pnet.describe())
 	}
 
-	sim, senv, simDropped, err := startSim(dir, simBin, simStart, offerChurn)
+	// The preemption wave's market (preempt_test.go): a trace of
+	// preemptions, nothing else moving.
+	preemptFlags, err := preemptSimFlags(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, senv, simDropped, err := startSim(dir, simBin, simStart, offerChurn, preemptFlags...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +245,13 @@ func TestAttack(t *testing.T) {
 		idleKey = setUpIdleAccount(run)
 	} else {
 		t.Logf("this build has no instance lifetimes: lifetime instances left out")
+	}
+	var pl *preemptLoad
+	if st0.hasMarket && !slices.Contains(simDropped, "--market-trace") && sz.preemptPerWave > 0 {
+		pl = newPreemptLoad(setUpPreemptAccount(run))
+	} else {
+		t.Logf("this build has no markets, or its sim no market trace: the preemption wave left out")
+		sz.preemptPerWave = 0
 	}
 
 	// The replicas, all on the one database.
@@ -364,6 +379,9 @@ func TestAttack(t *testing.T) {
 		rep.idle = il
 		watchWG.Go(func() { il.watch.run(wctx, dbURL, idleAccount, 200*time.Millisecond) })
 	}
+	if pl != nil {
+		watchWG.Go(func() { pl.watch.run(wctx, dbURL) })
+	}
 	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
 		(rep.proxyLimit-rep.proxyPrior)/int64(requestCost*1e6), requestCost, raises[proxyAccount])
@@ -403,7 +421,7 @@ func TestAttack(t *testing.T) {
 			t.Fatalf("out of time before wave %d (a replica that hung shows what it waits on in the goroutine dump SIGQUIT writes to its log)", wave)
 		}
 		var prog progress
-		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave + sz.tokensPerWave)
+		total := int64(sz.createsPerWave + sz.proxyPerWave + sz.specPerWave + sz.tokensPerWave + sz.preemptPerWave)
 		if action, ok := sz.chaos[wave]; ok {
 			chaosWG.Go(func() {
 				prog.waitFor(ctx, total/6) // mid-burst: a sixth of the wave has finished
@@ -489,6 +507,9 @@ func TestAttack(t *testing.T) {
 		if tl != nil {
 			tl.start(ctx, a, wave, sz.tokensPerWave, gate, &waveWG, &prog)
 		}
+		if pl != nil {
+			pl.start(ctx, a, wave, sz.preemptPerWave, gate, &waveWG, &prog)
+		}
 		close(gate)
 		waveWG.Wait()
 		time.Sleep(200 * time.Millisecond) // destroys, metering and reconciling between waves
@@ -523,6 +544,12 @@ func TestAttack(t *testing.T) {
 			cut.to.Sub(cut.from).Round(time.Millisecond), pnet.mode), cut)
 	} else if pnet != nil {
 		t.Logf("no token phase: the partition phase left out")
+	}
+
+	// The preemption wave's kept instances, preempted and resumed all
+	// along, are destroyed now.
+	if pl != nil {
+		pl.finish(ctx, a)
 	}
 
 	// Settle: nothing in flight, expired leases released, meters charged.
@@ -604,6 +631,13 @@ func TestAttack(t *testing.T) {
 		samples, errs := svc.watch.all()
 		rep.svcFigures = serviceRun{id: svc.id, keyID: svc.svcKeyID, limit: svc.limit, s: final, rows: rows, pis: pis,
 			samples: samples, sampleErrs: errs, reqs: svc.requests(), chaos: rep.marks, replicas: len(replicas)}.check(&v)
+	}
+	if pl != nil {
+		pl.mu.Lock()
+		pr := preemptRun{calls: slices.Clone(pl.calls), destroyed: maps.Clone(pl.destroyed), seen: pl.watch.histories(),
+			s: final, pis: pis}
+		pl.mu.Unlock()
+		t.Log(pr.check(&v))
 	}
 	rep.peak, rep.confirmed, rep.samples, rep.sampleErrs = samp.worst()
 	for _, c := range rep.confirmed {

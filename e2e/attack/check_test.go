@@ -57,6 +57,9 @@ type instanceRow struct {
 	// idle rule, the rule that acted on it and when, its last activity.
 	idleTimeoutMS, idleGraceMS, actedUS, lastActivityUS int64
 	idleAction, actedRule                               string
+	// market is "interruptible" for a bid (issue 33; "" on a build
+	// without markets): its meter may pause while it is preempted.
+	market string
 }
 
 // callKey names a create call: its account and Idempotency-Key.
@@ -105,6 +108,8 @@ type dbState struct {
 	calls map[callKey]*callRow
 	// hasLifetimes: the schema has instance lifetimes (issue 21).
 	hasLifetimes bool
+	// hasMarket: the schema has instance markets (issue 33).
+	hasMarket bool
 }
 
 func readState(ctx context.Context, url string) (*dbState, error) {
@@ -124,8 +129,10 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 	if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT,
 	                                   to_regclass('api_key_limits') IS NOT NULL, to_regclass('create_calls') IS NOT NULL,
 	                                   EXISTS (SELECT 1 FROM information_schema.columns
-	                                            WHERE table_name = 'instances' AND column_name = 'acted_rule')`).
-		Scan(&s.nowUS, &s.hasKeys, &hasCalls, &s.hasLifetimes); err != nil {
+	                                            WHERE table_name = 'instances' AND column_name = 'acted_rule'),
+	                                   EXISTS (SELECT 1 FROM information_schema.columns
+	                                            WHERE table_name = 'instances' AND column_name = 'market')`).
+		Scan(&s.nowUS, &s.hasKeys, &hasCalls, &s.hasLifetimes, &s.hasMarket); err != nil {
 		return nil, err
 	}
 	keyCol := "''"
@@ -240,6 +247,20 @@ func readState(ctx context.Context, url string) (*dbState, error) {
 			if i := s.instances[id]; i != nil {
 				i.idleTimeoutMS, i.idleGraceMS, i.idleAction = l.idleTimeoutMS, l.idleGraceMS, l.idleAction
 				i.actedRule, i.actedUS, i.lastActivityUS = l.actedRule, l.actedUS, l.lastActivityUS
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if s.hasMarket {
+		if err := q(`SELECT id, market FROM instances`, func(r pgx.Rows) error {
+			var id, market string
+			if err := r.Scan(&id, &market); err != nil {
+				return err
+			}
+			if i := s.instances[id]; i != nil {
+				i.market = market
 			}
 			return nil
 		}); err != nil {

@@ -92,17 +92,27 @@ func (s *dbState) checkLedger(v *violations) {
 		// meter without a ledger entry: a gap is fine only when the
 		// cumulative total at both ends is the same.
 		cum := func(tUS int64) int64 { return cumulative(m.price, m.startUS, tUS) }
+		// An interruptible instance's meter pauses while it is preempted
+		// and resumes with its start moved on by the pause (db/preempt.go):
+		// its chain has a gap per pause, and its charges before a pause
+		// followed the start then. Its charges must still never overlap,
+		// sum to what the meter says, and come to the cumulative rule at
+		// the end (checked below): nothing charged for the paused time.
+		paused := s.instances[m.instanceID] != nil && s.instances[m.instanceID].market == "interruptible"
+		if paused && len(es) > 0 {
+			cursor = min(cursor, meterFrom(es[0])) // its start moved on since
+		}
 		for _, e := range es {
 			sum += e.amount
 			switch from := meterFrom(e); {
 			case from < cursor:
 				v.add("meter %s (instance %s): charge %s covers from %d, but %d was already charged (overlap)",
 					m.id, m.instanceID, e.key, from, cursor)
-			case from > cursor && cum(from) != cum(cursor):
+			case from > cursor && cum(from) != cum(cursor) && !paused:
 				v.add("meter %s (instance %s): charge %s covers from %d, previous ended at %d: %s never charged",
 					m.id, m.instanceID, e.key, from, cursor, usd(cum(from)-cum(cursor)))
 			}
-			if want := cum(e.atUS) - cum(meterFrom(e)); e.amount != want {
+			if want := cum(e.atUS) - cum(meterFrom(e)); e.amount != want && !paused {
 				v.add("meter charge %s is %s, the cumulative rule gives %s", e.key, usd(e.amount), usd(want))
 			}
 			cursor = e.atUS
@@ -155,7 +165,7 @@ func (s *dbState) checkLedger(v *violations) {
 		switch {
 		case in.status == "running" && !open:
 			v.add("unbilled: %s instance %s is running without an open meter", in.provider, in.id)
-		case (in.status == "terminated" || in.status == "failed" || in.status == "stopped") && open:
+		case (in.status == "terminated" || in.status == "failed" || in.status == "stopped" || in.status == "preempted") && open:
 			v.add("billed after stop: %s instance %s is %s with an open meter", in.provider, in.id, in.status)
 		case in.status == "terminated" && !any:
 			v.add("%s instance %s ran and was terminated without ever being metered", in.provider, in.id)

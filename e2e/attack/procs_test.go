@@ -178,8 +178,9 @@ var simKeys = []string{"VASTAI_BASE_URL", "VASTAI_API_KEY", "IONET_BASE_URL", "I
 // --offer-churn C` and reads the four VAR=value lines it prints before
 // serving. A flag the binary does not know (an older build) is dropped and
 // reported in dropped.
-func startSim(dir, bin string, startDelay time.Duration, churn float64) (p *proc, env simEnv, dropped []string, err error) {
-	optional := [][2]string{{"--start-delay", startDelay.String()}, {"--offer-churn", fmt.Sprint(churn)}}
+func startSim(dir, bin string, startDelay time.Duration, churn float64, extra ...[2]string) (p *proc, env simEnv,
+	dropped []string, err error) {
+	optional := append([][2]string{{"--start-delay", startDelay.String()}, {"--offer-churn", fmt.Sprint(churn)}}, extra...)
 	for {
 		args := []string{"sim", "--listen", "127.0.0.1:0"}
 		for _, f := range optional {
