@@ -10,9 +10,10 @@ import (
 
 // TestSandboxIdleStop is issue 21's sandbox demo (the README shows it): in
 // the sandbox, which applies the lifetime rules every 2 s, a vast.ai
-// instance created with idle_timeout 20s and idle_grace 0s and proxied to
-// every 2 s for 30 s is still running; once the requests end it is
-// stopped by the idle timeout within about 30 s, its record says which
+// instance created with idle_timeout 10s (the shortest allowed) and
+// idle_grace 0s and proxied to every 2 s for 15 s is still running; once
+// the requests end it is stopped by the idle timeout within about 15 s,
+// its record says which
 // rule did it, and the metric counts it once; DELETE then destroys it. A
 // PATCH (refused under the minimum, accepted within it) and a keepalive
 // are on the way.
@@ -21,8 +22,8 @@ func TestSandboxIdleStop(t *testing.T) {
 	base, _, api := runSandbox(t, map[string]string{"GPUPROXY_LOG_LEVEL": "warn", "GPUPROXY_RATE_LIMIT": "0"})
 	c := client{t: t, base: base}
 	st, inst := c.call("POST", "/api/v1/gpu/instances", api, `{"spec":{"providers":"vast.ai","max_price_per_hour":40,`+
-		`"max_attempts":20},"image":"vllm/vllm-openai:latest","idle_timeout":"20s","idle_grace":"0s"}`)
-	if st != 201 || inst["idle_timeout"] != "20s" || inst["idle_grace"] != "0s" || inst["idle_action"] != "stop" {
+		`"max_attempts":20},"image":"vllm/vllm-openai:latest","idle_timeout":"10s","idle_grace":"0s"}`)
+	if st != 201 || inst["idle_timeout"] != "10s" || inst["idle_grace"] != "0s" || inst["idle_action"] != "stop" {
 		t.Fatalf("create: %d %v", st, inst)
 	}
 	id := inst["id"].(string)
@@ -48,15 +49,15 @@ func TestSandboxIdleStop(t *testing.T) {
 		t.Fatalf("PATCH idle_timeout 5s: %d %v", st, e)
 	}
 	if st, p := c.call("PATCH", "/api/v1/gpu/instances/"+id, api, `{"max_duration":"1h"}`); st != 200 ||
-		p["max_duration"] != "1h0m0s" || p["idle_timeout"] != "20s" || p["status"] != "running" {
+		p["max_duration"] != "1h0m0s" || p["idle_timeout"] != "10s" || p["status"] != "running" {
 		t.Fatalf("PATCH max_duration: %d %v", st, p)
 	}
 
-	// Proxied to every 2 s for 30 s (longer than its idle timeout): it
+	// Proxied to every 2 s for 15 s (longer than its idle timeout): it
 	// stays running. A keepalive on the way counts as activity too.
 	chat := `{"model":"x","messages":[{"role":"user","content":"ping"}]}`
 	start := time.Now()
-	for i := 0; time.Since(start) < 30*time.Second; i++ {
+	for i := 0; time.Since(start) < 15*time.Second; i++ {
 		if st, out := c.call("POST", "/api/v1/proxy/"+id+"/v1/chat/completions", api, chat); st != 200 {
 			t.Fatalf("proxied chat %d after %s: %d %v", i, time.Since(start).Round(time.Second), st, out)
 		}
@@ -73,7 +74,7 @@ func TestSandboxIdleStop(t *testing.T) {
 		t.Fatalf("proxied to for 30 s, but: %v", inst)
 	}
 
-	// The requests end: stopped by the idle timeout within about 30 s.
+	// The requests end: stopped by the idle timeout within about 15 s.
 	ended := time.Now()
 	stoppedBy := ended.Add(40 * time.Second)
 	for inst["status"] == "running" && time.Now().Before(stoppedBy) {
@@ -83,7 +84,7 @@ func TestSandboxIdleStop(t *testing.T) {
 	if inst["status"] != "stopped" || inst["acted_rule"] != "idle_timeout" || inst["acted_at"] == nil {
 		t.Fatalf("not stopped by its idle timeout: %v", inst)
 	}
-	t.Logf("stopped %s after the last request (idle_timeout 20s)", time.Since(ended).Round(100*time.Millisecond))
+	t.Logf("stopped %s after the last request (idle_timeout 10s)", time.Since(ended).Round(100*time.Millisecond))
 	if inst["acts_at"] != nil || inst["rule"] != nil {
 		t.Errorf("a stopped instance still shows a rule to act: %v", inst)
 	}
