@@ -381,6 +381,12 @@ func TestAttack(t *testing.T) {
 	}
 	if pl != nil {
 		watchWG.Go(func() { pl.watch.run(wctx, dbURL) })
+		if err := pl.startService(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if pl.svcWhy != "" {
+			t.Logf("%s: the preemption wave runs without a service", pl.svcWhy)
+		}
 	}
 	t.Logf("proxy account: instance %s running at %s, prior spend %s, limit %s, so room for %d requests at $%g (raised by $%g a wave)",
 		proxyInst.ID, proxyInst.Endpoint, usd(rep.proxyPrior), usd(rep.proxyLimit),
@@ -635,7 +641,7 @@ func TestAttack(t *testing.T) {
 	if pl != nil {
 		pl.mu.Lock()
 		pr := preemptRun{calls: slices.Clone(pl.calls), destroyed: maps.Clone(pl.destroyed), seen: pl.watch.histories(),
-			s: final, pis: pis}
+			s: final, pis: pis, svcID: pl.svcID, svcGone: pl.svcGone, svcDelete: pl.svcDeleted}
 		pl.mu.Unlock()
 		t.Log(pr.check(&v))
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // The preemption wave (issue 33): interruptible instances rented by spec
@@ -55,6 +57,9 @@ const (
 	// still runs elsewhere is asked again after preemptRunningWait.
 	preemptSends       = 8
 	preemptRunningWait = 1500 * time.Millisecond
+	// preemptSvcDrain bounds the wait for a deleted service's replicas
+	// to be destroyed.
+	preemptSvcDrain = 20 * time.Second
 	// preemptWatchEvery is how often the watcher reads atk-bid's rows.
 	preemptWatchEvery = 100 * time.Millisecond
 )
@@ -114,10 +119,18 @@ func (c preemptCall) rented() bool {
 }
 
 // preemptLoad is the wave's state: its key, its calls, the instances
-// kept for the end, the destroys and the watcher's histories.
+// kept for the end, the destroys, the watcher's histories and its
+// service of interruptible replicas.
 type preemptLoad struct {
 	key   string
 	watch *preemptWatch
+	// svcID is the service placed on the interruptible market ("" when
+	// the build has no placements: svcWhy says why); svcDeleted its
+	// DELETE's answer, svcGone whether its replicas were all destroyed
+	// within preemptSvcDrain.
+	svcID, svcWhy string
+	svcDeleted    reply
+	svcGone       bool
 
 	mu        sync.Mutex
 	calls     []preemptCall
@@ -198,8 +211,9 @@ func (p *preemptLoad) destroy(ctx context.Context, a *api, replica int, id strin
 	p.mu.Unlock()
 }
 
-// finish destroys what was kept, once the other phases are over, and
-// waits for every destroy.
+// finish destroys what was kept and deletes the service, once the other
+// phases are over, and waits for every destroy and for the service's
+// replicas to be gone.
 func (p *preemptLoad) finish(ctx context.Context, a *api) {
 	p.mu.Lock()
 	kept := slices.Clone(p.kept)
@@ -208,6 +222,60 @@ func (p *preemptLoad) finish(ctx context.Context, a *api) {
 		p.destroyWG.Go(func() { p.destroy(ctx, a, i, id) })
 	}
 	p.destroyWG.Wait()
+	if p.svcID == "" {
+		return
+	}
+	for try := range 6 {
+		p.svcDeleted = a.do(ctx, try, http.MethodDelete, "/api/v1/services/"+p.svcID, p.key, nil, nil)
+		if !p.svcDeleted.retryable() {
+			break
+		}
+	}
+	// Deleting drains and destroys its replicas, the controller's work.
+	p.svcGone = testpoll.WaitEvery(preemptSvcDrain, 250*time.Millisecond, func() bool {
+		r := a.do(ctx, 0, http.MethodGet, "/api/v1/gpu/instances", p.key, nil, nil)
+		var l struct {
+			Instances []instance `json:"instances"`
+		}
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &l) != nil {
+			return false
+		}
+		return !slices.ContainsFunc(l.Instances, func(in instance) bool {
+			return in.Status != "terminated" && in.Status != "failed"
+		})
+	})
+}
+
+// startService creates atk-bid's service of interruptible replicas
+// (placement interruptible: one replica for the load and one more, the
+// default overprovision), rented by spec on the wave's models; a build
+// without placements (no services, or placement refused) runs without
+// it, and says so in svcWhy.
+func (p *preemptLoad) startService(ctx context.Context, a *api) error {
+	body := map[string]any{"name": "atk-bid-svc", "model": "atk-bid-model", "image": "vllm/vllm-openai:latest",
+		"port": 8000, "placement": "interruptible",
+		"spec": map[string]any{"gpu": preemptGPUs, "num_gpus": 1, "max_price_per_hour": preemptCap,
+			"providers": "vast.ai", "max_attempts": 5},
+		"replicas": map[string]any{"min": 1, "max": 2}}
+	var r reply
+	for try := range 6 {
+		r = a.do(ctx, try, http.MethodPost, "/api/v1/services", p.key, body, nil)
+		if !r.retryable() {
+			break
+		}
+	}
+	var v struct {
+		ID string `json:"id"`
+	}
+	switch {
+	case r.status == http.StatusCreated && json.Unmarshal(r.body, &v) == nil && v.ID != "":
+		p.svcID = v.ID
+		return nil
+	case r.status == http.StatusNotFound || r.status == http.StatusBadRequest && strings.Contains(string(r.body), "placement"):
+		p.svcWhy = "this build has no service placements: " + r.String()
+		return nil
+	}
+	return fmt.Errorf("creating the interruptible service: %s", r)
 }
 
 // preemptWatch reads atk-bid's instance rows every preemptWatchEvery:
@@ -310,6 +378,9 @@ func (w *preemptWatch) histories() map[string]preemptHistory {
 // simulators' instances.
 type preemptRun struct {
 	calls     []preemptCall
+	svcID     string // the service of interruptible replicas, "" for none
+	svcGone   bool   // its replicas were destroyed once it was deleted
+	svcDelete reply
 	destroyed map[string]reply
 	seen      map[string]preemptHistory
 	s         *dbState
@@ -324,14 +395,15 @@ type preemptFigures struct {
 	rows, preempted, resumed, msgs        int
 	destroyedWhilePreempted               int
 	destroys                              *tally
+	svcReplicas, svcPreempted             int // the service's rents, and those seen preempted
 }
 
 func (f preemptFigures) String() string {
 	return fmt.Sprintf("preemption wave (%s): %d interruptible creates by spec (%d re-sends): %d rented, %d refused (402), "+
 		"%d no_matching_offer, %d other (%s); %d rows; the poller recorded %d preempted (%d with vast.ai's message), "+
-		"%d resumed; %d destroyed while preempted; destroys: %s", preemptAccount, f.sent, f.resent, f.rented, f.refused,
-		f.noMatch, f.other, cmpOr(f.otherExample, "none"), f.rows, f.preempted, f.msgs, f.resumed, f.destroyedWhilePreempted,
-		f.destroys.String())
+		"%d resumed; %d destroyed while preempted; destroys: %s; its interruptible service rented %d replicas, %d seen preempted",
+		preemptAccount, f.sent, f.resent, f.rented, f.refused, f.noMatch, f.other, cmpOr(f.otherExample, "none"), f.rows,
+		f.preempted, f.msgs, f.resumed, f.destroyedWhilePreempted, f.destroys.String(), f.svcReplicas, f.svcPreempted)
 }
 
 // check holds the wave to its promises and returns its figures.
@@ -406,8 +478,15 @@ func (r preemptRun) check(v *violations) preemptFigures {
 			v.add("preemption wave: instance %s admitted at %s/h, over the spec's cap $%g", in.id, usd(in.price), preemptCap)
 		}
 		h := r.seen[in.id]
+		svc := r.svcID != "" && strings.HasPrefix(in.idemKey, "service:"+r.svcID+":")
+		if svc {
+			f.svcReplicas++
+		}
 		if i := slices.Index(h.statuses, "preempted"); i >= 0 {
 			f.preempted++
+			if svc {
+				f.svcPreempted++
+			}
 			if slices.Contains(h.statuses[i:], "running") {
 				f.resumed++
 			}
@@ -436,6 +515,18 @@ func (r preemptRun) check(v *violations) preemptFigures {
 	}
 	if f.preempted > 0 && f.msgs == 0 {
 		v.add("preemption wave: %d preemptions recorded, none with the provider's message", f.preempted)
+	}
+	if r.svcID != "" {
+		if f.svcReplicas == 0 {
+			v.add("preemption wave: service %s rented no replica", r.svcID)
+		}
+		if r.svcDelete.err != nil || r.svcDelete.status/100 != 2 {
+			v.add("preemption wave: deleting service %s answered %s", r.svcID, r.svcDelete)
+		}
+		if !r.svcGone {
+			v.add("preemption wave: service %s deleted, but its replicas were not all destroyed within %s", r.svcID,
+				preemptSvcDrain)
+		}
 	}
 	for id, d := range r.destroyed {
 		f.destroys.add(outcome(d))
