@@ -146,11 +146,10 @@ func TestSandboxAlerts(t *testing.T) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if n := got(); n["threshold_crossed"] >= 1 && n["spending_refused"] >= 1 {
-			break
-		}
-	}
+	testpoll.Wait(20*time.Second, func() bool {
+		n := got()
+		return n["threshold_crossed"] >= 1 && n["spending_refused"] >= 1
+	})
 	if n := got(); n["threshold_crossed"] != 1 || n["spending_refused"] != 1 {
 		t.Fatalf("webhook got %v, want one threshold_crossed and one spending_refused", n)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestSandboxKeyWindowAndConfirmation, over REST on `serve --sandbox`: a
@@ -30,11 +32,12 @@ func TestSandboxKeyWindowAndConfirmation(t *testing.T) {
 	}()
 	base := waitListening(t, stdout, done)
 	var admin string
-	for deadline := time.Now().Add(5 * time.Second); admin == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testpoll.Wait(5*time.Second, func() bool {
 		if m := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)`).FindStringSubmatch(stdout.String()); m != nil {
 			admin = m[1]
 		}
-	}
+		return admin != ""
+	})
 	if admin == "" {
 		t.Fatalf("no admin key printed: %s", stdout.String())
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // micros reads a JSON USD amount (at most 6 decimal places) exactly.
@@ -63,9 +64,10 @@ func TestSandboxKillSwitch(t *testing.T) {
 				t.Fatalf("create: %d %v", st, inst)
 			}
 			id := inst["id"].(string)
-			for deadline := time.Now().Add(60 * time.Second); inst["status"] != "terminated" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			testpoll.WaitEvery(60*time.Second, 100*time.Millisecond, func() bool {
 				_, inst = c.call("GET", "/api/v1/gpu/instances/"+id, api, "")
-			}
+				return inst["status"] == "terminated"
+			})
 			if inst["status"] != "terminated" || inst["started_at"] == nil {
 				t.Fatalf("the service did not destroy the instance: %v", inst)
 			}
@@ -73,9 +75,10 @@ func TestSandboxKillSwitch(t *testing.T) {
 			stopped, _ := time.Parse(time.RFC3339Nano, inst["terminated_at"].(string))
 			// The final charge runs to the termination: wait until it is metered.
 			final := price * stopped.Sub(started).Milliseconds() / 3_600_000
-			for deadline := time.Now().Add(10 * time.Second); micros(inst["cost_to_date"]) != final && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			testpoll.WaitEvery(10*time.Second, 100*time.Millisecond, func() bool {
 				_, inst = c.call("GET", "/api/v1/gpu/instances/"+id, api, "")
-			}
+				return micros(inst["cost_to_date"]) == final
+			})
 			if got := micros(inst["cost_to_date"]); got != final {
 				t.Fatalf("instance charged %d µ$, want %d µ$ for %v", got, final, stopped.Sub(started))
 			}

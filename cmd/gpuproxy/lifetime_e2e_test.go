@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // TestSandboxIdleStop is issue 21's sandbox demo (the README shows it): in
@@ -35,9 +37,8 @@ func TestSandboxIdleStop(t *testing.T) {
 		}
 		return inst
 	}
-	for deadline := time.Now().Add(30 * time.Second); inst["status"] != "running" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		inst = get()
-	}
+	// Every 200 ms: each look counts against the key's rate limit.
+	testpoll.WaitEvery(30*time.Second, 200*time.Millisecond, func() bool { inst = get(); return inst["status"] == "running" })
 	if inst["status"] != "running" || inst["rule"] != "idle_timeout" || inst["action"] != "stop" || inst["acts_at"] == nil {
 		t.Fatalf("not running with its idle timeout: %v", inst)
 	}
@@ -67,6 +68,7 @@ func TestSandboxIdleStop(t *testing.T) {
 				t.Fatalf("keepalive: %d %v", st, k)
 			}
 		}
+		// pace: a request every 2 s keeps the instance busy, as traffic would.
 		time.Sleep(2 * time.Second)
 	}
 	inst = get()
@@ -77,10 +79,7 @@ func TestSandboxIdleStop(t *testing.T) {
 	// The requests end: stopped by the idle timeout within about 15 s.
 	ended := time.Now()
 	stoppedBy := ended.Add(40 * time.Second)
-	for inst["status"] == "running" && time.Now().Before(stoppedBy) {
-		time.Sleep(500 * time.Millisecond)
-		inst = get()
-	}
+	testpoll.WaitEvery(time.Until(stoppedBy), 500*time.Millisecond, func() bool { inst = get(); return inst["status"] != "running" })
 	if inst["status"] != "stopped" || inst["acted_rule"] != "idle_timeout" || inst["acted_at"] == nil {
 		t.Fatalf("not stopped by its idle timeout: %v", inst)
 	}

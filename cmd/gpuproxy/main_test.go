@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -60,13 +61,11 @@ func testDatabaseURL(t *testing.T, k dbtest.Kind, name string) string {
 func sandboxKeys(t *testing.T, stdout fmt.Stringer) (admin, api string) {
 	t.Helper()
 	re := regexp.MustCompile(`GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)`)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := re.FindStringSubmatch(stdout.String()); m != nil {
-			return m[1], m[2]
-		}
+	var m []string
+	if !testpoll.Wait(5*time.Second, func() bool { m = re.FindStringSubmatch(stdout.String()); return m != nil }) {
+		t.Fatalf("no keys printed: %s", stdout)
 	}
-	t.Fatalf("no keys printed: %s", stdout)
-	return "", ""
+	return m[1], m[2]
 }
 
 // TestServeEndToEnd runs the whole binary in-process on each store: CLI set
@@ -150,8 +149,8 @@ var listenRE = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
 
 func waitListening(t *testing.T, stdout *syncBuffer, done chan error) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var base string
+	if !testpoll.Wait(15*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("serve exited early: %v", err)
@@ -160,15 +159,15 @@ func waitListening(t *testing.T, stdout *syncBuffer, done chan error) string {
 		if m := listenRE.FindStringSubmatch(stdout.String()); m != nil {
 			if res, err := http.Get(m[1] + "/health"); err == nil {
 				res.Body.Close()
-				if res.StatusCode == 200 {
-					return m[1]
-				}
+				base = m[1]
+				return res.StatusCode == 200
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("server did not come up; stdout: %s", stdout.String())
 	}
-	t.Fatalf("server did not come up; stdout: %s", stdout.String())
-	return ""
+	return base
 }
 
 func TestCLIErrors(t *testing.T) {

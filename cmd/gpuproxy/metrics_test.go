@@ -38,17 +38,15 @@ func TestServeMetricsListener(t *testing.T) {
 
 	// The metrics address is in the "metrics listening" log line.
 	var addr string
-	for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); {
+	testpoll.Wait(5*time.Second, func() bool {
 		for _, l := range strings.Split(stderr.String(), "\n") {
 			var m map[string]any
 			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "metrics listening" {
 				addr, _ = m["addr"].(string)
 			}
 		}
-		if addr == "" {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+		return addr != ""
+	})
 	if addr == "" {
 		t.Fatalf("no metrics listening line: %s", stderr.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -41,10 +42,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 
 	// Logs are written in batches: wait for the start-up line that
 	// follows the routes.
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(stderr.String(), `"gpuproxy listening"`) &&
-		time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testpoll.Wait(5*time.Second, func() bool { return strings.Contains(stderr.String(), `"gpuproxy listening"`) })
 	var routes []server.Route
 	for _, l := range strings.Split(stderr.String(), "\n") {
 		var m map[string]any

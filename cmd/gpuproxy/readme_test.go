@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -335,14 +336,11 @@ func runREADMEScript(t *testing.T, cmd readmeCommand, dir, base, api string) {
 // waitRunning waits until instance id is running.
 func waitRunning(t *testing.T, c client, key, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		st, m := c.call("GET", "/api/v1/gpu/instances/"+id, key, "")
-		if st == http.StatusOK && m["status"] == "running" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	b, _ := json.Marshal(id)
-	t.Fatalf("instance %s is not running after 30s", b)
+	if !testpoll.WaitEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		st, m := c.call("GET", "/api/v1/gpu/instances/"+id, key, "")
+		return st == http.StatusOK && m["status"] == "running"
+	}) {
+		t.Fatalf("instance %s is not running after 30s", b)
+	}
 }

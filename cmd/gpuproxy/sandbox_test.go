@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 type client struct {
@@ -50,12 +52,12 @@ func TestSandboxEndToEnd(t *testing.T) {
 	}()
 	base := waitListening(t, stdout, done)
 	var keys map[string]string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testpoll.Wait(5*time.Second, func() bool {
 		if m := regexp.MustCompile(`export GPUPROXY_ADMIN_KEY=(\S+)\nexport GPUPROXY_API_KEY=(\S+)\nexport DATABASE_URL=(\S+)\n`).FindStringSubmatch(stdout.String()); m != nil {
 			keys = map[string]string{"admin": m[1], "api": m[2], "db": m[3]}
-			break
 		}
-	}
+		return keys != nil
+	})
 	if keys == nil {
 		t.Fatalf("no exports printed: %s", stdout.String())
 	}
@@ -116,9 +118,10 @@ func TestSandboxEndToEnd(t *testing.T) {
 	if st, e := c.call("POST", "/api/v1/gpu/instances", api, body); st != 409 {
 		t.Fatalf("offer gone: %d %v", st, e)
 	}
-	for deadline := time.Now().Add(15 * time.Second); inst["status"] != "running" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testpoll.WaitEvery(15*time.Second, 200*time.Millisecond, func() bool {
 		_, inst = c.call("GET", "/api/v1/gpu/instances/"+id, api, "")
-	}
+		return inst["status"] == "running"
+	})
 	if inst["status"] != "running" || !strings.HasPrefix(inst["endpoint"].(string), "http://127.0.0.1:") {
 		t.Fatalf("not running: %v", inst)
 	}
@@ -132,14 +135,13 @@ func TestSandboxEndToEnd(t *testing.T) {
 	if st, e := c.call("GET", "/api/v1/proxy/gpi_00000000000000000000/v1/models", api, ""); st != 404 {
 		t.Fatalf("unknown instance: %d %v", st, e)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		_, u := c.call("GET", "/api/v1/proxy/usage?instance_id="+id, api, "")
-		if rows, _ := u["records"].([]any); len(rows) > 0 || time.Now().After(deadline) {
-			if len(rows) == 0 {
-				t.Fatalf("no usage recorded: %v", u)
-			}
-			break
-		}
+	var u map[string]any
+	if !testpoll.WaitEvery(5*time.Second, 100*time.Millisecond, func() bool {
+		_, u = c.call("GET", "/api/v1/proxy/usage?instance_id="+id, api, "")
+		rows, _ := u["records"].([]any)
+		return len(rows) > 0
+	}) {
+		t.Fatalf("no usage recorded: %v", u)
 	}
 	_, sp := c.call("GET", "/api/v1/spending", api, "")
 	if sp["burn_rate_per_hour"].(float64) != vast["price_per_hour"].(float64) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 )
 
@@ -30,9 +31,10 @@ func TestSandboxServiceWithOpenAISDK(t *testing.T) {
 	if st != 201 {
 		t.Fatalf("create: %d %v", st, v)
 	}
-	for deadline := time.Now().Add(60 * time.Second); v["ready_replicas"] != 2.0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+	testpoll.WaitEvery(60*time.Second, 250*time.Millisecond, func() bool {
 		_, v = c.call("GET", "/api/v1/services/llama", api, "")
-	}
+		return v["ready_replicas"] == 2.0
+	})
 	if v["ready_replicas"] != 2.0 {
 		t.Fatalf("not two ready replicas: %v", v)
 	}
@@ -89,7 +91,7 @@ func TestSandboxServiceWithOpenAISDK(t *testing.T) {
 	// once the sandbox has metered them (every 5 s), what a million
 	// tokens cost.
 	var rows []any
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+	if testpoll.WaitEvery(20*time.Second, 500*time.Millisecond, func() bool {
 		// Metering dates a charge at the end of the minute it covers: the
 		// period runs past now to hold the current minute's.
 		to := time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)
@@ -106,10 +108,10 @@ func TestSandboxServiceWithOpenAISDK(t *testing.T) {
 				priced++
 			}
 		}
-		if priced == 2 {
-			t.Logf("summary by instance: %v", rows)
-			return
-		}
+		return priced == 2
+	}) {
+		t.Logf("summary by instance: %v", rows)
+		return
 	}
 	t.Fatalf("the summary by instance does not show both replicas' tokens and $ per 1M tokens: %v", rows)
 }

@@ -164,11 +164,10 @@ func TestSimSharedByReplicas(t *testing.T) {
 			}
 			for prov, id := range ids {
 				var inst map[string]any
-				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-					if _, inst = b.call("GET", "/api/v1/gpu/instances/"+id, key, ""); inst["status"] == "running" {
-						break
-					}
-				}
+				testpoll.WaitEvery(20*time.Second, 100*time.Millisecond, func() bool {
+					_, inst = b.call("GET", "/api/v1/gpu/instances/"+id, key, "")
+					return inst["status"] == "running"
+				})
 				if inst["status"] != "running" || !strings.HasPrefix(inst["endpoint"].(string), "http://127.0.0.1:") {
 					t.Fatalf("%s instance not running: %v", prov, inst)
 				}
@@ -192,9 +191,12 @@ func TestSimSharedByReplicas(t *testing.T) {
 					t.Fatalf("%s delete: %d %v", prov, st, inst)
 				}
 				// io.net takes a moment to confirm a destroyed deployment.
-				for deadline := time.Now().Add(20 * time.Second); inst["status"] != "terminated" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-					_, inst = a.call("GET", "/api/v1/gpu/instances/"+id, key, "")
-				}
+				testpoll.WaitEvery(20*time.Second, 100*time.Millisecond, func() bool {
+					if inst["status"] != "terminated" {
+						_, inst = a.call("GET", "/api/v1/gpu/instances/"+id, key, "")
+					}
+					return inst["status"] == "terminated"
+				})
 				if inst["status"] != "terminated" {
 					t.Fatalf("%s not terminated: %v", prov, inst)
 				}
@@ -396,16 +398,22 @@ func runSimUntilPrinted(t *testing.T, args ...string) (*simProc, error) {
 	go func() {
 		p.done <- run(ctx, append([]string{"sim"}, args...), envFunc(nil), strings.NewReader(""), out, io.Discard)
 	}()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	var exited error
+	if testpoll.Wait(10*time.Second, func() bool {
 		select {
 		case err := <-p.done:
-			cancel()
-			return nil, fmt.Errorf("exited: %w", err)
+			exited = fmt.Errorf("exited: %w", err)
+			return true
 		default:
 		}
-		if p.stdout = out.String(); strings.Count(p.stdout, "\n") >= 4 {
-			return p, nil
+		p.stdout = out.String()
+		return strings.Count(p.stdout, "\n") >= 4
+	}) {
+		if exited != nil {
+			cancel()
+			return nil, exited
 		}
+		return p, nil
 	}
 	cancel()
 	<-p.done
