@@ -11,20 +11,19 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // options are run's flags.
 type options struct {
-	url, key, market, out string
-	gpu                   string
-	maxPrice              float64
-	replicas              int
-	duration, queue       time.Duration
-	rate                  float64
-	poll                  time.Duration
+	url, key, placement, out string
+	gpu                      string
+	maxPrice                 float64
+	replicas, overprovision  int
+	duration, queue          time.Duration
+	rate                     float64
 }
 
 // api calls gpuproxy with the API key.
@@ -70,121 +69,114 @@ func (a *api) do(ctx context.Context, method, path string, body, out any) (int, 
 	return resp.StatusCode, nil
 }
 
-// replica is one rented instance.
-type replica struct {
-	id       string
-	ready    bool
-	inflight atomic.Int64
+// service is the benchmark's service: its definition (the placement's),
+// the controller's events and the OpenAI endpoint the load goes through.
+type service struct {
+	a *api
+	o options
 }
 
-// fleet keeps the replicas: the stand-in for the services controller.
-type fleet struct {
-	a    *api
-	o    options
-	mu   sync.Mutex
-	live map[string]*replica // rented and not given up
-	used int                 // instances rented
-	pre  int                 // preemptions seen
-	errs []string            // rents refused, in order (first few)
-	all  []string            // every instance id rented
-	rr   int
-}
+// serviceName and serviceModel name the benchmark's service.
+const (
+	serviceName  = "bench"
+	serviceModel = "bench-model"
+)
 
-// rent rents one replica by spec with the placement's market.
-func (f *fleet) rent(ctx context.Context) {
-	spec := map[string]any{"gpu": []string{f.o.gpu}, "max_price_per_hour": f.o.maxPrice, "num_gpus": 1,
-		"providers": []string{"vast.ai"}, "billing": "hourly", "market": f.o.market, "max_attempts": 20}
-	var in struct {
-		ID string `json:"id"`
+// create defines the service: o.replicas replicas' load (scaling held
+// off), the placement, its overprovision (default the service's), every
+// replica a rent by spec of o.gpu at most o.maxPrice an hour. Times are
+// the compressed clock's (1 s = 1 simulated minute): a preempted replica
+// is kept 10 s (10 simulated minutes) in case it resumes.
+func (sv *service) create(ctx context.Context) error {
+	over := 0
+	if sv.o.placement != "on-demand" {
+		over = 1
 	}
-	_, err := f.a.do(ctx, http.MethodPost, "/api/v1/gpu/instances", map[string]any{"spec": spec,
-		"image": "sim/llm", "ports": []int{8000}, "label": "benchmarket"}, &in)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err != nil {
-		if len(f.errs) < 5 {
-			f.errs = append(f.errs, err.Error())
-		}
+	if sv.o.overprovision >= 0 {
+		over = sv.o.overprovision
+	}
+	def := map[string]any{"name": serviceName, "model": serviceModel, "image": "sim/llm", "port": 8000,
+		"spec": map[string]any{"gpu": []string{sv.o.gpu}, "max_price_per_hour": sv.o.maxPrice, "num_gpus": 1,
+			"providers": []string{"vast.ai"}, "billing": "hourly", "max_attempts": 20},
+		"replicas":      map[string]any{"min": sv.o.replicas, "max": sv.o.replicas + over},
+		"scale":         map[string]any{"up_delay": "24h", "down_delay": "24h"},
+		"queue_timeout": sv.o.queue.String(), "placement": sv.o.placement, "preempted_grace": "10s"}
+	if sv.o.placement != "on-demand" {
+		def["overprovision"] = over
+	}
+	_, err := sv.a.do(ctx, http.MethodPost, "/api/v1/services", def, nil)
+	return err
+}
+
+// ready is the service's ready replicas.
+func (sv *service) ready(ctx context.Context) int {
+	var v struct {
+		Ready int `json:"ready_replicas"`
+	}
+	if _, err := sv.a.do(ctx, http.MethodGet, "/api/v1/services/"+serviceName, nil, &v); err != nil {
+		return 0
+	}
+	return v.Ready
+}
+
+// tally counts the service's events of interest: replicas rented (and
+// how many on demand), preemptions, fallbacks, refused rents (the first
+// few messages).
+func (sv *service) tally(ctx context.Context) (rented, onDemand, preempted, fallbacks int, refused []string, err error) {
+	var l struct {
+		Events []struct {
+			Kind    string `json:"kind"`
+			Message string `json:"message"`
+		} `json:"events"`
+	}
+	if _, err = sv.a.do(ctx, http.MethodGet, "/api/v1/services/"+serviceName+"/events?limit=500", nil, &l); err != nil {
 		return
 	}
-	f.used++
-	f.all = append(f.all, in.ID)
-	f.live[in.ID] = &replica{id: in.ID}
+	for _, e := range l.Events {
+		switch e.Kind {
+		case "service.replica_rented":
+			rented++
+			if strings.Contains(e.Message, ", on-demand, ") {
+				onDemand++
+			}
+		case "service.replica_preempted":
+			preempted++
+		case "service.fallback_on_demand":
+			fallbacks++
+		case "service.scale_blocked":
+			if len(refused) < 5 {
+				refused = append(refused, e.Message)
+			}
+		}
+	}
+	return
 }
 
-// watch polls every live replica's status until ctx ends: running is
-// ready; preempted, failed or gone is destroyed and replaced.
-func (f *fleet) watch(ctx context.Context) {
-	t := time.NewTicker(f.o.poll)
-	defer t.Stop()
-	for {
-		f.mu.Lock()
-		ids := make([]string, 0, len(f.live))
-		for id := range f.live {
-			ids = append(ids, id)
+// remove deletes the service and waits, up to a minute, until its
+// replicas are drained and destroyed; then any instance of the account
+// still not destroyed is.
+func (sv *service) remove(ctx context.Context) {
+	_, _ = sv.a.do(ctx, http.MethodDelete, "/api/v1/services/"+serviceName, nil, nil)
+	until := time.Now().Add(time.Minute)
+	for time.Now().Before(until) {
+		if code, _ := sv.a.do(ctx, http.MethodGet, "/api/v1/services/"+serviceName, nil, nil); code == http.StatusNotFound {
+			break
 		}
-		missing := f.o.replicas - len(f.live)
-		f.mu.Unlock()
-		for range max(missing, 0) {
-			f.rent(ctx)
-		}
-		for _, id := range ids {
-			var in struct {
-				Status string `json:"status"`
+		time.Sleep(250 * time.Millisecond)
+	}
+	var l struct {
+		Instances []struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"instances"`
+	}
+	if _, err := sv.a.do(ctx, http.MethodGet, "/api/v1/gpu/instances", nil, &l); err == nil {
+		for _, in := range l.Instances {
+			if in.Status != "terminated" && in.Status != "failed" {
+				_, _ = sv.a.do(ctx, http.MethodDelete, "/api/v1/gpu/instances/"+in.ID, nil, nil)
 			}
-			if _, err := f.a.do(ctx, http.MethodGet, "/api/v1/gpu/instances/"+id, nil, &in); err != nil {
-				continue
-			}
-			f.mu.Lock()
-			r := f.live[id]
-			switch in.Status {
-			case "running":
-				r.ready = true
-			case "preempted", "failed", "terminated", "terminating", "stopped":
-				if in.Status == "preempted" {
-					f.pre++
-				}
-				delete(f.live, id)
-				f.mu.Unlock()
-				// The stated rule: a preempted replica is destroyed at
-				// once (its disk would bill while paused) and replaced.
-				_, _ = f.a.do(context.WithoutCancel(ctx), http.MethodDelete, "/api/v1/gpu/instances/"+id, nil, nil)
-				continue
-			default:
-				r.ready = false
-			}
-			f.mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
-}
-
-// pick returns the ready replica with the fewest requests in flight,
-// other than skip, or nil.
-func (f *fleet) pick(skip string) *replica {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var best *replica
-	ids := make([]string, 0, len(f.live))
-	for id := range f.live {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	f.rr++
-	for i := range ids {
-		r := f.live[ids[(i+f.rr)%len(ids)]]
-		if !r.ready || r.id == skip {
-			continue
-		}
-		if best == nil || r.inflight.Load() < best.inflight.Load() {
-			best = r
-		}
-	}
-	return best
 }
 
 // outcome is one request's result.
@@ -194,48 +186,25 @@ type outcome struct {
 	tokens  int
 }
 
-// request sends one chat completion: it waits up to the queue timeout for
-// a ready replica and retries once on another replica after a failure.
-func (f *fleet) request(ctx context.Context) outcome {
+// request sends one chat completion to the service's OpenAI endpoint:
+// gpuproxy routes it to a ready replica (waiting up to the service's
+// queue timeout for one) and retries it once on another replica when
+// the first could not answer.
+func (sv *service) request(ctx context.Context) outcome {
 	start := time.Now()
-	deadline := start.Add(f.o.queue)
-	skip := ""
-	for try := 0; try < 2; {
-		r := f.pick(skip)
-		if r == nil {
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		try++
-		r.inflight.Add(1)
-		tokens, err := f.chat(ctx, r.id)
-		r.inflight.Add(-1)
-		if err == nil {
-			return outcome{ok: true, latency: time.Since(start), tokens: tokens}
-		}
-		skip = r.id
-	}
-	return outcome{latency: time.Since(start)}
-}
-
-// chat is one POST /v1/chat/completions through the instance proxy.
-func (f *fleet) chat(ctx context.Context, id string) (int, error) {
 	var out struct {
 		Usage struct {
 			CompletionTokens int `json:"completion_tokens"`
 		} `json:"usage"`
 	}
-	body := map[string]any{"model": "m", "max_tokens": 64, "messages": []map[string]string{{"role": "user",
+	body := map[string]any{"model": serviceModel, "max_tokens": 64, "messages": []map[string]string{{"role": "user",
 		"content": "summarize the state of the interruptible GPU market in one short sentence please"}}}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, sv.o.queue+10*time.Second)
 	defer cancel()
-	if _, err := f.a.do(rctx, http.MethodPost, "/api/v1/proxy/"+id+"/v1/chat/completions", body, &out); err != nil {
-		return 0, err
+	if _, err := sv.a.do(rctx, http.MethodPost, "/v1/chat/completions", body, &out); err != nil {
+		return outcome{latency: time.Since(start)}
 	}
-	return out.Usage.CompletionTokens, nil
+	return outcome{ok: true, latency: time.Since(start), tokens: out.Usage.CompletionTokens}
 }
 
 // window is one spend window's peak.
@@ -289,15 +258,16 @@ func runBench(args []string, stdout io.Writer) error {
 	var o options
 	fs.StringVar(&o.url, "url", "", "gpuproxy's base URL (loopback)")
 	fs.StringVar(&o.key, "key", "", "API key of the benchmark's account")
-	fs.StringVar(&o.market, "market", "on-demand", "the replicas' spec market: on-demand, interruptible or any")
+	fs.StringVar(&o.placement, "placement", "on-demand", "the service's placement: on-demand, interruptible or "+
+		"interruptible-with-fallback")
 	fs.StringVar(&o.out, "out", "", "write the result as JSON to this file")
 	fs.StringVar(&o.gpu, "gpu", "RTX 4090", "the replicas' GPU")
 	fs.Float64Var(&o.maxPrice, "max-price", 0.6, "the replicas' max_price_per_hour, USD")
-	fs.IntVar(&o.replicas, "replicas", 4, "replicas kept")
+	fs.IntVar(&o.replicas, "replicas", 4, "replicas the load needs (the service's replicas.min)")
+	fs.IntVar(&o.overprovision, "overprovision", -1, "extra interruptible replicas (default: the service's, 1)")
 	fs.DurationVar(&o.duration, "duration", 60*time.Second, "how long the load runs")
 	fs.Float64Var(&o.rate, "rate", 40, "requests per second")
-	fs.DurationVar(&o.queue, "queue-timeout", 10*time.Second, "how long a request waits for a ready replica")
-	fs.DurationVar(&o.poll, "poll", 250*time.Millisecond, "how often replicas' status is read")
+	fs.DurationVar(&o.queue, "queue-timeout", 10*time.Second, "the service's queue_timeout")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -305,34 +275,24 @@ func runBench(args []string, stdout io.Writer) error {
 		return errUsage
 	}
 	a := &api{base: o.url, key: o.key, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	f := &fleet{a: a, o: o, live: map[string]*replica{}}
+	sv := &service{a: a, o: o}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
 	var pmu sync.Mutex
 	peaks := map[int]*window{}
 	sctx, sstop := context.WithCancel(ctx)
+	defer sstop()
 	sdone := make(chan struct{})
 	go func() { sampleSpending(sctx, a, &pmu, peaks); close(sdone) }()
-	wctx, wstop := context.WithCancel(ctx)
-	wdone := make(chan struct{})
-	go func() { f.watch(wctx); close(wdone) }()
+	if err := sv.create(ctx); err != nil {
+		return err
+	}
 
-	// Warm up: the load starts when every replica is ready (or after a
-	// minute), so each placement is measured over the same steady span.
+	// Warm up: the load starts when the load's replicas are ready (or
+	// after a minute), so each placement is measured over the same span.
 	warm := time.Now().Add(time.Minute)
-	for time.Now().Before(warm) {
-		n := 0
-		f.mu.Lock()
-		for _, r := range f.live {
-			if r.ready {
-				n++
-			}
-		}
-		f.mu.Unlock()
-		if n >= o.replicas {
-			break
-		}
+	for time.Now().Before(warm) && sv.ready(ctx) < o.replicas {
 		time.Sleep(100 * time.Millisecond)
 	}
 
@@ -350,7 +310,7 @@ func runBench(args []string, stdout io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := f.request(ctx)
+			out := sv.request(ctx)
 			lmu.Lock()
 			outs = append(outs, out)
 			lmu.Unlock()
@@ -358,14 +318,14 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	wg.Wait()
 	loadEnd := time.Now()
-	wstop()
-	<-wdone
-
-	// Tear down: destroy every replica, then let the meters settle before
-	// reading the ledger.
-	for _, id := range f.all {
-		_, _ = a.do(context.Background(), http.MethodDelete, "/api/v1/gpu/instances/"+id, nil, nil)
+	rented, onDemand, preempted, fallbacks, refused, err := sv.tally(ctx)
+	if err != nil {
+		return err
 	}
+
+	// Tear down: delete the service (its replicas drain and are
+	// destroyed), then let the meters settle before reading the ledger.
+	sv.remove(context.Background())
 	time.Sleep(3 * time.Second)
 	sstop()
 	<-sdone
@@ -380,9 +340,9 @@ func runBench(args []string, stdout io.Writer) error {
 		return err
 	}
 
-	res := Result{Market: o.market, Replicas: o.replicas, Rate: o.rate, Seconds: loadEnd.Sub(start).Seconds(),
-		Cost: tx.Totals.Charges + tx.Totals.Refunds + tx.Totals.Adjustments, ReplicasUsed: f.used,
-		Preemptions: f.pre, RentErrors: f.errs}
+	res := Result{Market: o.placement, Replicas: o.replicas, Rate: o.rate, Seconds: loadEnd.Sub(start).Seconds(),
+		Cost: tx.Totals.Charges + tx.Totals.Refunds + tx.Totals.Adjustments, ReplicasUsed: rented,
+		OnDemandUsed: onDemand, Fallbacks: fallbacks, Preemptions: preempted, RentErrors: refused}
 	var lat []time.Duration
 	for _, out := range outs {
 		res.Requests++

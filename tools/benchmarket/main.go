@@ -1,20 +1,20 @@
 // Command benchmarket is the load driver of scripts/bench-market.sh: it
-// rents replicas by spec through a running `gpuproxy serve` (which talks to
-// `gpuproxy sim --market`), sends a steady request load to them through the
-// instance proxy for a fixed time, and prints what a million output tokens
-// cost, the share of requests answered, latency, preemptions, replicas used
-// and the peak spend of each window against its limit.
+// defines a service with a placement through a running `gpuproxy serve`
+// (which talks to `gpuproxy sim --market`), sends a steady request load to
+// the service's OpenAI endpoint for a fixed time, and prints what a
+// million output tokens cost, the share of requests answered, latency,
+// preemptions, replicas rented and the peak spend of each window against
+// its limit.
 //
-//	benchmarket run -url URL -key KEY -market on-demand|interruptible|any -out FILE [flags]
+//	benchmarket run -url URL -key KEY -placement on-demand|interruptible|interruptible-with-fallback -out FILE [flags]
 //	benchmarket compare FILE...
 //
-// Services have no placement yet, so benchmarket stands in for the
-// services controller and router: it keeps -replicas replicas, each a rent
-// by spec with the placement's market; when one is preempted (or fails) it
-// destroys it at once and rents a replacement by spec (the paused one may
-// resume by itself on vast.ai, but its disk bills while it waits), and a
-// request that fails on one replica is retried once on another, as the
-// services router does.
+// The services controller does the work: it rents the replicas by spec
+// on the placement's market, spreads them, replaces a preempted one (kept
+// paused for the service's preempted_grace in case it resumes), falls
+// back to on-demand replicas while interruptible ones are short and moves
+// back; the services router retries a request whose replica could not
+// answer on another.
 package main
 
 import (
@@ -23,7 +23,7 @@ import (
 	"os"
 )
 
-var errUsage = errors.New("usage: benchmarket run -url URL -key KEY -market M -out FILE [flags] | benchmarket compare FILE [FILE]")
+var errUsage = errors.New("usage: benchmarket run -url URL -key KEY -placement P -out FILE [flags] | benchmarket compare FILE [FILE]")
 
 func main() {
 	if len(os.Args) < 2 {

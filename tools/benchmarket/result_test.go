@@ -77,15 +77,19 @@ func TestCompareJudgesTheTarget(t *testing.T) {
 	}
 	w := []window{{Minutes: 60, Limit: 3, PeakTotal: 1}}
 	od := write("od", Result{Market: "on-demand", Requests: 100, Answered: 100, OutputTokens: 1e6, Cost: 1, Windows: w})
-	good := write("good", Result{Market: "interruptible", Requests: 1000, Answered: 996, OutputTokens: 1e6, Cost: 0.5, Windows: w})
-	short := write("short", Result{Market: "any", Requests: 1000, Answered: 990, OutputTokens: 1e6, Cost: 0.5, Windows: w})
+	spot := write("spot", Result{Market: "interruptible", Requests: 1000, Answered: 990, OutputTokens: 1e6, Cost: 0.5, Windows: w})
+	hedge := write("hedge", Result{Market: "interruptible-with-fallback", Requests: 1000, Answered: 996, OutputTokens: 1e6,
+		Cost: 0.56, Windows: w})
 	var b strings.Builder
-	if err := compare([]string{od, good, short}, &b); err != nil {
+	if err := compare([]string{od, spot, hedge}, &b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"interruptible vs on-demand: 50.0% lower", "99.60% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: true",
-		"any vs on-demand: 50.0% lower", "99.00% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false"} {
+	for _, want := range []string{"interruptible vs on-demand: 50.0% lower",
+		"99.00% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false\n",
+		"interruptible-with-fallback vs on-demand: 44.0% lower",
+		"99.60% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false; " +
+			"88.0% of the available discount (50.0%) captured, >= 85% met: true"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("compare's output lacks %q:\n%s", want, out)
 		}
