@@ -414,6 +414,7 @@ func TestAttack(t *testing.T) {
 			for d := range destroyCh {
 				// Soon, but not at once: an overspend lasts long enough
 				// for the sampler to see it before a refund hides it.
+				// pace: holds the instance a while, as a user would.
 				time.Sleep(time.Duration(500+rand.IntN(1000)) * time.Millisecond)
 				r := a.destroy(ctx, w, d.key, d.id)
 				rep.destroys.add(outcome(r))
@@ -518,7 +519,8 @@ func TestAttack(t *testing.T) {
 		}
 		close(gate)
 		waveWG.Wait()
-		time.Sleep(200 * time.Millisecond) // destroys, metering and reconciling between waves
+		// pace: a gap between waves for destroys, metering and reconciling.
+		time.Sleep(200 * time.Millisecond)
 	}
 	chaosWG.Wait()
 	if svc != nil {

@@ -49,6 +49,7 @@ func strikeChaosAt(ctx context.Context, t *testing.T, action string, wave int, r
 		// while it exits at start-up (the database may be restarting too).
 		tries := 0
 		for {
+			// pace: a supervisor's restart delay.
 			time.Sleep(time.Second)
 			tries++
 			err := r.start(dir, bin, cfg, env)

@@ -170,6 +170,7 @@ func putLimits(ctx context.Context, a *api, replica int, path, adminKey string, 
 		if !r.retryable() {
 			break
 		}
+		// pace: a client's retry backoff.
 		time.Sleep(300 * time.Millisecond)
 	}
 	return r

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // Lifetimes (issue 21): instances with the shortest idle timeout gpuproxy
@@ -169,19 +171,21 @@ func (il *idleLoad) run(ctx context.Context, a *api, in *idleInst) {
 	if in.id == "" {
 		return
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; in.runningAt.IsZero() && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+	// The client looks at its instance every 100 ms, each look a request
+	// on a replica (in turn): part of the load.
+	i, ended := 0, false
+	testpoll.WaitEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		inst, _ := a.get(ctx, in.n+i, il.key, in.id)
+		i++
 		switch inst.Status {
 		case "running":
 			in.runningAt = time.Now()
 		case "failed", "terminated", "stopped":
-			return
-		default:
-			time.Sleep(100 * time.Millisecond)
+			ended = true
 		}
-	}
-	if !in.kind.traffic || in.runningAt.IsZero() {
+		return !in.runningAt.IsZero() || ended || ctx.Err() != nil
+	})
+	if ended || !in.kind.traffic || in.runningAt.IsZero() {
 		return
 	}
 	for i, end := 0, in.runningAt.Add(il.trafficFor); time.Now().Before(end) && ctx.Err() == nil; i++ {
@@ -196,6 +200,7 @@ func (il *idleLoad) run(ctx context.Context, a *api, in *idleInst) {
 			}
 			in.lastServed = time.Now()
 		}
+		// pace: the instance's traffic, a request every trafficGap.
 		time.Sleep(trafficGap)
 	}
 }
@@ -259,6 +264,7 @@ func (il *idleLoad) createBySpec(ctx context.Context, a *api, in *idleInst) {
 			}
 			return
 		}
+		// pace: a client's resend backoff.
 		time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 	}
 }
@@ -308,19 +314,14 @@ func (il *idleLoad) waitActed(ctx context.Context) {
 	il.wg.Wait()
 	deadline := il.deadline()
 	ids := il.created()
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		done := true
+	testpoll.Wait(time.Until(deadline), func() bool {
 		for _, in := range ids {
 			if st := il.watch.status(in.id); st != "stopped" && st != "terminated" && st != "failed" {
-				done = false
-				break
+				return ctx.Err() != nil
 			}
 		}
-		if done {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 // scrapeActs sums gpuproxy_instances_stopped_total{rule="idle_timeout"}

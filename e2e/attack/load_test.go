@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // api is an HTTP client of the replicas, speaking gpuproxy's REST API.
@@ -187,6 +189,7 @@ func (a *api) createWith(ctx context.Context, replica int, key string, o offer, 
 		if !res.final.retryable() || ctx.Err() != nil {
 			break
 		}
+		// pace: a client's retry backoff.
 		time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 	}
 	if res.final.status == http.StatusCreated || res.final.status == http.StatusAccepted {
@@ -203,6 +206,7 @@ func (a *api) destroy(ctx context.Context, replica int, key, id string) reply {
 		if !r.retryable() || ctx.Err() != nil {
 			return r
 		}
+		// pace: a client's retry backoff.
 		time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 	}
 	return r
@@ -284,9 +288,8 @@ type progress struct {
 
 // waitFor waits until n requests have finished, or ctx ends.
 func (p *progress) waitFor(ctx context.Context, n int64) {
-	for p.done.Load() < n && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
+	// ctx bounds the wait; the timeout is only a backstop.
+	testpoll.Wait(time.Hour, func() bool { return p.done.Load() >= n || ctx.Err() != nil })
 }
 
 // limitScope is the scope ("key" or "account"), the key_id and the window

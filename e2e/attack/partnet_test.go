@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // partitionNet is the path one replica takes to Postgres, which the
@@ -41,7 +43,8 @@ type partitionNet struct {
 	ln               net.Listener
 
 	mu     sync.Mutex
-	paused chan struct{} // proxy mode: closed while forwarding; nil while cut
+	paused chan struct{} // proxy mode: open while cut, closed while forwarding
+	isCut  bool
 	closed bool
 	conns  []net.Conn
 	cuts   int
@@ -141,19 +144,17 @@ func (p *partitionNet) makeNetns() error {
 	p.ln = ln
 	p.port = ln.Addr().(*net.TCPAddr).Port
 	// The host reaches it through the veth (the address may take a moment).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", p.nsAddr, p.port), time.Second)
-		if err == nil {
+	if testpoll.Wait(5*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", fmt.Sprintf("%s:%d", p.nsAddr, p.port), time.Second); err == nil {
 			c.Close()
-			return nil
 		}
-		if time.Now().After(deadline) {
-			ln.Close()
-			return fmt.Errorf("the host cannot reach %s:%d through the veth: %v", p.nsAddr, p.port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		return nil
 	}
+	ln.Close()
+	return fmt.Errorf("the host cannot reach %s:%d through the veth: %v", p.nsAddr, p.port, err)
 }
 
 // freeNet30 picks 10.213.k (k from the pid) whose /24 no host interface
@@ -238,7 +239,9 @@ func (p *partitionNet) cut() error {
 	if p.mode == "netns" {
 		return p.iptables("-A")
 	}
-	p.paused = nil
+	if !p.isCut {
+		p.paused, p.isCut = make(chan struct{}), true
+	}
 	return nil
 }
 
@@ -249,27 +252,22 @@ func (p *partitionNet) heal() error {
 	if p.mode == "netns" {
 		return p.iptables("-D")
 	}
-	if p.paused == nil {
-		p.paused = make(chan struct{})
+	if p.isCut {
 		close(p.paused)
+		p.isCut = false
 	}
 	return nil
 }
 
 // gate waits while the forwarder is cut (proxy mode); false once closed.
 func (p *partitionNet) gate() bool {
-	for {
-		p.mu.Lock()
-		ch, closed := p.paused, p.closed
-		p.mu.Unlock()
-		if closed {
-			return false
-		}
-		if ch != nil {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.mu.Lock()
+	ch := p.paused
+	p.mu.Unlock()
+	<-ch // closed by heal (or close)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed
 }
 
 // serve relays every connection to the cluster.
@@ -340,6 +338,10 @@ func (p *partitionNet) relay(c net.Conn) {
 func (p *partitionNet) close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.isCut { // let the relays waiting at the gate end
+		close(p.paused)
+		p.isCut = false
+	}
 	conns := p.conns
 	p.conns = nil
 	p.mu.Unlock()

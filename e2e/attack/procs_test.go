@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // proc is one child process of the harness (the simulator, a replica, a
@@ -333,19 +335,22 @@ func (r *replica) start(dir, bin, cfg string, env []string) error {
 	r.starts++
 	r.p = p
 	r.mu.Unlock()
-	deadline := time.Now().Add(45 * time.Second)
 	client := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
+	up := testpoll.WaitEvery(45*time.Second, 50*time.Millisecond, func() bool {
 		if p.exited() {
-			return fmt.Errorf("%s exited during start-up (%v):\n%s", r.name(), p.err, p.tail(30))
+			return true
 		}
 		if resp, err := client.Get(r.base + "/health"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+			return resp.StatusCode == http.StatusOK
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if p.exited() {
+		return fmt.Errorf("%s exited during start-up (%v):\n%s", r.name(), p.err, p.tail(30))
+	}
+	if up {
+		return nil
 	}
 	return fmt.Errorf("%s: /health did not answer within 45s:\n%s", r.name(), p.tail(30))
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -156,7 +157,9 @@ func svcPrices(ctx context.Context, a *api, key string, listed []offer) []int64 
 		if len(out) >= 3 || try == 2 || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(1100 * time.Millisecond) // past the offer cache
+		// pace: search again once the offer cache (1 s) has turned over;
+		// each search lets the churn take offers, so there are two at most.
+		time.Sleep(1100 * time.Millisecond)
 		if fresh, err := a.offersAt(ctx, try+1, key, svcCap); err == nil {
 			listed = fresh
 		}
@@ -241,6 +244,7 @@ func startService(ctx, wctx context.Context, a *api, run func(args ...string) st
 		if !r.retryable() {
 			break
 		}
+		// pace: a client's retry backoff.
 		time.Sleep(300 * time.Millisecond)
 	}
 	var v struct {
@@ -271,6 +275,7 @@ func (sl *serviceLoad) client(ctx context.Context, a *api, c int) {
 		sl.reqs = append(sl.reqs, r)
 		sl.mu.Unlock()
 		if !r.ok {
+			// pace: a client backs off after a failed chat.
 			time.Sleep(chatFailPause)
 		}
 	}
@@ -279,14 +284,10 @@ func (sl *serviceLoad) client(ctx context.Context, a *api, c int) {
 // waitRamp waits until the service has had two live replicas and its
 // third rent was refused by the window, or svcRampWait passes.
 func (sl *serviceLoad) waitRamp(ctx context.Context) {
-	deadline := sl.created.Add(svcRampWait)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if s, ok := sl.watch.last(); ok && s.maxLive >= 2 && s.windowBlocked > 0 {
-			sl.ramp, sl.rampDone = time.Since(sl.created), true
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	sl.rampDone = testpoll.Wait(time.Until(sl.created.Add(svcRampWait)), func() bool {
+		s, ok := sl.watch.last()
+		return ok && s.maxLive >= 2 && s.windowBlocked > 0 || ctx.Err() != nil
+	}) && ctx.Err() == nil
 	sl.ramp = time.Since(sl.created)
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 )
 
 // prepareProxyInstance creates the proxy account's instance and waits for
@@ -18,19 +20,21 @@ func prepareProxyInstance(ctx context.Context, t *testing.T, a *api, key string,
 	if res.inst.ID == "" {
 		t.Fatalf("creating the proxy account's instance on %s %s: %s", o.Provider, o.OfferID, res.final)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		inst, r := a.get(ctx, 0, key, res.inst.ID)
-		if r.status == http.StatusOK && inst.Status == "running" {
-			return inst
-		}
+	var inst instance
+	var running bool
+	testpoll.WaitEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		var r reply
+		inst, r = a.get(ctx, 0, key, res.inst.ID)
 		if inst.Status == "failed" || inst.Status == "terminated" {
 			t.Fatalf("proxy instance %s is %s: %s", inst.ID, inst.Status, r)
 		}
-		time.Sleep(100 * time.Millisecond)
+		running = r.status == http.StatusOK && inst.Status == "running"
+		return running
+	})
+	if !running {
+		t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
 	}
-	t.Fatalf("proxy instance %s not running within 30s", res.inst.ID)
-	return instance{}
+	return inst
 }
 
 // rentRunning rents the first of offers (at most tries of them) that is
@@ -46,16 +50,19 @@ func rentRunning(ctx context.Context, a *api, key string, offers []offer, tries 
 			last = fmt.Sprintf("%s %s: %s", o.Provider, o.OfferID, res.final)
 			continue
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			inst, r := a.get(ctx, 0, key, res.inst.ID)
-			if r.status == http.StatusOK && inst.Status == "running" {
-				return inst, nil
-			}
-			if inst.Status == "failed" || inst.Status == "terminated" {
-				return instance{}, fmt.Errorf("instance %s is %s: %s", inst.ID, inst.Status, r)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var (
+			inst instance
+			r    reply
+		)
+		testpoll.WaitEvery(30*time.Second, 100*time.Millisecond, func() bool {
+			inst, r = a.get(ctx, 0, key, res.inst.ID)
+			return r.status == http.StatusOK && inst.Status == "running" || inst.Status == "failed" || inst.Status == "terminated"
+		})
+		switch {
+		case r.status == http.StatusOK && inst.Status == "running":
+			return inst, nil
+		case inst.Status == "failed" || inst.Status == "terminated":
+			return instance{}, fmt.Errorf("instance %s is %s: %s", inst.ID, inst.Status, r)
 		}
 		return instance{}, fmt.Errorf("instance %s not running within 30s", res.inst.ID)
 	}
@@ -66,18 +73,20 @@ func rentRunning(ctx context.Context, a *api, key string, offers []offer, tries 
 // charged to its stop, no lease older than maxLeaseAge is open, and
 // notBefore has passed.
 func waitSettled(ctx context.Context, url string, limit, maxLeaseAge time.Duration, notBefore time.Time) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		st, err := readState(ctx, url)
-		if err == nil && st.settled(maxLeaseAge) && time.Now().After(notBefore) {
-			// Once more after a metering round, so a last charge or a lease
-			// settlement in progress lands before the checks.
-			time.Sleep(meteringInt + 200*time.Millisecond)
+	settled := testpoll.WaitEvery(limit, 250*time.Millisecond, func() bool {
+		if ctx.Err() != nil {
 			return true
 		}
-		time.Sleep(250 * time.Millisecond)
+		st, err := readState(ctx, url)
+		return err == nil && st.settled(maxLeaseAge) && time.Now().After(notBefore)
+	}) && ctx.Err() == nil
+	if settled {
+		// Once more after a metering round, so a last charge or a lease
+		// settlement in progress lands before the checks.
+		// pace: a metering round must really pass; the state marks none.
+		time.Sleep(meteringInt + 200*time.Millisecond)
 	}
-	return false
+	return settled
 }
 
 func (s *dbState) settled(maxLeaseAge time.Duration) bool {

@@ -206,12 +206,14 @@ func (a *api) specCreate(ctx context.Context, replica int, k *attackKey, idem st
 				break
 			}
 		}
+		// pace: a client's resend backoff.
 		time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 		c.add(send(replica + try))
 		c.resends++
 		c.retries++
 	}
 	if dup && c.final.status != 0 && ctx.Err() == nil {
+		// pace: the duplicate comes a moment after the answer.
 		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
 		c.add(send(replica + len(c.answers)))
 		c.resends++

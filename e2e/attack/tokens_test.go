@@ -202,6 +202,7 @@ func startTokens(ctx context.Context, t *testing.T, a *api, run func(args ...str
 		if !r.retryable() {
 			break
 		}
+		// pace: a client's retry backoff.
 		time.Sleep(300 * time.Millisecond)
 	}
 	var got struct {
@@ -338,6 +339,7 @@ func (tl *tokenLoad) start(ctx context.Context, a *api, wave, n int, gate <-chan
 				if r.ok || r.status == http.StatusPaymentRequired || r.status/100 == 4 || try == tokTries-1 || ctx.Err() != nil {
 					break
 				}
+				// pace: a client's retry backoff.
 				time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 			}
 			prog.done.Add(1)
