@@ -202,7 +202,7 @@ func (s *Service) reconcileProvider(ctx context.Context, p providers.Provider, r
 			continue
 		}
 		live[row.ID] = true
-		s.reconcileRow(ctx, p, l, row, now, rep)
+		s.reconcileRow(ctx, p, l, row, now, listedAt, rep)
 	}
 	s.reconcileOrphans(ctx, p, l, live, listedAt, rep)
 }
@@ -224,12 +224,14 @@ func indexListing(list []providers.Instance) listing {
 	return l
 }
 
-// reconcileRow resolves one live row of p's against the listing: a
-// pending row is adopted when its tagged instance exists, or failed past
-// PendingGrace; any other row whose instance is gone is terminated; a
-// provider report of actual cost is trued up.
-func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l listing, row gpuproxy.Instance, now time.Time,
-	rep *ReconcileReport) {
+// reconcileRow resolves one live row of p's against the listing, begun
+// at listedAt: a pending row is adopted when its tagged instance exists,
+// or failed past PendingGrace; any other row whose instance is gone is
+// terminated, unless the row changed since the listing began (a create
+// that reached the provider meanwhile: the listing cannot show it, and
+// the next round decides); a provider report of actual cost is trued up.
+func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l listing, row gpuproxy.Instance, now,
+	listedAt time.Time, rep *ReconcileReport) {
 	pi, found := l.byTag[row.ID]
 	if other, ok := l.byID[row.ProviderInstanceID]; !found && ok && row.ProviderInstanceID != "" {
 		// Our provider id, another tag: never taken as ours. Our own
@@ -253,6 +255,8 @@ func (s *Service) reconcileRow(ctx context.Context, p providers.Provider, l list
 			return
 		}
 		rep.Failed = append(rep.Failed, row.ID)
+	case row.Status != gpuproxy.Pending && !found && row.UpdatedAt.After(listedAt):
+		// Rented while the listing was read: not gone, just too new.
 	case row.Status != gpuproxy.Pending && (!found || pi.Status == providers.StatusTerminated):
 		at := now
 		if found && !pi.StoppedAt.IsZero() && pi.StoppedAt.Before(now) {
