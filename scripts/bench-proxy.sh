@@ -21,11 +21,13 @@
 # (200) requests, then CG_ROUNDS (2) times CG_REQUESTS (2000) on CG_CONNS
 # (4) kept-alive connections, to the instance proxy and to the service
 # endpoint; callgrind's counters are zeroed before and dumped after each
-# measured batch, so startup and warm-up cancel and what is printed is
-# instructions (Ir, every thread) per request. Instruction counts repeat
-# within a few per cent run to run on a loaded machine (the garbage collector
-# and timers run when they run), where wall-clock figures do not. Then
-# allocations per request, from the same load on a run without valgrind.
+# measured batch (after CG_SETTLE, 3 s, for the usage writer), so startup
+# and warm-up cancel and what is printed is instructions (Ir, every thread,
+# user space: a syscall counts as one) per request, with the collector off.
+# Instruction counts repeat within a few per cent run to run on a loaded
+# machine (timers and SQLite's checkpoints run when they run), where
+# wall-clock figures do not. Then allocations per request, from the same
+# load on a run without valgrind, the collector on.
 #
 # The upstream is tools/benchupstream (a tiny Go JSON server);
 # gpuproxy is tools/benchproxy (the real server with API-key auth,
