@@ -32,7 +32,9 @@
 # Environment: DURATION (60s), RATE (40 requests/s), REPLICAS (4), SEED
 # (42), TRACE (testdata/market/trace.jsonl), LIMIT (60-minute window, USD;
 # default 3), MAX_PRICE (the spec's max_price_per_hour, 0.6),
-# PLACEMENTS ("on-demand interruptible interruptible-with-fallback").
+# PLACEMENTS ("on-demand interruptible interruptible-with-fallback"),
+# OUT (a directory to keep each placement's result JSON in; none kept
+# by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,7 @@ TRACE=${TRACE:-testdata/market/trace.jsonl}
 LIMIT=${LIMIT:-3}
 MAX_PRICE=${MAX_PRICE:-0.6}
 PLACEMENTS=${PLACEMENTS:-on-demand interruptible interruptible-with-fallback}
+OUT=${OUT:-}
 
 # tmp, pids (cleaned up on exit), wait_ready, free_port
 . scripts/lib/bench.sh
@@ -106,6 +109,7 @@ YAML
   "$tmp/benchmarket" run -url "http://127.0.0.1:$port" -key "$(cat "$dir/key")" -placement "$placement" \
     -replicas "$REPLICAS" -rate "$RATE" -duration "$DURATION" -max-price "$MAX_PRICE" -out "$dir/result.json"
   results+=("$dir/result.json")
+  if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$dir/result.json" "$OUT/$placement.json"; fi
   stop "$servepid"
   stop "$simpid"
 done

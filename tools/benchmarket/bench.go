@@ -288,6 +288,12 @@ func runBench(args []string, stdout io.Writer) error {
 	if err := sv.create(ctx); err != nil {
 		return err
 	}
+	var bmu sync.Mutex
+	var brk Breakdown
+	bctx, bstop := context.WithCancel(ctx)
+	defer bstop()
+	bdone := make(chan struct{})
+	go func() { sampleReplicas(bctx, sv, o.replicas, &bmu, &brk); close(bdone) }()
 
 	// Warm up: the load starts when the load's replicas are ready (or
 	// after a minute), so each placement is measured over the same span.
@@ -318,6 +324,8 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	wg.Wait()
 	loadEnd := time.Now()
+	bstop()
+	<-bdone
 	rented, onDemand, preempted, fallbacks, refused, err := sv.tally(ctx)
 	if err != nil {
 		return err
@@ -342,7 +350,7 @@ func runBench(args []string, stdout io.Writer) error {
 
 	res := Result{Market: o.placement, Replicas: o.replicas, Rate: o.rate, Seconds: loadEnd.Sub(start).Seconds(),
 		Cost: tx.Totals.Charges + tx.Totals.Refunds + tx.Totals.Adjustments, ReplicasUsed: rented,
-		OnDemandUsed: onDemand, Fallbacks: fallbacks, Preemptions: preempted, RentErrors: refused}
+		OnDemandUsed: onDemand, Fallbacks: fallbacks, Preemptions: preempted, RentErrors: refused, Breakdown: brk}
 	var lat []time.Duration
 	for _, out := range outs {
 		res.Requests++

@@ -33,6 +33,8 @@ type Result struct {
 	Fallbacks    int      `json:"fallbacks"`
 	RentErrors   []string `json:"rent_errors,omitempty"`
 	Windows      []window `json:"windows"`
+	// Breakdown is where the replicas' money went (warm-up and load).
+	Breakdown Breakdown `json:"breakdown"`
 }
 
 // PerMillion is the cost of a million output tokens, USD.
@@ -89,10 +91,9 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 // placement's saving against on-demand, judged against the issue's
 // target: >= 45% lower $ per 1M output tokens, >= 99.5% answered, no
 // limit passed; or, when the market's discount makes 45% impossible, the
-// same with >= 85% of the available discount captured, where the
-// available discount is the all-interruptible placement's saving (every
-// replica at its bid) and the captured share is a placement's saving
-// over it.
+// same with >= 85% of the available discount captured (see
+// availableDiscount; the captured share is a placement's saving over
+// it). It also prints each placement's Breakdown.
 func compare(files []string, w io.Writer) error {
 	var rs []Result
 	for _, f := range files {
@@ -108,7 +109,7 @@ func compare(files []string, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%-27s %12s %9s %8s %8s %7s %8s %9s %s\n", "placement", "$/1M out tok", "answered", "p50 ms",
 		"p99 ms", "preempt", "replicas", "on-demand", "peak spend / limit")
-	var base, spot *Result
+	var base *Result
 	for i, r := range rs {
 		var ws []string
 		for _, x := range r.Windows {
@@ -116,19 +117,15 @@ func compare(files []string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "%-27s %12.4f %8.2f%% %8.1f %8.1f %7d %8d %9d %s\n", r.Market, r.PerMillion(),
 			100*r.AnsweredShare(), r.P50ms, r.P99ms, r.Preemptions, r.ReplicasUsed, r.OnDemandUsed, strings.Join(ws, ", "))
-		switch r.Market {
-		case "on-demand":
+		if r.Market == "on-demand" {
 			base = &rs[i]
-		case "interruptible":
-			spot = &rs[i]
 		}
+	}
+	for _, r := range rs {
+		breakdown(w, r)
 	}
 	if base == nil || base.PerMillion() == 0 {
 		return nil
-	}
-	available := 0.0
-	if spot != nil {
-		available = 1 - spot.PerMillion()/base.PerMillion()
 	}
 	for _, r := range rs {
 		if r.Market == "on-demand" {
@@ -139,12 +136,47 @@ func compare(files []string, w io.Writer) error {
 		fmt.Fprintf(w, "%s vs on-demand: %.1f%% lower $ per 1M output tokens, %.2f%% answered, limit kept: %v; "+
 			"target (>= 45%%, >= 99.5%%, limit kept) met: %v", r.Market, 100*saving, 100*r.AnsweredShare(),
 			r.LimitKept(), saving >= 0.45 && kept)
-		if r.Market != "interruptible" && available > 0 {
+		if available := availableDiscount(r, *base); available > 0 {
 			captured := saving / available
-			fmt.Fprintf(w, "; %.1f%% of the available discount (%.1f%%) captured, >= 85%% met: %v", 100*captured,
-				100*available, captured >= 0.85 && kept)
+			fmt.Fprintf(w, "; available discount %.1f%% (bid paid / on-demand price, per billed GPU-hour), %.1f%% of it "+
+				"captured, >= 85%% met: %v", 100*available, 100*captured, captured >= 0.85 && kept)
 		}
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// availableDiscount is the discount the market offered r's placement:
+// 1 - (what its interruptible replicas paid per billed hour, time-weighted)
+// / (what on-demand replicas of the same GPU paid per billed hour, from
+// the on-demand placement's run, else r's own fallbacks). 0 when either
+// is unknown. It is the market's price, not a placement's result: no
+// placement can save more than it without serving from fewer replicas.
+func availableDiscount(r, base Result) float64 {
+	od := base.Breakdown.OnDemPrice()
+	if od == 0 {
+		od = r.Breakdown.OnDemPrice()
+	}
+	spot := r.Breakdown.SpotPrice()
+	if od == 0 || spot == 0 {
+		return 0
+	}
+	return 1 - spot/od
+}
+
+// breakdown prints where r's replica money went.
+func breakdown(w io.Writer, r Result) {
+	b := r.Breakdown
+	if b.Samples == 0 {
+		return
+	}
+	usd := func(m int64) float64 { return float64(m) / 1e6 }
+	total := b.SpotMicros + b.OnDemMicros
+	fmt.Fprintf(w, "%s: billed $%.4f = interruptible %.0f replica-min $%.4f (mean $%.3f/h) + on-demand %.0f "+
+		"replica-min $%.4f (mean $%.3f/h); of it start-up (running, not ready) %.0f min $%.4f, draining %.0f min "+
+		"$%.4f, interruptible past the load %.0f min $%.4f, on-demand while ready interruptible covered the load %.0f "+
+		"min $%.4f; unbilled: loading %.0f min, paused %.0f min\n", r.Market, usd(total), b.SpotSeconds, usd(b.SpotMicros),
+		b.SpotPrice()/1e6, b.OnDemSeconds, usd(b.OnDemMicros), b.OnDemPrice()/1e6, b.StartupSeconds,
+		usd(b.StartupMicros), b.DrainSeconds, usd(b.DrainMicros), b.OverSeconds, usd(b.OverMicros), b.OverlapSeconds,
+		usd(b.OverlapMicros), b.LoadingSeconds, b.PausedSeconds)
 }

@@ -76,10 +76,11 @@ func TestCompareJudgesTheTarget(t *testing.T) {
 		return p
 	}
 	w := []window{{Minutes: 60, Limit: 3, PeakTotal: 1}}
-	od := write("od", Result{Market: "on-demand", Requests: 100, Answered: 100, OutputTokens: 1e6, Cost: 1, Windows: w})
+	od := write("od", Result{Market: "on-demand", Requests: 100, Answered: 100, OutputTokens: 1e6, Cost: 1, Windows: w,
+		Breakdown: Breakdown{OnDemSeconds: 3600, OnDemMicros: 400_000, Samples: 1}})
 	spot := write("spot", Result{Market: "interruptible", Requests: 1000, Answered: 990, OutputTokens: 1e6, Cost: 0.5, Windows: w})
 	hedge := write("hedge", Result{Market: "interruptible-with-fallback", Requests: 1000, Answered: 996, OutputTokens: 1e6,
-		Cost: 0.56, Windows: w})
+		Cost: 0.56, Windows: w, Breakdown: Breakdown{SpotSeconds: 3600, SpotMicros: 200_000, Samples: 1}})
 	var b strings.Builder
 	if err := compare([]string{od, spot, hedge}, &b); err != nil {
 		t.Fatal(err)
@@ -89,7 +90,9 @@ func TestCompareJudgesTheTarget(t *testing.T) {
 		"99.00% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false\n",
 		"interruptible-with-fallback vs on-demand: 44.0% lower",
 		"99.60% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false; " +
-			"88.0% of the available discount (50.0%) captured, >= 85% met: true"} {
+			"available discount 50.0% (bid paid / on-demand price, per billed GPU-hour), 88.0% of it captured, " +
+			">= 85% met: true",
+		"interruptible-with-fallback: billed $0.2000 = interruptible 3600 replica-min $0.2000 (mean $0.200/h)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("compare's output lacks %q:\n%s", want, out)
 		}
