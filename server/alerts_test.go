@@ -1,39 +1,17 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/alerts"
-	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/server"
 )
-
-// newAlertsEnv is newEnv with the budget alert service.
-func newAlertsEnv(t *testing.T, k dbtest.Kind) (*env, *alerts.Service) {
-	t.Helper()
-	st := dbtest.Open(t, k)
-	a := auth.New(st, auth.Options{CacheTTL: -1})
-	logs := &bytes.Buffer{}
-	log := newTestLogger(logs)
-	g := guardrails.New(st, guardrails.Options{Logger: log,
-		Defaults: []guardrails.Window{{Minutes: 60, Limit: 100 * usd}}})
-	al := alerts.New(st, g, alerts.Options{Logger: log})
-	srv := server.New(server.Services{Auth: a, Guard: g, Ledger: billing.NewLedger(st, nil), Store: st,
-		RateLimiter: auth.NewSharedRateLimiter(10000, auth.RateLimitOptions{}), Alerts: al}, server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: billing.NewLedger(st, nil), logs: logs}, al
-}
 
 // TestAlertsAPI: PUT /api/v1/accounts/{account}/alerts (admin) answers
 // the signing secret once, validates naming the field; GET
@@ -41,7 +19,8 @@ func newAlertsEnv(t *testing.T, k dbtest.Kind) (*env, *alerts.Service) {
 // account's).
 func TestAlertsAPI(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e, al := newAlertsEnv(t, k)
+		e := newEnv(t, k, opts{limits: []guardrails.Window{{Minutes: 60, Limit: 100 * usd}}})
+		al := e.app.Alerts
 		admin, _ := e.key("ops", "admin")
 		eng, acme := e.key("acme", "engineer")
 		fin, _ := e.key("acme", "finance")

@@ -15,7 +15,7 @@ import (
 // timeout, as the README says.
 func TestCreateBadInputSpendsNothing(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e := newFleetEnv(t, k)
+		e := newEnv(t, k, opts{})
 		key, _ := e.key("acme", "engineer")
 		create := func(spec, extra string) string {
 			return `{"spec":{"providers":"vast.ai","max_price_per_hour":5` + spec + `},"image":"img"` + extra + `}`
@@ -72,7 +72,7 @@ func TestCreateBadInputSpendsNothing(t *testing.T) {
 // field and the account's maximum, not left to fail every rent.
 func TestServiceBadInput(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e, _ := newServicesEnv(t, k)
+		e := newEnv(t, k, opts{})
 		key, _ := e.key("acme", "engineer")
 		admin, _ := e.key("root", "admin")
 		for _, tc := range []struct {

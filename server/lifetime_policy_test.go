@@ -2,48 +2,14 @@ package server_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/auth"
-	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/teststack"
-	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/vastai"
-	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
-	"github.com/aiserve/gpuproxy/server"
 )
-
-// newFleetEnv is newEnv with the GPU routes: the fleet over the vast.ai
-// simulator (nothing runs in the background: instances stay as created).
-func newFleetEnv(t *testing.T, k dbtest.Kind) *env {
-	t.Helper()
-	st := dbtest.Open(t, k)
-	a := auth.New(st, auth.Options{CacheTTL: -1})
-	log := newTestLogger(&strings.Builder{})
-	g := guardrails.New(st, guardrails.Options{Logger: log})
-	ledger := billing.NewLedger(st, nil)
-	sim := vastaisim.New(vastaisim.Options{APIKey: "vk"})
-	u, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	va := vastai.New(vastai.Options{BaseURL: u, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond})
-	fl := fleet.New(st, g, []providers.Provider{va}, fleet.Options{OfferCacheTTL: time.Minute, Logger: log,
-		Leader: st.WithLeader, Ledger: ledger})
-	srv := server.New(server.Services{Auth: a, Guard: g, Ledger: ledger, Fleet: fl, Store: st,
-		RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})}, server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: ledger}
-}
 
 // offerIDs are the vast.ai offers the simulator lists (each can be rented
 // once).
@@ -214,7 +180,7 @@ func samePolicy(a, b gpuproxy.LifetimePolicy) bool {
 // account's maxima or remove it; keepalive answers the instance.
 func TestLifetimePolicyBindsKeys(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e := newFleetEnv(t, k)
+		e := newEnv(t, k, opts{})
 		d := loadAPIDoc(t)
 		admin, _ := e.key("root", "admin")
 		eng, _ := e.key("acme", "engineer")

@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/aiserve/gpuproxy/db/dbtest"
+	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
@@ -326,7 +327,7 @@ func TestOpenAPIMatchesAnswers(t *testing.T) {
 		d.check("DELETE", "/api/v1/accounts/{account}/keys/{id}", e.do("DELETE", "/api/v1/accounts/team-b/keys/"+id, admin, ""))
 
 		// Budget alerts.
-		ae, _ := newAlertsEnv(t, k)
+		ae := newEnv(t, k, opts{limits: []guardrails.Window{{Minutes: 60, Limit: 100 * usd}}})
 		admin, _ = ae.key("ops", "admin")
 		eng, _ = ae.key("acme", "engineer")
 		const alertsPath = "/api/v1/accounts/{account}/alerts"

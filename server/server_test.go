@@ -4,27 +4,32 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/app/apptest"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/focus"
+	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/teststack"
-	"github.com/aiserve/gpuproxy/server"
 )
 
 const usd = gpuproxy.MicrosPerUSD
 
+// env is the server as the binary wires it (apptest: app.New over a
+// store of the kind and the vast.ai simulator), with nothing running in
+// the background: instances stay as created, services as the routes
+// leave them.
 type env struct {
 	t      *testing.T
 	url    string
+	app    *app.App
 	store  *db.Store
 	auth   *auth.Service
 	ledger *billing.Ledger
@@ -32,30 +37,26 @@ type env struct {
 }
 
 type opts struct {
-	rateLimit int
+	rateLimit int // requests a minute per key (default 10,000)
 	jwt       string
+	limits    []guardrails.Window // every account's default windows
+	now       func() time.Time    // the guard rails' clock, which unit economics reads too
 }
 
 func newEnv(t *testing.T, k dbtest.Kind, o opts) *env {
 	t.Helper()
-	st := dbtest.Open(t, k)
-	a := auth.New(st, auth.Options{JWTSecret: []byte(o.jwt), CacheTTL: -1})
 	logs := &bytes.Buffer{}
-	log := newTestLogger(logs)
 	if o.rateLimit == 0 {
 		o.rateLimit = 10000
 	}
-	srv := server.New(server.Services{
-		Auth:        a,
-		Guard:       guardrails.New(st, guardrails.Options{Logger: log}),
-		Ledger:      billing.NewLedger(st, nil),
-		Focus:       focus.New(billing.NewLedger(st, nil), st, focus.Options{}),
-		Store:       st,
-		RateLimiter: auth.NewSharedRateLimiter(o.rateLimit, auth.RateLimitOptions{}),
-	}, server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: billing.NewLedger(st, nil), logs: logs}
+	s := apptest.New(t, apptest.Options{Kind: k, Config: app.Config{Logger: newTestLogger(logs), NoOAuth: true,
+		Auth:      auth.Options{JWTSecret: []byte(o.jwt), CacheTTL: -1},
+		RateLimit: o.rateLimit,
+		Guard:     guardrails.Options{Defaults: o.limits, Now: o.now},
+		Fleet:     fleet.Options{OfferCacheTTL: time.Minute},
+	}})
+	a := s.App()
+	return &env{t: t, url: s.URL(), app: a, store: a.Store, auth: a.Auth, ledger: a.Ledger, logs: logs}
 }
 
 // key creates an account (if needed) and a key with the given preset.

@@ -18,7 +18,8 @@ import (
 // the price and pass. An admin key of the account sets and changes it.
 func TestServiceTokenPriceNeedsAdminREST(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e, m := newServicesEnv(t, k)
+		e := newEnv(t, k, opts{})
+		m := e.app.Services
 		d := loadAPIDoc(t)
 		eng, acct := e.key("acme", "engineer")
 		admin, _ := e.key("acme", "admin")

@@ -3,52 +3,13 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
-	"github.com/aiserve/gpuproxy/auth"
-	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db/dbtest"
-	"github.com/aiserve/gpuproxy/economics"
-	"github.com/aiserve/gpuproxy/fleet"
-	"github.com/aiserve/gpuproxy/guardrails"
-	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/vastai"
-	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
-	"github.com/aiserve/gpuproxy/server"
-	"github.com/aiserve/gpuproxy/services"
 )
-
-// newServicesEnv is newFleetEnv with the service routes: the services
-// manager over the fleet and the store. Its controller does not run, so
-// services stay as the routes leave them (no replica is rented).
-func newServicesEnv(t *testing.T, k dbtest.Kind) (*env, *services.Manager) {
-	t.Helper()
-	st := dbtest.Open(t, k)
-	a := auth.New(st, auth.Options{CacheTTL: -1})
-	log := newTestLogger(&strings.Builder{})
-	g := guardrails.New(st, guardrails.Options{Logger: log})
-	ledger := billing.NewLedger(st, nil)
-	sim := vastaisim.New(vastaisim.Options{APIKey: "vk"})
-	u, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
-	va := vastai.New(vastai.Options{BaseURL: u, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond})
-	fl := fleet.New(st, g, []providers.Provider{va}, fleet.Options{OfferCacheTTL: time.Minute, Logger: log,
-		Leader: st.WithLeader, Ledger: ledger})
-	m := services.New(st, fl, nil, services.Options{Logger: log})
-	srv := server.New(server.Services{Auth: a, Guard: g, Ledger: ledger, Fleet: fl, Services: m, Store: st,
-		Economics: economics.New(st, nil), RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})},
-		server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	return &env{t: t, url: hs.URL, store: st, auth: a, ledger: ledger}, m
-}
 
 // svcBody is a valid service definition with the fields of over replaced
 // (a raw JSON value each; "" removes the field).
@@ -86,7 +47,8 @@ func svcBody(over map[string]string) string {
 // document describes it.
 func TestServicesREST(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e, m := newServicesEnv(t, k)
+		e := newEnv(t, k, opts{})
+		m := e.app.Services
 		d := loadAPIDoc(t)
 		key, acme := e.key("acme", "engineer")
 		const (
@@ -291,7 +253,8 @@ func TestServicesREST(t *testing.T) {
 // delete one, and one without instances:read cannot read them.
 func TestServicesRESTIsolationAndScopes(t *testing.T) {
 	eachKind(t, func(t *testing.T, k dbtest.Kind) {
-		e, m := newServicesEnv(t, k)
+		e := newEnv(t, k, opts{})
+		m := e.app.Services
 		d := loadAPIDoc(t)
 		aKey, alpha := e.key("alpha", "engineer")
 		bKey, _ := e.key("beta", "engineer")

@@ -21,6 +21,7 @@ import (
 	"github.com/aiserve/gpuproxy/economics"
 	"github.com/aiserve/gpuproxy/economics/economicstest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -33,21 +34,8 @@ type summaryEnv struct {
 
 func newSummaryEnv(t *testing.T, k dbtest.Kind) *summaryEnv {
 	t.Helper()
-	st := dbtest.Open(t, k)
-	a := auth.New(st, auth.Options{CacheTTL: -1})
-	logs := &bytes.Buffer{}
-	log := newTestLogger(logs)
-	srv := server.New(server.Services{
-		Auth:        a,
-		Guard:       guardrails.New(st, guardrails.Options{Logger: log}),
-		Ledger:      billing.NewLedger(st, nil),
-		Economics:   economics.New(st, func() time.Time { return economicstest.Now }),
-		Store:       st,
-		RateLimiter: auth.NewSharedRateLimiter(10000, auth.RateLimitOptions{}),
-	}, server.Options{Logger: log})
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	e := &summaryEnv{env: &env{t: t, url: hs.URL, store: st, auth: a, ledger: billing.NewLedger(st, nil), logs: logs}}
+	e := &summaryEnv{env: newEnv(t, k, opts{now: func() time.Time { return economicstest.Now }})}
+	st, a := e.store, e.auth
 	ctx := context.Background()
 	var err error
 	for name, acct := range map[string]*gpuproxy.Account{"acme": &e.acme, "other": &e.other} {
@@ -251,11 +239,17 @@ func TestUsageSummaryRefusals(t *testing.T) {
 	})
 }
 
-// TestUsageSummaryNotWired: without economics the route is not there.
+// TestUsageSummaryNotWired: without economics the route is not there (a
+// server wired by hand: the binary always wires it).
 func TestUsageSummaryNotWired(t *testing.T) {
-	e := newEnv(t, dbtest.SQLite, opts{})
-	fin, _ := e.key("acme", "finance")
-	if r := e.do("GET", "/api/v1/usage/summary", fin, ""); r.Status != 404 {
+	st := dbtest.Open(t, dbtest.SQLite)
+	a := auth.New(st, auth.Options{CacheTTL: -1})
+	srv := server.New(server.Services{Auth: a, Guard: guardrails.New(st, guardrails.Options{}), Ledger: billing.NewLedger(st, nil),
+		Store: st, RateLimiter: auth.NewSharedRateLimiter(0, auth.RateLimitOptions{})}, server.Options{Logger: newTestLogger(discard{})})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	fin, _ := teststack.NewKey(t, a, "acme", "finance")
+	if r := teststack.Send(t, "GET", hs.URL+"/api/v1/usage/summary", nil, "X-API-Key", fin); r.Status != 404 {
 		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 }
