@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +14,10 @@ import (
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/app/apptest"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/teststack"
@@ -83,21 +82,11 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	if o.authCache == 0 {
 		o.authCache = -1
 	}
-	s := &stack{t: t, logs: logs}
-	s.vast = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: 300 * time.Millisecond, Market: o.market})
-	vurl, err := s.vast.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.vast.Close)
-	s.vastURL = vurl
-
-	var a *app.App
-	cfg := app.Config{Logger: log, Version: "test",
+	cfg := app.Config{Logger: log,
 		Auth:           auth.Options{CacheTTL: o.authCache},
 		RateLimit:      o.rateLimit,
 		Guard:          guardrails.Options{Defaults: o.limits},
-		VastAI:         vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 5 * time.Second, RetryWait: time.Millisecond},
+		VastAI:         vastai.Options{Timeout: 5 * time.Second},
 		Fleet:          fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1},
 		MCP:            mcp.Options{SpendPoll: o.spendPoll, StartWait: 20 * time.Second, MaxMessage: o.maxMessage},
 		Server:         server.Options{MaxBody: o.maxBody},
@@ -105,17 +94,12 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	}
 	if o.dbFile != "" {
 		cfg.Database = db.Options{URL: "sqlite:" + o.dbFile}
-	} else {
-		cfg.Store = dbtest.Open(t, dbtest.SQLite)
 	}
-	if a, err = app.New(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	st := apptest.New(t, apptest.Options{Config: cfg,
+		Vast: vastaisim.Options{StartDelay: 300 * time.Millisecond, Market: o.market}})
+	a := st.App()
+	s := &stack{t: t, logs: logs, url: st.URL(), vast: st.Vast, vastURL: st.VastURL}
 	s.mcp, s.store, s.auth, s.guard, s.ledger, s.fleet, s.svcs = a.MCP, a.Store, a.Auth, a.Guard, a.Ledger, a.Fleet, a.Services
-	hs := httptest.NewServer(a.Server)
-	t.Cleanup(hs.Close)
-	s.url = hs.URL
 	return s
 }
 
