@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -16,17 +15,16 @@ import (
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/app/apptest"
 	"github.com/aiserve/gpuproxy/auth"
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/console"
 	"github.com/aiserve/gpuproxy/db"
-	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/providers"
-	"github.com/aiserve/gpuproxy/providers/ionet"
 	"github.com/aiserve/gpuproxy/providers/ionet/ionetsim"
-	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 	"github.com/aiserve/gpuproxy/server"
 	"github.com/aiserve/gpuproxy/services"
@@ -41,7 +39,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // two accounts, keys of every preset for "demo", and a seeded ledger.
 type stack struct {
 	t      *testing.T
-	hs     *httptest.Server
+	hc     *http.Client // the stack's (trusting its TLS certificate)
 	url    string
 	store  *db.Store
 	auth   *auth.Service
@@ -67,56 +65,32 @@ type stackOpts struct {
 func newStack(t *testing.T, o stackOpts) *stack {
 	t.Helper()
 	ctx := context.Background()
-	st := dbtest.Open(t, dbtest.SQLite)
-	s := &stack{t: t, store: st, keys: map[string]string{}}
-	vast := vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: -1})
-	vurl, err := vast.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(vast.Close)
-	s.vast = vast
-	ion := ionetsim.New(ionetsim.Options{APIKey: "ik", StartDelay: -1})
-	iurl, err := ion.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ion.Close)
 	if o.rateLimit == 0 {
 		o.rateLimit = 100000
+	}
+	serve := apptest.HTTPTest
+	if o.tls {
+		serve = apptest.TLS
 	}
 	// The service graph as the binary wires it (app); only the
 	// fleet's polling runs in the background, not metering or alerts, so
 	// the seeded ledger stays as seeded.
-	a, err := app.New(ctx, app.Config{Store: st, Logger: quiet, Version: "test",
-		Auth:      auth.Options{CacheTTL: -1},
-		RateLimit: o.rateLimit,
-		VastAI:    vastai.Options{BaseURL: vurl, APIKey: "vk", Timeout: 10 * time.Second, RetryWait: time.Millisecond},
-		IONet:     ionet.Options{BaseURL: iurl, APIKey: "ik", Timeout: 10 * time.Second, RetryWait: time.Millisecond},
-		Fleet:     fleet.Options{PollInterval: 20 * time.Millisecond, OfferCacheTTL: -1},
-		Console:   console.Options{Secret: []byte("console test secret, 32 bytes ok"), PageSize: 25},
-		// Tests sign the same keys in many times from one address; the
-		// sign-in throttle is walked in app's route test.
-		Server: server.Options{SignInPerMinute: 100000},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	st := apptest.New(t, apptest.Options{Serve: serve, Vast: vastaisim.Options{StartDelay: -1},
+		IONet: &ionetsim.Options{StartDelay: -1},
+		Run:   func(ctx context.Context, a *app.App) { a.Fleet.Run(ctx) },
+		Config: app.Config{Logger: quiet,
+			Auth:      auth.Options{CacheTTL: -1},
+			RateLimit: o.rateLimit,
+			Fleet:     fleet.Options{PollInterval: 20 * time.Millisecond, OfferCacheTTL: -1},
+			Console:   console.Options{Secret: []byte("console test secret, 32 bytes ok"), PageSize: 25},
+			// Tests sign the same keys in many times from one address; the
+			// sign-in throttle is walked in app's route test.
+			Server: server.Options{SignInPerMinute: 100000},
+		}})
+	a := st.App()
+	s := &stack{t: t, store: a.Store, keys: map[string]string{}, vast: st.Vast, hc: st.Client(), url: st.URL()}
 	s.auth, s.guard, s.ledger, s.fleet, s.alerts, s.svcs = a.Auth, a.Guard, a.Ledger, a.Fleet, a.Alerts, a.Services
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.fleet.Run(runCtx); close(done) }()
-	t.Cleanup(func() { stop(); <-done })
-	var hs *httptest.Server
-	if o.tls {
-		hs = httptest.NewTLSServer(a.Server)
-	} else {
-		hs = httptest.NewServer(a.Server)
-	}
-	t.Cleanup(hs.Close)
-	s.hs, s.url = hs, hs.URL
-
+	var err error
 	if s.demo, err = s.auth.CreateAccount(ctx, "demo"); err != nil {
 		t.Fatal(err)
 	}
@@ -186,16 +160,15 @@ func (s *stack) seed(ctx context.Context) {
 	}
 	// The provider confirms the destroy later; the fleet's poller (running
 	// as in the service) then closes the row and refunds unused time.
-	for s.ended.Status != gpuproxy.Terminated {
-		if wctx.Err() != nil {
-			t.Fatalf("io.net deployment not terminated: %s", s.ended.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testpoll.Wait(10*time.Second, func() bool {
 		v, err := s.fleet.Get(ctx, s.demo.ID, io.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.ended = v.Instance
+		return s.ended.Status == gpuproxy.Terminated
+	}) {
+		t.Fatalf("io.net deployment not terminated: %s", s.ended.Status)
 	}
 
 	add(s.demo.ID, billing.Credit, 500*usd, now.AddDate(0, 0, -29), "", "", "prepaid top-up, invoice 2026-117", billing.Manual)
@@ -246,7 +219,7 @@ func (s *stack) api(key, path string) map[string]any {
 // client is an HTTP client for the stack (trusting its TLS certificate)
 // that does not follow redirects; jar may be nil.
 func (s *stack) client(jar http.CookieJar) *http.Client {
-	return &http.Client{Jar: jar, Transport: s.hs.Client().Transport, Timeout: 30 * time.Second,
+	return &http.Client{Jar: jar, Transport: s.hc.Transport, Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
