@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -46,10 +50,30 @@ const sampleEvery = 250 * time.Millisecond
 
 // replicaSample is one replica as GET /api/v1/services/NAME shows it.
 type replicaSample struct {
-	State    string `json:"state"`
-	Instance string `json:"instance_status"`
-	Market   string `json:"market"`
-	Price    int64  `json:"price_per_hour"`
+	State    string      `json:"state"`
+	Instance string      `json:"instance_status"`
+	Market   string      `json:"market"`
+	Price    json.Number `json:"price_per_hour"` // USD, a decimal (gpuproxy.Micros)
+}
+
+// micros reads a non-negative decimal number of dollars as exact
+// micro-dollars.
+func micros(n json.Number) (int64, error) {
+	whole, frac, _ := strings.Cut(string(n), ".")
+	if len(frac) > 6 {
+		return 0, fmt.Errorf("price %q: more than 6 decimals", n)
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("price %q: %w", n, err)
+	}
+	var f int64
+	if frac != "" {
+		if f, err = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64); err != nil {
+			return 0, fmt.Errorf("price %q: %w", n, err)
+		}
+	}
+	return w*1_000_000 + f, nil
 }
 
 // sampleReplicas reads the service every sampleEvery until ctx ends and
@@ -86,6 +110,10 @@ func (b *Breakdown) add(reps []replicaSample, load int, dt time.Duration) {
 	spotReady := 0
 	var spotBilled, odBilled []int64
 	for _, r := range reps {
+		price, err := micros(r.Price)
+		if err != nil {
+			continue
+		}
 		switch r.Instance {
 		case "pending", "starting":
 			b.LoadingSeconds += sec
@@ -100,22 +128,22 @@ func (b *Breakdown) add(reps []replicaSample, load int, dt time.Duration) {
 		switch r.State {
 		case "starting", "unready":
 			b.StartupSeconds += sec
-			b.StartupMicros += cost(r.Price)
+			b.StartupMicros += cost(price)
 		case "draining":
 			b.DrainSeconds += sec
-			b.DrainMicros += cost(r.Price)
+			b.DrainMicros += cost(price)
 		}
 		if r.Market == "interruptible" {
 			b.SpotSeconds += sec
-			b.SpotMicros += cost(r.Price)
-			spotBilled = append(spotBilled, r.Price)
+			b.SpotMicros += cost(price)
+			spotBilled = append(spotBilled, price)
 			if r.State == "ready" {
 				spotReady++
 			}
 		} else {
 			b.OnDemSeconds += sec
-			b.OnDemMicros += cost(r.Price)
-			odBilled = append(odBilled, r.Price)
+			b.OnDemMicros += cost(price)
+			odBilled = append(odBilled, price)
 		}
 	}
 	if n := len(spotBilled) - load; n > 0 {
