@@ -23,6 +23,7 @@ import (
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/testpoll"
 	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
@@ -205,7 +206,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	st := dbtest.Open(t, o.kind)
 	e := &env{t: t, store: st, fleet: &fakeFleet{}, dials: newDialLog(), resolver: &fakeResolver{},
 		metrics: &fakeMetrics{}}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The handler cmd/gpuproxy builds, so the request log costs here what
+	// it costs in production (the allocation budget counts it).
+	log := slog.New(jsonlog.New(io.Discard, nil))
 	if o.authTTL == 0 {
 		o.authTTL = -1
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/aiserve/gpuproxy"
+	"github.com/aiserve/gpuproxy/internal/jsonlog"
 )
 
 // lockedWriter makes a shared buffer safe for concurrent handlers.
@@ -20,8 +21,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// newTestLogger is the logger cmd/gpuproxy builds (request lines through
+// jsonlog's fast path) over w.
 func newTestLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(&lockedWriter{w: w}, nil))
+	return slog.New(jsonlog.New(&lockedWriter{w: w}, nil))
 }
 
 type discard struct{}

@@ -255,23 +255,29 @@ func (s *Server) logRequest(r *http.Request, rid, route string, status int, d ti
 	if !s.log.Enabled(ctx, lvl) {
 		return
 	}
+	base := [...]slog.Attr{slog.String("request_id", rid), slog.String("method", r.Method),
+		slog.String("route", route), slog.Int("status", status),
+		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size), {}, {}, {}}
+	attrs := base[:6]
+	if p != nil {
+		attrs = append(attrs, slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
+	}
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+		attrs = append(attrs, slog.String("mcp_session_id", sid))
+	}
+	if s.reqlog != nil {
+		// The line slog's JSON handler writes, without its generic
+		// record walk (jsonlog's differential test holds them equal).
+		_ = s.reqlog.Flat(ctx, time.Now(), lvl, "request", attrs...)
+		return
+	}
 	// The record is built here rather than by Logger.LogAttrs, which would
 	// capture the caller's program counter on every request for a source
 	// location the request log does not show.
 	// One AddAttrs call: past the record's five inline attributes each
 	// call grows its overflow slice, an allocation per call.
 	rec := slog.NewRecord(time.Now(), lvl, "request", 0)
-	base := [...]slog.Attr{slog.String("request_id", rid), slog.String("method", r.Method),
-		slog.String("route", route), slog.Int("status", status),
-		slog.Int64("duration_us", d.Microseconds()), slog.Int64("bytes_out", size), {}, {}}
-	attrs := base[:6]
-	if p != nil {
-		attrs = append(attrs, slog.String("account", p.AccountName), slog.String("key_id", p.KeyID))
-	}
 	rec.AddAttrs(attrs...)
-	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
-		rec.AddAttrs(slog.String("mcp_session_id", sid))
-	}
 	_ = s.log.Handler().Handle(ctx, rec)
 }
 

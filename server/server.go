@@ -24,6 +24,7 @@ import (
 	"github.com/aiserve/gpuproxy/focus"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/httpapi"
+	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/takeover"
 	"github.com/aiserve/gpuproxy/services"
 )
@@ -77,6 +78,9 @@ type Server struct {
 	svc  Services
 	opts Options
 	log  *slog.Logger
+	// reqlog is log's handler when it writes flat lines itself
+	// (jsonlog.Handler.Flat, the request log's fast path); nil otherwise.
+	reqlog *jsonlog.Handler
 
 	prefixes []directRoute    // served ahead of the router (httpapi.Route.Prefix)
 	mounted  map[string]Route // "METHOD path" → a transport route as Routes lists it
@@ -98,6 +102,7 @@ func New(svc Services, o Options) *Server {
 		svc.Metrics = NewMetrics()
 	}
 	s := &Server{e: echo.New(), svc: svc, opts: o, log: o.Logger, mounted: map[string]Route{}, static: map[string]bool{}}
+	s.reqlog, _ = o.Logger.Handler().(*jsonlog.Handler)
 	s.taken = takeover.New(s, takeover.RouterFunc(s.takeoverRoute))
 	s.signIns = svc.SignInLimiter
 	if s.signIns == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
 	"github.com/aiserve/gpuproxy/server"
@@ -22,7 +23,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(jsonlog.New(w, &slog.HandlerOptions{Level: l}))
 }
 
 // cmdServe runs the HTTP API, MCP and the proxy until ctx ends: it opens

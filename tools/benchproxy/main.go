@@ -37,6 +37,7 @@ import (
 	"github.com/aiserve/gpuproxy/billing"
 	"github.com/aiserve/gpuproxy/db"
 	"github.com/aiserve/gpuproxy/guardrails"
+	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/services"
@@ -163,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer lf.Close()
 		lw := logbuf.New(lf, 0, 0) // as cmd/gpuproxy writes its logs
 		defer lw.Close()
-		log = slog.New(slog.NewJSONHandler(lw, nil))
+		log = slog.New(jsonlog.New(lw, nil)) // as cmd/gpuproxy builds its logger
 	}
 
 	dbo := db.Options{URL: "sqlite:" + filepath.Join(*dir, "bench.db")}
