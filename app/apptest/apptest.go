@@ -111,7 +111,8 @@ type Stack struct {
 var quiet = slog.New(slog.NewJSONHandler(io.Discard, nil))
 
 // New builds the stack o describes and registers its teardown with t:
-// each app stops serving, its background work ends, then it is closed
+// each app stops serving and its background work ends (together, with
+// Serve Listener, as when the binary is stopped), then it is closed
 // (before its store, and the simulators, close).
 func New(t testing.TB, o Options) *Stack {
 	t.Helper()
@@ -206,10 +207,11 @@ func (s *Stack) serve(a *app.App, o Options) string {
 			a.Close()
 			t.Fatal(err)
 		}
-		serveCtx, stop := context.WithCancel(context.Background())
+		// Serving and the background work end together, as when the
+		// binary is stopped.
 		done := make(chan struct{})
-		go func() { defer close(done); _ = a.Serve(serveCtx, ln) }()
-		stopServing = func() { stop(); <-done }
+		go func() { defer close(done); _ = a.Serve(ctx, ln) }()
+		stopServing = func() { cancel(); <-done }
 		url = "http://" + ln.Addr().String()
 	default:
 		hs := httptest.NewUnstartedServer(a.Server)
