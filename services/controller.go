@@ -63,6 +63,10 @@ type svcState struct {
 	// counts those in a row.
 	spotShortUntil time.Time
 	spotStreak     int
+	// unsettledAt is when this process last saw one of the service's
+	// replicas preempted, or its first pass over the service (see
+	// overprovision).
+	unsettledAt time.Time
 }
 
 func newController(m *Manager) *controller {
@@ -289,7 +293,7 @@ func (c *controller) health(ctx context.Context, s gpuproxy.Service, st *svcStat
 		case r.inst.Status == gpuproxy.Preempted:
 			// Not live: its replacement is rented now; it is kept paused
 			// for the grace in case it resumes.
-			c.preempted(ctx, s, r, now)
+			c.preempted(ctx, s, st, r, now)
 		case r.inst.Status == gpuproxy.Stopped:
 			// Replicas are destroyed when idle, not stopped: a stopped one
 			// is of no use.

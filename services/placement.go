@@ -53,9 +53,10 @@ func (r *replica) market() string {
 // pass that sees it sets it unready (no request reaches it from the
 // routers' next refresh) and records service.replica_preempted; past the
 // service's PreemptedGrace it is destroyed.
-func (c *controller) preempted(ctx context.Context, s gpuproxy.Service, r *replica, now time.Time) {
+func (c *controller) preempted(ctx context.Context, s gpuproxy.Service, st *svcState, r *replica, now time.Time) {
 	m := c.m
 	if r.State != gpuproxy.ReplicaUnready || r.Reason != reasonPreempted {
+		st.unsettledAt = now
 		c.setState(ctx, s, r, gpuproxy.ReplicaUnready, reasonPreempted, now)
 		why := r.inst.StatusMsg
 		if why == "" {
@@ -86,14 +87,40 @@ func (c *controller) resumed(ctx context.Context, s gpuproxy.Service, r *replica
 		"ready, and the surplus is drained", r.InstanceID)
 }
 
+// overprovision is how many interruptible replicas past the load s keeps
+// now (SpotHedge's dynamic overprovision): its Overprovision while the
+// market is unsettled — within its PreemptedGrace of the last preemption
+// this process saw, or of its first pass over s (a new leader knows no
+// history, so it starts careful), or while a replica is still paused —
+// and none once a grace has passed quietly, when an extra replica is
+// only cost. With no grace (paused replicas destroyed at once) there is
+// no such window: the overprovision is kept throughout.
+func overprovision(s gpuproxy.Service, st *svcState, reps []*replica, now time.Time) int {
+	if st.unsettledAt.IsZero() {
+		st.unsettledAt = now
+	}
+	if s.PreemptedGrace <= 0 || now.Sub(st.unsettledAt) < s.PreemptedGrace {
+		return s.Overprovision
+	}
+	for _, r := range reps {
+		if r.found && r.inst.Status == gpuproxy.Preempted && r.State != gpuproxy.ReplicaGone {
+			return s.Overprovision
+		}
+	}
+	return 0
+}
+
 // place keeps an interruptible placement's replicas (live: those not
-// preempted, not draining): desired + Overprovision interruptible ones
-// (none while desired is 0, never past MaxReplicas); with a fallback,
-// on-demand ones for the part of desired that interruptible replicas
-// neither serve nor are about to (ready, or starting), kept until ready
-// interruptible ones cover it. It rents at most one replica of each
-// market per pass, interruptible first (a fallback is rented in the same
-// pass when that rent finds no offer), and drains the surplus.
+// preempted, not draining): desired interruptible ones plus the
+// overprovision while preemptions are recent (none while desired is 0,
+// never past MaxReplicas); with a fallback, on-demand ones for the part of
+// desired that interruptible replicas neither serve nor are about to
+// (ready, starting, or still to be rented while interruptible offers are
+// found: an on-demand replica starts no sooner than an interruptible
+// one), kept until ready interruptible ones cover it. It rents at most
+// one replica of each market per pass, interruptible first (a fallback
+// is rented in the same pass when that rent finds no offer), and drains
+// the surplus.
 func (c *controller) place(ctx context.Context, s gpuproxy.Service, st *svcState, reps, live []*replica, desired int,
 	blocked func() bool, now time.Time) error {
 	var spot, od []*replica
@@ -113,7 +140,7 @@ func (c *controller) place(ctx context.Context, s gpuproxy.Service, st *svcState
 	}
 	spotWant := 0
 	if desired > 0 {
-		spotWant = min(desired+s.Overprovision, s.MaxReplicas)
+		spotWant = min(desired+overprovision(s, st, reps, now), s.MaxReplicas)
 	}
 	fallback := s.Placement == gpuproxy.PlacementFallback
 	// A refusal in this pass holds the next rent off too.
@@ -138,12 +165,14 @@ func (c *controller) place(ctx context.Context, s gpuproxy.Service, st *svcState
 		}
 		return err
 	}
+	spotRented := 0
 	if len(spot) < spotWant && !now.Before(st.spotShortUntil) && !held() {
 		err := rent(gpuproxy.MarketInterruptible)
 		switch {
 		case err == nil:
 			st.spotStreak = 0
 			spotComing++
+			spotRented++
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case fallback && gpuproxy.ErrorCode(err) == gpuproxy.ENOMATCH:
@@ -152,7 +181,13 @@ func (c *controller) place(ctx context.Context, s gpuproxy.Service, st *svcState
 			c.refused(ctx, s, st, err, len(spot), spotWant)
 		}
 	}
-	if need := desired - spotReady - spotComing; fallback && len(od) < need && !held() {
+	// Interruptible replicas still to be rented in the next passes, while
+	// offers are found (no fallback for those).
+	spotNext := 0
+	if !now.Before(st.spotShortUntil) && !held() {
+		spotNext = max(0, spotWant-len(spot)-spotRented)
+	}
+	if need := desired - spotReady - spotComing - spotNext; fallback && len(od) < need && !held() {
 		if err := rent(gpuproxy.MarketOnDemand); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

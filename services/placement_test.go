@@ -126,12 +126,13 @@ func (s *stack) waitFor(name, what string, within time.Duration, ok func(service
 }
 
 // TestInterruptiblePlacement: an interruptible service rents its load's
-// two replicas and one extra, all interruptible, on three machines in
-// three locations (by price alone two would share machine 1 and all
-// three Texas). A replica preempted for good stops taking requests at
-// once, is replaced, and is destroyed once its preempted_grace (5s) is
-// over; one preempted for 2s resumes within the grace, serves again, and
-// the surplus it makes is drained. Requests sent meanwhile are all answered,
+// two replicas and, for a first grace, one extra, all interruptible, each
+// on its own machine in its own location (by price alone two would share
+// machine 1 and all three Texas). A replica preempted for good stops taking
+// requests at once, is replaced, and is destroyed once its
+// preempted_grace (5s) is over; one preempted for 2s resumes within the
+// grace, serves again, and the surplus it makes (the replacement, the
+// extra one) is drained. Requests sent meanwhile are all answered,
 // and the limit is never passed.
 func TestInterruptiblePlacement(t *testing.T) {
 	for _, k := range dbtest.Kinds {
@@ -143,7 +144,7 @@ func TestInterruptiblePlacement(t *testing.T) {
 			stop := limitWatch(t, s)
 			defer stop()
 			s.create(spotService("spot", "interruptible", `,"preempted_grace":"5s"`))
-			v := s.waitReady("spot", 3, 20*time.Second)
+			v := s.waitReady("spot", 2, 20*time.Second)
 			machines, locations := map[int64]bool{}, map[string]bool{}
 			for _, r := range v.Instances {
 				if r.Market != gpuproxy.MarketInterruptible {
@@ -157,8 +158,9 @@ func TestInterruptiblePlacement(t *testing.T) {
 					}
 				}
 			}
-			if len(machines) != 3 || len(locations) != 3 {
-				t.Fatalf("replicas on machines %v in %v, want 3 machines in 3 locations", machines, locations)
+			if n := len(v.Instances); n < 2 || len(machines) != n || len(locations) != n {
+				t.Fatalf("%d replicas on machines %v in %v, want each on its own machine in its own location", n,
+					machines, locations)
 			}
 
 			// Traffic throughout: every request is answered.
@@ -196,7 +198,7 @@ func TestInterruptiblePlacement(t *testing.T) {
 			s.waitFor("spot", "the preempted replica destroyed after its grace, and replaced", 30*time.Second,
 				func(v services.View) bool {
 					_, ok := replicaOf(v, gone)
-					return !ok && readyCount(v, gpuproxy.MarketInterruptible) == 3
+					return !ok && readyCount(v, gpuproxy.MarketInterruptible) >= 2
 				})
 			if e := s.event("spot", "service.replica_preempted", gone); e == nil || !strings.Contains(e.Message, "outranked") {
 				t.Errorf("replica_preempted of %s: %+v", gone, e)
@@ -210,7 +212,9 @@ func TestInterruptiblePlacement(t *testing.T) {
 
 			// Preempted briefly: resumes within its grace, ready again; the
 			// surplus is drained back to three.
-			v = s.waitReady("spot", 3, 20*time.Second)
+			v = s.waitFor("spot", "two replicas again, the extra one drained", 30*time.Second, func(v services.View) bool {
+				return v.Ready == 2 && len(v.Instances) == 2
+			})
 			back := v.Instances[0].InstanceID
 			if err := s.sim.Preempt(s.simID(back), 2*time.Second); err != nil {
 				t.Fatal(err)
@@ -220,7 +224,7 @@ func TestInterruptiblePlacement(t *testing.T) {
 			}
 			s.waitFor("spot", "the resumed replica ready again and the surplus drained", 30*time.Second, func(v services.View) bool {
 				r, ok := replicaOf(v, back)
-				return ok && r.State == string(gpuproxy.ReplicaReady) && v.Ready == 3 && len(v.Instances) == 3
+				return ok && r.State == string(gpuproxy.ReplicaReady) && v.Ready == 2 && len(v.Instances) == 2
 			})
 			evs := s.events("spot")
 			for _, want := range []string{"service.replica_preempted", "service.replica_destroyed", "service.replica_resumed",
