@@ -119,7 +119,7 @@ type Store struct {
 	schema  string // Postgres schema (Options.Schema): part of leader lock names
 
 	usageMu    sync.Mutex
-	usageStmts map[int]*sql.Stmt // SQLite usage INSERTs by row count, prepared once
+	usageStmts map[usageStmtKey]*sql.Stmt // SQLite usage INSERTs by shape, prepared once
 
 	// writeMu queues this process's SQLite write transactions on the file
 	// (shared by every Store opened on it; see sqliteWriters).

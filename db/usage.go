@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,8 +92,12 @@ const (
 )
 
 func (s *Store) insertUsagePG(ctx context.Context, batch string, records []gpuproxy.Usage) error {
+	// One row slice for the whole COPY: pgx encodes a row before it asks
+	// for the next.
+	row := make([]any, 0, len(usageCols))
 	rows := pgx.CopyFromSlice(len(records), func(i int) ([]any, error) {
-		return appendUsageRow(make([]any, 0, len(usageCols)), records[i], nil), nil
+		row = appendUsageRow(row[:0], records[i], nil)
+		return row, nil
 	})
 	if batch == "" {
 		_, err := s.pg.CopyFrom(ctx, pgx.Identifier{"proxy_usage"}, usageCols, rows)
@@ -146,13 +151,24 @@ func (s *Store) insertUsageSQLite(ctx context.Context, batch string, records []g
 		for n > len(records) {
 			n /= 8 // 64, 8 or 1 rows: three statements cover any batch
 		}
-		st, err := s.usageStmt(ctx, n)
+		chunk := records[:n]
+		shared := usageSharedCols(chunk)
+		st, shared, err := s.usageStmt(ctx, n, shared)
 		if err != nil {
 			return err
 		}
 		args = args[:0]
-		for _, u := range records[:n] {
-			args = appendUsageRow(args, u, boxes)
+		for c := range usageCols {
+			if shared&(1<<c) != 0 {
+				args = append(args, usageValue(&chunk[0], c, boxes))
+			}
+		}
+		for i := range chunk {
+			for c := range usageCols {
+				if shared&(1<<c) == 0 {
+					args = append(args, usageValue(&chunk[i], c, boxes))
+				}
+			}
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
 			return translate(err)
@@ -162,26 +178,174 @@ func (s *Store) insertUsageSQLite(ctx context.Context, batch string, records []g
 	return translate(tx.Commit())
 }
 
-// usageStmt returns the prepared n-row usage INSERT. It is prepared once
-// per Store; a transaction re-prepares it only on a connection that has
-// not seen it yet.
-func (s *Store) usageStmt(ctx context.Context, n int) (*sql.Stmt, error) {
+// The columns, by their index in usageCols, that a chunk's INSERT binds
+// once when every row of the chunk has the same value in them: the
+// repeating ones (an instance's traffic has one account, instance,
+// method, path, status, service, model and key). Binding a string costs
+// the SQLite driver a C allocation and a copy, and database/sql a
+// conversion, per row and column otherwise.
+const (
+	usageColAccount  = 0
+	usageColInstance = 1
+	usageColMethod   = 2
+	usageColPath     = 3
+	usageColStatus   = 4
+	usageColService  = 12
+	usageColModel    = 13
+	usageColKey      = 16
+
+	usageShareable = 1<<usageColAccount | 1<<usageColInstance | 1<<usageColMethod | 1<<usageColPath |
+		1<<usageColStatus | 1<<usageColService | 1<<usageColModel | 1<<usageColKey
+)
+
+// usageSharedCols returns the shareable columns (a bit per column index)
+// whose value is the same in every row of chunk.
+func usageSharedCols(chunk []gpuproxy.Usage) uint32 {
+	if len(chunk) < 2 {
+		return 0
+	}
+	m := uint32(usageShareable)
+	f := &chunk[0]
+	for i := 1; i < len(chunk) && m != 0; i++ {
+		u := &chunk[i]
+		if u.AccountID != f.AccountID {
+			m &^= 1 << usageColAccount
+		}
+		if u.InstanceID != f.InstanceID {
+			m &^= 1 << usageColInstance
+		}
+		if u.Method != f.Method {
+			m &^= 1 << usageColMethod
+		}
+		if u.Path != f.Path {
+			m &^= 1 << usageColPath
+		}
+		if u.Status != f.Status {
+			m &^= 1 << usageColStatus
+		}
+		if u.ServiceID != f.ServiceID {
+			m &^= 1 << usageColService
+		}
+		if u.Model != f.Model {
+			m &^= 1 << usageColModel
+		}
+		if u.KeyID != f.KeyID {
+			m &^= 1 << usageColKey
+		}
+	}
+	return m
+}
+
+// usageValue is column c (an index into usageCols) of u as
+// appendUsageRow writes it.
+func usageValue(u *gpuproxy.Usage, c int, boxes usageBoxes) any {
+	switch c {
+	case usageColAccount:
+		return u.AccountID
+	case usageColInstance:
+		return boxes.box(u.InstanceID)
+	case usageColMethod:
+		return boxes.box(u.Method)
+	case usageColPath:
+		return boxes.box(u.Path)
+	case usageColStatus:
+		return int64(u.Status)
+	case 5:
+		return max(u.BytesIn, 0)
+	case 6:
+		return max(u.BytesOut, 0)
+	case 7:
+		return max(u.Latency.Microseconds(), 0)
+	case 8:
+		return max(u.TTFB.Microseconds(), 0)
+	case 9:
+		return int64(max(u.Cost, 0))
+	case 10:
+		return us(u.At)
+	case 11:
+		return u.RequestID
+	case usageColService:
+		return boxes.box(u.ServiceID)
+	case usageColModel:
+		return boxes.box(u.Model)
+	case 14:
+		return max(u.PromptTokens, 0)
+	case 15:
+		return max(u.CompletionTokens, 0)
+	default: // usageColKey
+		return boxes.box(u.KeyID)
+	}
+}
+
+// usageStmtKey names a prepared usage INSERT: its row count and the
+// columns it binds once for every row.
+type usageStmtKey struct {
+	rows   int
+	shared uint32
+}
+
+// maxUsageStmts bounds the prepared usage INSERTs a Store keeps: past it,
+// a chunk whose shape is new binds every column per row (the statements
+// without shared columns are always kept).
+const maxUsageStmts = 48
+
+// usageStmt returns the prepared n-row usage INSERT binding the columns
+// in shared once, and the shared columns it binds (none when the cache
+// is full). It is prepared once per Store; a transaction re-prepares it
+// only on a connection that has not seen it yet.
+//
+// With shared columns it selects them, each one "?" bound once, beside
+// the other columns of a VALUES list of the rows: its parameters are the
+// shared values, then each row's others, all anonymous (the driver looks
+// a named parameter's name up for every parameter of the statement).
+func (s *Store) usageStmt(ctx context.Context, n int, shared uint32) (*sql.Stmt, uint32, error) {
 	s.usageMu.Lock()
 	defer s.usageMu.Unlock()
-	if st := s.usageStmts[n]; st != nil {
-		return st, nil
+	if n < 2 {
+		shared = 0
 	}
-	row := "(" + strings.Repeat("?, ", len(usageCols)-1) + "?)"
-	q := "INSERT INTO proxy_usage (" + usageColList + ") VALUES " + strings.Repeat(row+", ", n-1) + row
+	k := usageStmtKey{n, shared}
+	if st := s.usageStmts[k]; st != nil {
+		return st, shared, nil
+	}
+	if shared != 0 && len(s.usageStmts) >= maxUsageStmts {
+		shared = 0
+		k = usageStmtKey{n, 0}
+		if st := s.usageStmts[k]; st != nil {
+			return st, shared, nil
+		}
+	}
+	var cols, perRow []string
+	for c, name := range usageCols {
+		if shared&(1<<c) != 0 {
+			cols = append(cols, name)
+		} else {
+			perRow = append(perRow, name)
+		}
+	}
+	row := "(" + strings.Repeat("?, ", len(perRow)-1) + "?)"
+	values := "VALUES " + strings.Repeat(row+", ", n-1) + row
+	q := "INSERT INTO proxy_usage (" + usageColList + ") " + values
+	if len(cols) > 0 {
+		sel := strings.Repeat("?, ", len(cols))
+		for i := range perRow {
+			sel += "column" + strconv.Itoa(i+1)
+			if i < len(perRow)-1 {
+				sel += ", "
+			}
+		}
+		q = "INSERT INTO proxy_usage (" + strings.Join(append(cols, perRow...), ", ") + ") SELECT " + sel +
+			" FROM (" + values + ")"
+	}
 	st, err := s.sq.PrepareContext(ctx, q)
 	if err != nil {
-		return nil, translate(err)
+		return nil, 0, translate(err)
 	}
 	if s.usageStmts == nil {
-		s.usageStmts = map[int]*sql.Stmt{}
+		s.usageStmts = map[usageStmtKey]*sql.Stmt{}
 	}
-	s.usageStmts[n] = st
-	return st, nil
+	s.usageStmts[k] = st
+	return st, shared, nil
 }
 
 // usageWhere builds the WHERE clause of a usage filter (without cursor).

@@ -133,3 +133,95 @@ func TestProxyUsageStoreDown(t *testing.T) {
 }
 
 var _ proxy.UsageStore = (*db.Store)(nil)
+
+// TestInsertUsageRoundTrip: every column of every record reads back as
+// written, whatever the batch's size (the INSERTs cut it in chunks of
+// 64, 8 and 1 rows) and whichever columns its rows share (a chunk binds
+// the values all its rows share once) or not.
+func TestInsertUsageRoundTrip(t *testing.T) {
+	eachStore(t, func(t *testing.T, s *db.Store) {
+		ctx := context.Background()
+		accts := []int64{mustAccount(t, s, "a").ID, mustAccount(t, s, "b").ID}
+		var want []gpuproxy.Usage
+		n := 0
+		// vary names the column that differs within the batch, at row
+		// at (-1: none).
+		for _, c := range []struct {
+			size, at int
+			vary     string
+		}{
+			{1, -1, ""}, {2, 1, "instance"}, {7, -1, ""}, {8, 7, "method"}, {9, 8, "path"}, {63, -1, ""},
+			{64, 63, "status"}, {64, 0, "service"}, {65, 64, "model"}, {72, 3, "key"}, {130, 100, "account"},
+			{200, -1, ""}, {64, 10, "all"}, {3, 1, "empty"},
+		} {
+			var batch []gpuproxy.Usage
+			for i := range c.size {
+				u := gpuproxy.Usage{AccountID: accts[0], InstanceID: "gpi_rt", Method: "POST", Path: "/v1/chat/completions",
+					Status: 200, BytesIn: int64(n), BytesOut: int64(2 * n), Latency: time.Duration(n) * time.Microsecond,
+					TTFB: time.Duration(n/2) * time.Microsecond, Cost: gpuproxy.Micros(n % 1000), At: t0.Add(time.Duration(n) * time.Microsecond),
+					RequestID: fmt.Sprintf("rt-%d", n), ServiceID: "svc_rt", Model: "m-rt", PromptTokens: int64(n % 97),
+					CompletionTokens: int64(n % 89), KeyID: "key_rt"}
+				if i == c.at || (c.at >= 0 && c.vary == "all" && i%2 == 1) {
+					switch c.vary {
+					case "instance":
+						u.InstanceID = "gpi_other"
+					case "method":
+						u.Method = "GET"
+					case "path":
+						u.Path = "/v1/models"
+					case "status":
+						u.Status = 502
+					case "service":
+						u.ServiceID = ""
+					case "model":
+						u.Model = "m-other"
+					case "key":
+						u.KeyID = ""
+					case "account":
+						u.AccountID = accts[1]
+					case "all":
+						u.AccountID, u.InstanceID, u.Method, u.Path = accts[1], fmt.Sprintf("gpi_%d", n), "PUT", fmt.Sprintf("/p/%d", n)
+						u.Status, u.ServiceID, u.Model, u.KeyID = 400+n%100, "", fmt.Sprintf("m%d", n), fmt.Sprintf("k%d", n)
+					case "empty":
+						u.InstanceID, u.Method, u.Path, u.ServiceID, u.Model, u.KeyID, u.RequestID = "", "", "", "", "", "", ""
+					}
+				}
+				batch = append(batch, u)
+				n++
+			}
+			if err := s.InsertUsage(ctx, fmt.Sprintf("rt-%d-%d", c.size, c.at), batch); err != nil {
+				t.Fatalf("batch of %d varying %q: %v", c.size, c.vary, err)
+			}
+			want = append(want, batch...)
+		}
+		got := map[string][]gpuproxy.Usage{}
+		for _, a := range accts {
+			page, err := s.ListUsage(ctx, gpuproxy.UsageFilter{AccountID: a, Limit: 10000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := len(page) - 1; i >= 0; i-- { // oldest (lowest id) first
+				u := page[i]
+				u.ID = 0
+				got[fmt.Sprint(u.AccountID)] = append(got[fmt.Sprint(u.AccountID)], u)
+			}
+		}
+		wantBy := map[string][]gpuproxy.Usage{}
+		for _, u := range want {
+			wantBy[fmt.Sprint(u.AccountID)] = append(wantBy[fmt.Sprint(u.AccountID)], u)
+		}
+		for a, w := range wantBy {
+			g := got[a]
+			if len(g) != len(w) {
+				t.Fatalf("account %s: %d records read back, want %d", a, len(g), len(w))
+			}
+			for i := range w {
+				w[i].At = w[i].At.UTC()
+				g[i].At = g[i].At.UTC()
+				if g[i] != w[i] {
+					t.Fatalf("account %s record %d read back as\n%+v\nwant\n%+v", a, i, g[i], w[i])
+				}
+			}
+		}
+	})
+}
