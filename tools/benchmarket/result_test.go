@@ -92,7 +92,8 @@ func TestCompareJudgesTheTarget(t *testing.T) {
 		"99.60% answered, limit kept: true; target (>= 45%, >= 99.5%, limit kept) met: false; " +
 			"available discount 50.0% (bid paid / on-demand price, per billed GPU-hour), 88.0% of it captured, " +
 			">= 85% met: true",
-		"interruptible-with-fallback: billed $0.2000 = interruptible 3600 replica-min $0.2000 (mean $0.200/h)"} {
+		"interruptible-with-fallback: charged $0.2000 (ledger, teardown included: $0.5600) = running interruptible " +
+			"3600 replica-min $0.2000 (mean $0.200/h)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("compare's output lacks %q:\n%s", want, out)
 		}
