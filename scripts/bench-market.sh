@@ -8,7 +8,7 @@
 # testdata/market/trace.jsonl) and a fresh `gpuproxy serve` on SQLite, both
 # on 127.0.0.1, and runs tools/benchmarket: it defines a service with the
 # placement (REPLICAS replicas' load; an interruptible placement keeps one
-# extra) and sends RATE chat completions per second to the service's
+# extra while preemptions are recent) and sends RATE chat completions per second to the service's
 # OpenAI endpoint (/v1/chat/completions with its model) for DURATION. The
 # services controller rents, spreads, replaces preempted replicas, falls
 # back to on-demand and moves back; the router retries a request whose
@@ -19,7 +19,9 @@
 # sampled every 250 ms) against its limit; then each placement against
 # on-demand, judged against issue 33's target (>= 45% lower $ per 1M
 # output tokens, >= 99.5% answered, no limit passed; or >= 85% of the
-# available discount, the all-interruptible placement's saving, captured).
+# available discount captured: 1 - the interruptible price paid per
+# running hour over the on-demand placement's, time-weighted), and where
+# each placement's money went.
 #
 # Time is compressed: the market ticks every second and one second stands
 # for one simulated minute (hazard and hold are scaled to match, and the
