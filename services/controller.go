@@ -491,8 +491,9 @@ func (c *controller) drain(ctx context.Context, s gpuproxy.Service, r *replica, 
 		c.m.log.Warn("destroying a drained replica", "service_id", s.ID, "instance_id", r.InstanceID, "err", err)
 		return
 	}
-	c.setState(ctx, s, r, gpuproxy.ReplicaGone, r.Reason, now)
+	// The event first: a reader that sees the replica gone sees why.
 	c.m.event(ctx, s, "service.replica_destroyed", r.InstanceID, "replica %s drained and destroyed (%s)", r.InstanceID, r.Reason)
+	c.setState(ctx, s, r, gpuproxy.ReplicaGone, r.Reason, now)
 }
 
 // retire replaces a replica that will not serve: it is destroyed now (no

@@ -73,9 +73,10 @@ func (c *controller) preempted(ctx context.Context, s gpuproxy.Service, st *svcS
 		m.log.Warn("destroying a preempted replica", "service_id", s.ID, "instance_id", r.InstanceID, "err", err)
 		return
 	}
-	c.setState(ctx, s, r, gpuproxy.ReplicaGone, reasonGrace, now)
+	// The event first: a reader that sees the replica gone sees why.
 	m.event(ctx, s, "service.replica_destroyed", r.InstanceID, "replica %s stayed preempted for %s and was destroyed",
 		r.InstanceID, fmtDuration(s.PreemptedGrace))
+	c.setState(ctx, s, r, gpuproxy.ReplicaGone, reasonGrace, now)
 }
 
 // resumed records that a preempted replica's instance runs again: it is
