@@ -29,9 +29,9 @@ const (
 	// MaxQueueTimeout bounds queue_timeout.
 	MaxQueueTimeout = 10 * time.Minute
 	// DefaultOverprovision is overprovision for an interruptible
-	// placement that does not set it: one replica beyond the load's, so
-	// one preemption leaves the load covered while its replacement
-	// starts.
+	// placement that does not set it: one replica beyond the load's
+	// while preemptions are recent, so one more preemption leaves the
+	// load covered while its replacement starts.
 	DefaultOverprovision = 1
 	// DefaultPreemptedGrace is how long a preempted replica is kept,
 	// paused, in case it resumes (preempted_grace): vast.ai resumes a
@@ -80,7 +80,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62})$`)
 // Placement picks the market its replicas are rented on: "on-demand"
 // (the default), "interruptible" (bids, cheaper, that the provider may
 // preempt; spread over machines, then locations and providers, with
-// overprovision extra replicas, default 1) or
+// overprovision extra replicas while preemptions are recent, default 1)
+// or
 // "interruptible-with-fallback" (the same, and on-demand replicas rented
 // to cover a shortfall of interruptible ones, released when interruptible
 // ones are ready again). A replica whose instance is preempted takes no
@@ -106,7 +107,10 @@ type Definition struct {
 	// "interruptible-with-fallback" ("": on-demand).
 	Placement string `json:"placement,omitempty"`
 	// Overprovision is how many interruptible replicas are kept beyond
-	// what the load needs (default 1 for interruptible placements, 0 and
+	// what the load needs while preemptions are recent: within
+	// preempted_grace of the last one, or of the controller's first pass
+	// over the service, or while a replica is paused; throughout with a
+	// preempted_grace of 0 (default 1 for interruptible placements, 0 and
 	// only 0 for on-demand); replicas.min + overprovision must be at most
 	// replicas.max (which defaults to that sum).
 	Overprovision *int `json:"overprovision,omitempty"`
