@@ -1,7 +1,7 @@
 // Package apptest builds gpuproxy for tests as the binary wires it
 // (app.New), over a real store (db/dbtest: SQLite or Postgres) and the
-// providers' simulators, serving HTTP on loopback: the one test stack the
-// packages' tests share instead of a builder each.
+// providers' simulators, serving HTTP on loopback: one test stack for the
+// packages whose tests need the whole app, instead of a builder each.
 //
 // Only _test.go files import it. It sits beside the composition root
 // (as net/http/httptest beside net/http): it imports app, and nothing
