@@ -50,6 +50,9 @@ func TestLifecycleLogs(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.waitRunning(f, inst.ID)
+			// pace: models time: the instance runs long enough to cost
+			// whole micro-dollars (its meter starts when it runs).
+			time.Sleep(200 * time.Millisecond)
 			got, err := f.Destroy(ctx, w.acct.ID, inst.ID)
 			if err != nil || got.Status != gpuproxy.Terminated {
 				t.Fatalf("destroy: %+v %v", got, err)

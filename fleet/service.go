@@ -329,10 +329,14 @@ func (s *Service) advanceIn(ctx context.Context, inst gpuproxy.Instance, l *list
 	}
 	switch {
 	case pi.Status == providers.StatusRunning && pi.Endpoint != "":
-		started := pi.StartedAt
-		if started.IsZero() || started.After(now) || started.Before(inst.CreatedAt) {
-			started = now
-		}
+		// GPU time bills from when the instance runs, not from when it was
+		// rented: vast.ai bills only a loading instance's disk, and its
+		// start_date is the rental's start, before the image pull and the
+		// container's start. No provider says when it reached running, so
+		// the meter starts at the poll that first sees it, at most one
+		// PollInterval late; the reconciler's truth-up squares the rest
+		// with the provider's bill.
+		started := now
 		var meter *billing.Meter
 		if inst.Billing == string(providers.BillingHourly) {
 			meter = &billing.Meter{ID: inst.ID, AccountID: inst.AccountID, Provider: inst.Provider,
