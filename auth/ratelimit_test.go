@@ -342,7 +342,11 @@ func TestRateLimiterReplicas(t *testing.T) {
 				for range workers {
 					wg.Go(func() {
 						for time.Since(start) < runFor {
-							ok, wait := rl.Allow(key, time.Now().Add(skew))
+							asked := time.Now()
+							ok, wait := rl.Allow(key, asked.Add(skew))
+							// The answer counts from when it was asked; on a
+							// loaded machine the call itself may take a while.
+							took := time.Since(asked)
 							if ok {
 								allowed.Add(1)
 							} else {
@@ -351,7 +355,7 @@ func TestRateLimiterReplicas(t *testing.T) {
 								// the reservations of concurrent callers too.)
 								// A few token intervals: on a loaded machine the
 								// answer is read a little after it was computed.
-								if c.shared && (wait <= 0 || wait > 4*time.Minute/perMinute) {
+								if c.shared && (wait <= 0 || wait > 4*time.Minute/perMinute+took) {
 									badWait.Store(wait)
 								}
 							}
@@ -368,7 +372,7 @@ func TestRateLimiterReplicas(t *testing.T) {
 			t.Logf("%d limiters allowed %d, refused %d in %v; one bucket allows %.1f (ratio %.3f)",
 				replicas, allowed.Load(), refused.Load(), elapsed.Round(time.Millisecond), limit, n/limit)
 			if w := badWait.Load(); w != nil {
-				t.Errorf("a refusal's retry-after was %v, want 0 < wait ≤ %v", w, time.Minute/perMinute)
+				t.Errorf("a refusal's retry-after was %v, want 0 < wait ≤ %v and the time the call took", w, 4*time.Minute/perMinute)
 			}
 			within := n <= 1.10*limit && n >= 0.80*limit
 			if c.shared && !within {
