@@ -6,22 +6,20 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy"
 	"github.com/aiserve/gpuproxy/alerts"
 	"github.com/aiserve/gpuproxy/app"
+	"github.com/aiserve/gpuproxy/app/apptest"
 	"github.com/aiserve/gpuproxy/db/dbtest"
 	"github.com/aiserve/gpuproxy/fleet"
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/testpoll"
-	"github.com/aiserve/gpuproxy/internal/teststack"
 	"github.com/aiserve/gpuproxy/providers/vastai"
 	"github.com/aiserve/gpuproxy/providers/vastai/vastaisim"
 	"github.com/aiserve/gpuproxy/proxy"
@@ -65,14 +63,6 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 	if o.start == 0 {
 		o.start = 100 * time.Millisecond
 	}
-	s := &stack{t: t}
-	s.sim = vastaisim.New(vastaisim.Options{APIKey: "vk", StartDelay: o.start, ChunkDelay: o.chunk, Market: o.market,
-		Catalog: o.catalog})
-	url, err := s.sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.sim.Close)
 	so := o.svc
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -86,11 +76,10 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 	def(&so.DrainTimeout, 3*time.Second)
 	def(&so.BlockedRetry, 500*time.Millisecond)
 	def(&so.UnreadyTimeout, 2*time.Second)
-	for i, st := range dbtest.Replicas(t, k, o.replicas) {
-		so := so
-		so.Node = "node" + strconv.Itoa(i)
-		a, err := app.New(context.Background(), app.Config{Store: st, Logger: quiet, NoOAuth: true,
-			VastAI: vastai.Options{BaseURL: url, APIKey: "vk", Timeout: 30 * time.Second, RetryWait: time.Millisecond},
+	st := apptest.New(t, apptest.Options{Kind: k, Replicas: o.replicas, Serve: apptest.Listener, Run: apptest.RunAll,
+		Vast: vastaisim.Options{StartDelay: o.start, ChunkDelay: o.chunk, Market: o.market, Catalog: o.catalog},
+		Config: app.Config{Logger: quiet, NoOAuth: true,
+			VastAI: vastai.Options{Timeout: 30 * time.Second},
 			Guard:  guardrails.Options{Defaults: o.limits},
 			Fleet: fleet.Options{PollInterval: 50 * time.Millisecond, OfferCacheTTL: -1, LifetimeInterval: 200 * time.Millisecond,
 				ReconcileInterval: time.Second},
@@ -98,26 +87,9 @@ func newStack(t *testing.T, k dbtest.Kind, o stackOpts) *stack {
 			Gate:     guardrails.ProxyGateOptions{LeaseSpan: 100 * time.Millisecond, LeaseSettleWait: 200 * time.Millisecond},
 			Services: so,
 			Alerts:   alertsOpts(o.alertsLoopback),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = a.Serve(ctx, ln) })
-		wg.Go(func() { a.Run(ctx) })
-		t.Cleanup(func() {
-			cancel()
-			wg.Wait()
-			a.Close()
-		})
-		s.apps, s.bases = append(s.apps, a), append(s.bases, "http://"+ln.Addr().String())
-	}
-	s.key, s.acct = teststack.NewKey(t, s.apps[0].Auth, "acme", "engineer")
+		}})
+	s := &stack{t: t, sim: st.Vast, apps: st.Apps, bases: st.URLs}
+	s.key, s.acct = st.Key("acme", "engineer")
 	return s
 }
 

@@ -189,12 +189,12 @@ func (p *preemptLoad) create(ctx context.Context, a *api, n int) preemptCall {
 		if ctx.Err() != nil || !(c.final.retryable() || running) {
 			break
 		}
-		// pace: a client's retry backoff; longer while the call still
-		// runs elsewhere (its answer says when to come back).
 		wait := time.Duration(300+rand.IntN(400)) * time.Millisecond
 		if running {
 			wait = preemptRunningWait
 		}
+		// pace: a client's retry backoff; longer while the call still
+		// runs elsewhere (its answer says when to come back).
 		time.Sleep(wait)
 	}
 	if c.final.status == http.StatusCreated || c.final.status == http.StatusAccepted {
