@@ -14,9 +14,9 @@ import (
 // Breakdown is where a placement's replica money went, from the
 // service's replicas sampled every sampleEvery while the benchmark runs
 // (warm-up and load): each replica's time by market and by what it was
-// doing, and what it cost at its price as the ledger charges it: from its
-// provider's start date (vast.ai's start_date, its creation: loading is
-// charged) until destroyed, nothing while paused. Teardown (the service
+// doing, and what it cost at its price as the ledger charges it: from
+// when it runs until destroyed, nothing while loading (vast.ai bills only
+// its disk then) or paused. Teardown (the service
 // deleted, its replicas drained) is not sampled. Seconds are wall
 // seconds, each a simulated minute; money is integer micro-dollars.
 type Breakdown struct {
@@ -31,11 +31,9 @@ type Breakdown struct {
 	StartupMicros  int64   `json:"startup_billed_micros"`
 	DrainSeconds   float64 `json:"draining_seconds"`
 	DrainMicros    int64   `json:"draining_micros"`
-	// Loading (rented, not running yet): charged by the ledger at the
-	// replica's price, though vast.ai bills only its disk then. Paused by
-	// a preemption: not charged (the provider bills its disk).
+	// Loading (rented, not running yet) and paused by a preemption: not
+	// charged (the provider bills only the disk then).
 	LoadingSeconds float64 `json:"loading_seconds"`
-	LoadingMicros  int64   `json:"loading_micros"`
 	PausedSeconds  float64 `json:"paused_seconds"`
 	// Surplus: billed replicas past the load's size. Over is
 	// interruptible ones past it (the overprovision); Overlap on-demand
@@ -120,7 +118,6 @@ func (b *Breakdown) add(reps []replicaSample, load int, dt time.Duration) {
 		switch r.Instance {
 		case "pending", "starting":
 			b.LoadingSeconds += sec
-			b.LoadingMicros += cost(price)
 			continue
 		case "preempted":
 			b.PausedSeconds += sec

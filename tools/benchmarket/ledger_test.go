@@ -8,8 +8,8 @@ import (
 
 // TestBreakdownFromTheServiceView: the breakdown reads the replicas as
 // GET /api/v1/services/NAME shows them (prices as decimal dollars) and
-// puts each second where it belongs, loading charged at the replica's
-// price as the ledger charges it.
+// puts each second where it belongs, loading not charged, as the ledger
+// charges it.
 func TestBreakdownFromTheServiceView(t *testing.T) {
 	t.Parallel()
 	const view = `{"instances":[
@@ -29,7 +29,7 @@ func TestBreakdownFromTheServiceView(t *testing.T) {
 	b.add(v.Instances, 2, time.Hour)
 	want := Breakdown{SpotSeconds: 3 * 3600, SpotMicros: 650_000, OnDemSeconds: 3600, OnDemMicros: 400_000,
 		StartupSeconds: 3600, StartupMicros: 250_000, DrainSeconds: 3600, DrainMicros: 400_000,
-		LoadingSeconds: 3600, LoadingMicros: 400_000, PausedSeconds: 3600, OverSeconds: 3600, OverMicros: 200_000,
+		LoadingSeconds: 3600, PausedSeconds: 3600, OverSeconds: 3600, OverMicros: 200_000,
 		OverlapSeconds: 3600, OverlapMicros: 400_000, Samples: 1}
 	if b != want {
 		t.Errorf("breakdown\n got %+v\nwant %+v", b, want)

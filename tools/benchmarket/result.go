@@ -171,13 +171,13 @@ func breakdown(w io.Writer, r Result) {
 		return
 	}
 	usd := func(m int64) float64 { return float64(m) / 1e6 }
-	total := b.SpotMicros + b.OnDemMicros + b.LoadingMicros
+	total := b.SpotMicros + b.OnDemMicros
 	fmt.Fprintf(w, "%s: charged $%.4f (ledger, teardown included: $%.4f) = running interruptible %.0f replica-min $%.4f "+
-		"(mean $%.3f/h) + running on-demand %.0f replica-min $%.4f (mean $%.3f/h) + loading %.0f replica-min $%.4f; "+
+		"(mean $%.3f/h) + running on-demand %.0f replica-min $%.4f (mean $%.3f/h); loading (not charged) %.0f replica-min; "+
 		"of the running: start-up (not ready yet) %.0f min $%.4f, draining %.0f min $%.4f, interruptible past the load "+
 		"%.0f min $%.4f, on-demand while ready interruptible covered the load %.0f min $%.4f; paused (not charged) %.0f "+
 		"replica-min\n", r.Market, usd(total), r.Cost, b.SpotSeconds, usd(b.SpotMicros), b.SpotPrice()/1e6, b.OnDemSeconds,
-		usd(b.OnDemMicros), b.OnDemPrice()/1e6, b.LoadingSeconds, usd(b.LoadingMicros), b.StartupSeconds,
+		usd(b.OnDemMicros), b.OnDemPrice()/1e6, b.LoadingSeconds, b.StartupSeconds,
 		usd(b.StartupMicros), b.DrainSeconds, usd(b.DrainMicros), b.OverSeconds, usd(b.OverMicros), b.OverlapSeconds,
 		usd(b.OverlapMicros), b.PausedSeconds)
 }
