@@ -445,6 +445,12 @@ func printCreated(w io.Writer, inst instanceReply) error {
 	if inst.Market == gpuproxy.MarketInterruptible {
 		fmt.Fprintf(w, "market: %s\n", marketLine(inst))
 	}
+	return printInstanceTail(w, inst)
+}
+
+// printInstanceTail prints what every view of one instance ends with: its
+// note, its lifetime rules and, for a rent by spec, the offers it tried.
+func printInstanceTail(w io.Writer, inst instanceReply) error {
 	if inst.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", inst.Note)
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/aiserve/gpuproxy"
 )
@@ -89,15 +88,7 @@ func printInstance(w io.Writer, inst instanceReply) error {
 	if inst.StatusMsg != "" {
 		fmt.Fprintf(w, "%s says: %s\n", inst.Provider, inst.StatusMsg)
 	}
-	if inst.Note != "" {
-		fmt.Fprintf(w, "note: %s\n", inst.Note)
-	}
-	fmt.Fprintf(w, "lifetime: %s\n%s\n", rulesLine(inst.LifetimeJSON), nextLine(inst.LifetimeJSON, inst.Status, time.Now()))
-	if len(inst.Attempts) == 0 {
-		return nil
-	}
-	fmt.Fprintf(w, "\n%s\n", attemptsLine(inst.Attempts))
-	return writeAttempts(w, inst.Attempts)
+	return printInstanceTail(w, inst)
 }
 
 // marketLine is an instance's market: "on-demand", or "interruptible, bid
