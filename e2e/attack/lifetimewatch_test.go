@@ -45,29 +45,7 @@ const actWatchSQL = `SELECT i.id, i.status, i.acted_rule, COALESCE(i.acted_us, 0
 // run polls until ctx ends, reconnecting after errors (the database
 // restarts mid-attack).
 func (w *actWatch) run(ctx context.Context, url, account string, every time.Duration) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	for ctx.Err() == nil {
-		if conn == nil {
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				w.failed()
-				sleepCtx(ctx, every)
-				continue
-			}
-			conn = c
-		}
-		if err := w.poll(ctx, conn, account); err != nil {
-			w.failed()
-			conn.Close(context.Background())
-			conn = nil
-		}
-		sleepCtx(ctx, every)
-	}
+	watchDB(ctx, url, every, w.failed, func(ctx context.Context, c *pgx.Conn) error { return w.poll(ctx, c, account) })
 }
 
 func (w *actWatch) poll(ctx context.Context, conn *pgx.Conn, account string) error {

@@ -305,29 +305,7 @@ const preemptWatchSQL = `SELECT i.id, i.status, i.status_msg FROM instances i JO
 	WHERE a.name = $1`
 
 func (w *preemptWatch) run(ctx context.Context, url string) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	for ctx.Err() == nil {
-		if conn == nil {
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				w.failed()
-				sleepCtx(ctx, preemptWatchEvery)
-				continue
-			}
-			conn = c
-		}
-		if err := w.poll(ctx, conn); err != nil {
-			w.failed()
-			conn.Close(context.Background())
-			conn = nil
-		}
-		sleepCtx(ctx, preemptWatchEvery)
-	}
+	watchDB(ctx, url, preemptWatchEvery, w.failed, w.poll)
 }
 
 func (w *preemptWatch) failed() {

@@ -373,29 +373,7 @@ const svcWatchSQL = `SELECT
 // run polls until ctx ends, reconnecting after errors (the database
 // restarts mid-attack).
 func (w *svcWatch) run(ctx context.Context, url string, senv simEnv, id string, every time.Duration) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	for ctx.Err() == nil {
-		if conn == nil {
-			c, err := pgx.Connect(ctx, url)
-			if err != nil {
-				w.failed()
-				sleepCtx(ctx, every)
-				continue
-			}
-			conn = c
-		}
-		if err := w.poll(ctx, conn, senv, id); err != nil {
-			w.failed()
-			conn.Close(context.Background())
-			conn = nil
-		}
-		sleepCtx(ctx, every)
-	}
+	watchDB(ctx, url, every, w.failed, func(ctx context.Context, c *pgx.Conn) error { return w.poll(ctx, c, senv, id) })
 }
 
 func (w *svcWatch) poll(ctx context.Context, conn *pgx.Conn, senv simEnv, id string) error {
