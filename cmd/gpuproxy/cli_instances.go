@@ -392,22 +392,16 @@ func callAPI(ctx context.Context, method string, srv apiServer, path, idem strin
 		}
 		return inst, nil
 	}
-	var e struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Message string         `json:"message"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+	e, ok := apiError(raw)
+	if !ok {
 		return instanceReply{}, fmt.Errorf("%s %s: HTTP %d: %.200s", method, url, res.StatusCode, raw)
 	}
-	if tried := detailAttempts(e.Error.Details); len(tried) > 0 {
+	if tried := detailAttempts(e.Details); len(tried) > 0 {
 		fmt.Fprintf(stderr, "offers tried, in order:\n")
 		_ = writeAttempts(stderr, tried)
 	}
-	err = argErr(&gpuproxy.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}, names, nil)
-	if tok, _ := e.Error.Details["confirm_token"].(string); tok != "" {
+	err = argErr(e, names, nil)
+	if tok, _ := e.Details["confirm_token"].(string); tok != "" {
 		err = fmt.Errorf("%w\nonce a person agrees, rerun the same command with --confirm-token %s", err, tok)
 	}
 	return instanceReply{}, err

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-
-	"github.com/aiserve/gpuproxy"
 )
 
 // `instances list [--status S]` and `instances show ID`: the account's
@@ -133,17 +131,11 @@ func getJSON(ctx context.Context, srv apiServer, path string, names map[string]s
 		}
 		return nil
 	}
-	var e struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Message string         `json:"message"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+	e, ok := apiError(raw)
+	if !ok {
 		return fmt.Errorf("GET %s: HTTP %d: %.200s", path, res.StatusCode, strings.TrimSpace(string(raw)))
 	}
-	return argErr(&gpuproxy.Error{Code: e.Error.Code, Message: e.Error.Message, Details: e.Error.Details}, names, nil)
+	return argErr(e, names, nil)
 }
 
 // maxListReply bounds the instance list the CLI reads.
