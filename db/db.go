@@ -42,6 +42,16 @@ const DefaultSQLitePath = "data/gpuproxy.db"
 var leaderKeepalive = map[string]string{"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2",
 	"tcp_keepalives_count": "3", "tcp_user_timeout": "10000"}
 
+// txIdleTimeout is how long a Postgres session may sit idle inside a
+// transaction before the server ends it and releases its locks
+// (idle_in_transaction_session_timeout; a DATABASE_URL that sets the
+// parameter keeps its own). It is shorter than the guard rails' store
+// read timeout (guardrails.DefaultRefreshTimeout), so the replicas left
+// waiting on a cut-off replica's locks are answered in time.
+const txIdleTimeout = 3 * time.Second
+
+const txIdleParam = "idle_in_transaction_session_timeout"
+
 // SQLite connection settings (not options: the store relies on them).
 const (
 	// leaderLockConns bounds the connections holding leader locks (one
@@ -160,10 +170,20 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if _, ok := cfg.ConnConfig.RuntimeParams["jit"]; !ok {
 			cfg.ConnConfig.RuntimeParams["jit"] = "off"
 		}
+		// A replica cut off from the database inside a transaction (a
+		// partition, not a reset) keeps its row locks, so every other
+		// replica waits on that account until the server drops the
+		// session: without this, for as long as TCP takes to give up
+		// (hours). Our transactions never wait on anything but the
+		// database, so a session idle in one this long is abandoned.
+		if _, ok := cfg.ConnConfig.RuntimeParams[txIdleParam]; !ok {
+			cfg.ConnConfig.RuntimeParams[txIdleParam] = strconv.FormatInt(txIdleTimeout.Milliseconds(), 10)
+		}
 		if o.MaxConns > 0 {
 			cfg.MaxConns = o.MaxConns
 		}
 		lockCfg := cfg.Copy()
+		delete(lockCfg.ConnConfig.RuntimeParams, txIdleParam) // a leader lock's session idles by design
 		lockCfg.MaxConns = leaderLockConns
 		// A leader lock lives as long as its session: when the leader's
 		// packets stop (a partition, not a reset), the server must notice

@@ -21,3 +21,21 @@ func (s *Store) HeldForTest(ctx context.Context, accountID int64) (held, sum int
 		FROM accounts WHERE id = $1`, accountID).Scan(&held, &sum)
 	return held, sum, err
 }
+
+// LockAccountForTest opens a transaction on the store's pool that takes
+// the account's lock and then leaves it idle, as a replica cut off from
+// the database mid-transaction does. finish commits it (an error once the
+// server ended the session); abandon rolls it back (for cleanups: the
+// pool's Close waits for the transaction's connection).
+func (s *Store) LockAccountForTest(ctx context.Context, accountID int64) (finish func() error, abandon func(), err error) {
+	tx, err := s.pg.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	abandon = func() { _ = tx.Rollback(context.Background()) }
+	if err := s.lockAccount(ctx, pgConn{tx}, accountID); err != nil {
+		abandon()
+		return nil, nil, err
+	}
+	return func() error { return tx.Commit(ctx) }, abandon, nil
+}
