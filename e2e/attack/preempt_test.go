@@ -73,13 +73,29 @@ var preemptGPUs = []string{"RTX 3080", "RTX 3090", "RTX A5000", "L4", "L40S", "A
 // preemptLimits are atk-bid's windows: room for several bids at once.
 var preemptLimits = []keyWindow{{60, 6}, {1440, 60}}
 
+// specFloor is how many single-GPU offers of each by-spec model outside
+// the service's spec the market keeps listed.
+const specFloor = 1
+
 // preemptSimFlags writes the market's trace into dir and returns the
 // simulator flags of the wave: a market that only preempts, on the
 // trace's schedule (no hazard, prices fixed, no hosts coming or going,
-// no offer floors, io.net's capacity fixed), so the other phases meet the
-// market they always did.
+// io.net's capacity fixed), so the other phases meet the market they
+// always did, except that the by-spec herd's machines come back (a floor
+// of specFloor singles of each of its models outside the service's).
 func preemptSimFlags(dir string) ([][2]string, error) {
 	var b strings.Builder
+	// The by-spec herd, this wave and its service rent the same cheap
+	// single-GPU machines, and none came back: a run could drain them
+	// before the herd rented any (it then tested nothing). One single of
+	// each of the herd's models outside the service's spec stays listed;
+	// the service's models get no floor, so its window, fitted to the
+	// offers it saw, still admits exactly two replicas.
+	for _, gpu := range specGPUs {
+		if !slices.Contains(svcGPUs, gpu) {
+			fmt.Fprintf(&b, `{"at":"0s","kind":"supply","gpu":%q,"value":%d}`+"\n", gpu, specFloor)
+		}
+	}
 	for at := preemptEvery; at < preemptSpan; at += preemptEvery {
 		fmt.Fprintf(&b, `{"at":%q,"kind":"preempt","value":%g}`+"\n", at.String(), preemptHold.Seconds())
 	}
