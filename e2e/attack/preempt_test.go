@@ -134,6 +134,15 @@ func (c preemptCall) rented() bool {
 	return (c.final.status == http.StatusCreated || c.final.status == http.StatusAccepted) && c.inst.ID != ""
 }
 
+// unfinished reports whether the call's last answer was a 202 (pending:
+// its outcome was not known then, e.g. the database went away while it
+// recorded a failed attempt) for an instance that never reached the
+// provider. Its key must then have rented nothing (checked by the caller).
+func (c preemptCall) unfinished(rows map[string]*instanceRow) bool {
+	in := rows[c.inst.ID]
+	return c.final.status == http.StatusAccepted && in != nil && in.providerID == ""
+}
+
 // preemptLoad is the wave's state: its key, its calls, the instances
 // kept for the end, the destroys, the watcher's histories and its
 // service of interruptible replicas.
@@ -384,6 +393,7 @@ type preemptRun struct {
 // preemptFigures sums the wave up.
 type preemptFigures struct {
 	sent, rented, refused, noMatch, other int
+	pending                               int    // 202s for instances that never reached vast.ai
 	otherExample                          string // the first other answer
 	resent                                int
 	rows, preempted, resumed, msgs        int
@@ -393,10 +403,10 @@ type preemptFigures struct {
 }
 
 func (f preemptFigures) String() string {
-	return fmt.Sprintf("preemption wave (%s): %d interruptible creates by spec (%d re-sends): %d rented, %d refused (402), "+
-		"%d no_matching_offer, %d other (%s); %d rows; the poller recorded %d preempted (%d with vast.ai's message), "+
+	return fmt.Sprintf("preemption wave (%s): %d interruptible creates by spec (%d re-sends): %d rented, %d pending (202, never rented), "+
+		"%d refused (402), %d no_matching_offer, %d other (%s); %d rows; the poller recorded %d preempted (%d with vast.ai's message), "+
 		"%d resumed; %d destroyed while preempted; destroys: %s; its interruptible service rented %d replicas, %d seen preempted",
-		preemptAccount, f.sent, f.resent, f.rented, f.refused, f.noMatch, f.other, cmpOr(f.otherExample, "none"), f.rows,
+		preemptAccount, f.sent, f.resent, f.rented, f.pending, f.refused, f.noMatch, f.other, cmpOr(f.otherExample, "none"), f.rows,
 		f.preempted, f.msgs, f.resumed, f.destroyedWhilePreempted, f.destroys.String(), f.svcReplicas, f.svcPreempted)
 }
 
@@ -420,7 +430,17 @@ func (r preemptRun) check(v *violations) preemptFigures {
 	for _, c := range r.calls {
 		f.sent++
 		f.resent += c.sent - 1
+		var rentedRows []string
+		for _, in := range rows {
+			if strings.HasPrefix(in.idemKey, c.idem+"#") && in.providerID != "" {
+				rentedRows = append(rentedRows, in.id)
+			}
+		}
+		sort.Strings(rentedRows)
+		pending := c.unfinished(rows) && len(rentedRows) == 0
 		switch {
+		case pending:
+			f.pending++
 		case c.rented():
 			f.rented++
 		case c.final.status == http.StatusPaymentRequired:
@@ -431,17 +451,10 @@ func (r preemptRun) check(v *violations) preemptFigures {
 			f.other++
 			f.otherExample = cmpOr(f.otherExample, c.final.String())
 		}
-		var rentedRows []string
-		for _, in := range rows {
-			if strings.HasPrefix(in.idemKey, c.idem+"#") && in.providerID != "" {
-				rentedRows = append(rentedRows, in.id)
-			}
-		}
-		sort.Strings(rentedRows)
 		if len(rentedRows) > 1 {
 			v.add("preemption wave: Idempotency-Key %s rented %d instances: %v", c.idem, len(rentedRows), rentedRows)
 		}
-		if c.rented() {
+		if c.rented() && !pending {
 			if in := rows[c.inst.ID]; in == nil {
 				v.add("preemption wave: create %s answered instance %s, which has no row", c.idem, c.inst.ID)
 			} else if !slices.Contains(rentedRows, in.id) {

@@ -103,6 +103,20 @@ func TestPreemptChecksCatchBrokenPromises(t *testing.T) {
 		{"answered an instance without a row", func(h *preemptHistoryCase) {
 			h.calls = []preemptCall{answer("gpi_z")}
 		}, "answered instance gpi_z, which has no row"},
+		{"a 202 for an instance whose create never reached vast.ai", func(h *preemptHistoryCase) {
+			h.rows = append(h.rows, &instanceRow{id: "gpi_p", provider: "vast.ai", status: "pending", idemKey: "bid-2#1.1"})
+			h.calls = append(h.calls, preemptCall{idem: "bid-2", sent: 2, final: reply{status: http.StatusAccepted},
+				inst: instance{ID: "gpi_p"}})
+		}, ""},
+		{"a 202 for an instance while the key rented another", func(h *preemptHistoryCase) {
+			h.rows = append(h.rows, &instanceRow{id: "gpi_p", provider: "vast.ai", status: "pending", idemKey: "bid-1#1.2"})
+			h.calls = []preemptCall{{idem: "bid-1", sent: 2, final: reply{status: http.StatusAccepted},
+				inst: instance{ID: "gpi_p"}}}
+		}, "bid-1 answered instance gpi_p, not the one its key rented ([gpi_a])"},
+		{"a meter resumed and stopped at once: charged until the resume, no entry after the pause", func(h *preemptHistoryCase) {
+			h.meters[0].stopUS, h.meters[0].chargedUntilUS, h.meters[0].chargedMicros = 15_000_000, 15_000_000, 10_000
+			h.ledger = h.ledger[:1]
+		}, ""},
 		{"rented on demand", func(h *preemptHistoryCase) {
 			h.rows[0].market = "on-demand"
 		}, `rented on market "on-demand"`},
