@@ -9,28 +9,21 @@ import (
 )
 
 // buffers are the pooled buffers of one Conns' connections: read buffers
-// (headMax, the largest head served), write buffers, and the small
-// readers net/http's parser reads a head through; and the Date header
-// cache. They belong to the Conns, not the package.
+// (headMax, the largest head served) and write buffers; and the Date
+// header cache. They belong to the Conns, not the package.
 type buffers struct {
-	readers     sync.Pool // *bufio.Reader of headMax
-	writers     sync.Pool // *bufio.Writer of writeSize
-	headReaders sync.Pool // *bufio.Reader of headReadSize
-	date        atomic.Pointer[dateCache]
+	readers sync.Pool // *bufio.Reader of headMax
+	writers sync.Pool // *bufio.Writer of writeSize
+	date    atomic.Pointer[dateCache]
 }
 
-// writeSize is a connection's write buffer; headReadSize the buffer
-// http.ReadRequest reads a head (already in memory) through.
-const (
-	writeSize    = 16 << 10
-	headReadSize = 4096
-)
+// writeSize is a connection's write buffer.
+const writeSize = 16 << 10
 
 func newBuffers() *buffers {
 	return &buffers{
-		readers:     sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }},
-		writers:     sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeSize) }},
-		headReaders: sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headReadSize) }},
+		readers: sync.Pool{New: func() any { return bufio.NewReaderSize(nil, headMax) }},
+		writers: sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writeSize) }},
 	}
 }
 

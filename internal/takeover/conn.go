@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
@@ -43,7 +41,6 @@ type conn struct {
 	pc     *replayConn
 	br     *bufio.Reader // nil when released (see reader)
 	bw     *bufio.Writer // nil when released (see writer)
-	hb     bytes.Reader
 	base   context.Context
 	remote string
 	state  atomic.Int32
@@ -319,25 +316,14 @@ func headLen(buf []byte, from int) int {
 	return 0
 }
 
-// parse reads a request head with net/http's parser and returns the
-// request, with its route, when this loop serves it; nil hands the
-// connection back. The
-// parser must have read the head to its end, no less: the body starts
-// there.
+// parse parses a request head (parseHead) and returns the request, with
+// its route, when this loop serves it; nil hands the connection back.
 func (c *conn) parse(head []byte) (*http.Request, Route) {
-	if len(head) > c.headMax || !bytes.HasSuffix(head, []byte("\r\n\r\n")) {
+	if len(head) > c.headMax {
 		return nil, nil
 	}
-	c.hb.Reset(head)
-	hr := c.t.bufs.headReaders.Get().(*bufio.Reader)
-	hr.Reset(&c.hb)
-	req, err := http.ReadRequest(hr)
-	rest := hr.Buffered()
-	hr.Reset(nil)
-	c.t.bufs.headReaders.Put(hr)
-	if err != nil || rest > 0 || c.hb.Len() > 0 || req.ProtoMajor != 1 || req.ProtoMinor != 1 || req.Close || req.ContentLength < 0 ||
-		len(req.TransferEncoding) > 0 || req.Method == http.MethodConnect ||
-		req.Header["Expect"] != nil || req.Header["Upgrade"] != nil || !serverAccepts(req) {
+	req := parseHead(head)
+	if req == nil {
 		return nil, nil
 	}
 	rt := c.t.router.Route(req.URL.Path)
@@ -346,31 +332,6 @@ func (c *conn) parse(head []byte) (*http.Request, Route) {
 	}
 	req.RemoteAddr = c.remote
 	return req, rt
-}
-
-// serverAccepts reports whether net/http's server accepts an HTTP/1.1
-// request head that http.ReadRequest accepted, with the checks its
-// conn.readRequest adds: a valid Host, valid header names (ReadRequest
-// lets "Name : value" through, with the space in the name) and values.
-// ReadRequest has taken Host out of the header; for a target in origin
-// form (the only one served here) req.Host is its value. An empty Host,
-// which net/http accepts, is handed back all the same.
-func serverAccepts(req *http.Request) bool {
-	if req.RequestURI == "" || req.RequestURI[0] != '/' || req.URL.Host != "" || req.Host == "" ||
-		!httpguts.ValidHostHeader(req.Host) {
-		return false
-	}
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return false
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // handBack gives the connection, with every byte read but not consumed,

@@ -8,8 +8,8 @@ import (
 )
 
 // BenchmarkTakeoverParse measures reading and checking one proxied
-// request head on a taken-over connection (parse: http.ReadRequest and
-// the checks net/http's server adds).
+// request head on a taken-over connection (parse: parseHead and the
+// route).
 //
 //	go test -run '^$' -bench TakeoverParse -benchmem ./internal/takeover/
 func BenchmarkTakeoverParse(b *testing.B) {

@@ -9,19 +9,24 @@
 // keep-alive connection, the server takes the connection over (Hijack) and
 // reads the next requests itself:
 //
-//   - a request for such a route is parsed by net/http's own parser
-//     (http.ReadRequest) and checked as net/http's server checks what that
-//     parser returns (Host, header names and values, MaxHeaderBytes, the
-//     CR/LF tolerated after a POST: see conn.parse), then served on the
-//     connection's goroutine through the Route the server's Router
-//     returns, so authentication, limits, logs and metrics are the
-//     server's; the response is framed here (Content-Length or chunked);
+//   - a request for such a route is parsed by this package's own parser
+//     (parseHead), which builds the request http.ReadRequest would and
+//     serves only heads net/http's server accepts (Host, header names and
+//     values, MaxHeaderBytes, the CR/LF tolerated after a POST: see
+//     conn.next and parseHead); FuzzHeadParse proves it against
+//     http.ReadRequest and FuzzTakeoverHead against a real http.Server.
+//     It is then served on the connection's goroutine through the Route
+//     the server's Router returns, so authentication, limits, logs and
+//     metrics are the server's; the response is framed here
+//     (Content-Length or chunked);
 //   - anything else — another route, a head net/http's server would
 //     refuse, or a request this loop does not handle (Expect,
-//     Transfer-Encoding, Upgrade, HTTP/1.0, Connection: close, a target
-//     not in origin form, an empty Host, a head over the buffer) — is
-//     handed back to net/http with its bytes unread, and net/http serves
-//     (or refuses) it and the connection from then on;
+//     Transfer-Encoding, Upgrade, HTTP/1.0, a Connection other than
+//     keep-alive, a target not in origin form, an empty Host, a head over
+//     the buffer, or one parseHead leaves to net/http: obs-fold, bare LF,
+//     a repeated Content-Length...) — is handed back to net/http with its
+//     bytes unread, and net/http serves (or refuses) it and the
+//     connection from then on;
 //   - a client that goes away while its request runs still cancels the
 //     request: a read on the connection watches for it once the request
 //     has run for watchAfter (short requests never pay for it);
@@ -33,8 +38,7 @@
 //     only Conns.Drain waits for busy ones.
 //
 // Buffers: each Conns owns its pools (read buffers as large as the
-// largest head it serves, write buffers, the readers net/http's parser
-// reads a head through) and its Date header cache; nothing is shared
+// largest head it serves, write buffers) and its Date header cache; nothing is shared
 // through package state. A taken-over connection holds its read buffer
 // while it waits for a request or reads a body, not while a request
 // without a body runs, and its write buffer only while a response is
