@@ -139,7 +139,7 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 	var resp *http.Response
 	if x.ep.scheme == "http" && x.stream == nil {
 		resp, err = p.lean.RoundTrip(ctx, &h1client.Request{Addr: x.ep.addr, Host: x.ep.host, Method: x.method,
-			Path: x.path, Query: x.query, Header: x.header, Body: x.data})
+			Path: x.path, Query: x.query, Header: x.header, Body: x.data, Spare: x.wantsStream()})
 	} else {
 		resp, err = p.transport.RoundTrip(p.stdRequest(ctx, x))
 	}
@@ -167,6 +167,28 @@ func (p *Proxy) send(ctx context.Context, x *exchange) (*http.Response, error) {
 		done(nil)
 	}
 	return resp, nil
+}
+
+// wantsStream reports whether x asks for a token stream: its caller
+// accepts text/event-stream, or its body is a JSON object with "stream":
+// true. Such a request has the lean client dial the instance's next
+// connection ahead (h1client.Request.Spare): streams hold their
+// connection for their whole length, so a burst of them would otherwise
+// each wait on a connect before its first byte.
+func (x *exchange) wantsStream() bool {
+	if x.addedUsage {
+		return true
+	}
+	for _, v := range x.header["Accept"] {
+		if strings.Contains(v, "text/event-stream") {
+			return true
+		}
+	}
+	if !bytes.Contains(x.data, []byte(`"stream"`)) {
+		return false
+	}
+	var r streamRequest
+	return r.read(x.data) && r.Stream
 }
 
 // checkAnswer checks the head of the instance's answer to x: a redirect

@@ -55,6 +55,8 @@ type Client struct {
 	idle   map[string][]*conn // by host:port, most recently used last
 	closed bool
 
+	spares spares // connections dialed ahead (Request.Spare; see spare.go)
+
 	streams streamSet // streams relayed on their own goroutines (see stream.go)
 }
 
@@ -255,12 +257,18 @@ func (uc *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		return pc, true, nil
 	}
+	pc, err := uc.dial(ctx, addr)
+	return pc, false, err
+}
+
+// dial connects to addr.
+func (uc *Client) dial(ctx context.Context, addr string) (*conn, error) {
 	c, err := uc.Dial(ctx, "tcp", addr)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	return &conn{c: c, bufs: &uc.Buffers, raw: newRawReader(c, &uc.Buffers), addr: addr,
-		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}, false, nil
+		rdl: h1.NewDeadline(c.SetReadDeadline), wdl: h1.NewDeadline(c.SetWriteDeadline)}, nil
 }
 
 func (uc *Client) put(pc *conn) {
@@ -309,7 +317,6 @@ func (uc *Client) Evict(now time.Time) {
 func (uc *Client) Close() {
 	uc.streams.cutAll()
 	uc.mu.Lock()
-	defer uc.mu.Unlock()
 	uc.closed = true
 	for _, list := range uc.idle {
 		for _, pc := range list {
@@ -317,6 +324,8 @@ func (uc *Client) Close() {
 		}
 	}
 	uc.idle = nil
+	uc.mu.Unlock()
+	uc.spares.stop()
 }
 
 // ErrClosedBeforeAnswer is a connection the server closed before any
@@ -332,6 +341,9 @@ func (uc *Client) RoundTrip(ctx context.Context, x *Request) (*http.Response, er
 		pc, reused, err := uc.get(ctx, x.Addr)
 		if err != nil {
 			return nil, err
+		}
+		if x.Spare && attempt == 0 {
+			uc.keepSpare(x.Addr)
 		}
 		resp, wrote, err := uc.exchange(ctx, pc, x)
 		if err == nil {

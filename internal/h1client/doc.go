@@ -29,6 +29,12 @@
 //     processed (the write failed) or the method is idempotent. A pooled
 //     connection idle for over 100 ms is probed (a non-blocking peek)
 //     before reuse; one idle past IdleTimeout is closed.
+//   - A request asking for a spare (Request.Spare: the proxy's token
+//     streams) that leaves no connection to its server idle has one
+//     dialed ahead in the background and put in the pool, so that the
+//     next stream of a burst finds its connection open rather than
+//     waiting on a connect before its first byte (spare.go). At most
+//     maxSpareDials (4) such dials per server are in flight.
 //
 // Buffers: every buffer comes from the Client's Buffers (a value of the
 // Client, not the package) and Buffers.Held counts those out. A
@@ -62,8 +68,9 @@
 // proxy sets to internal/takeover.Serve) with any bytes of a next request,
 // unless the request asked to close it.
 //
-// Shutdown: Close closes the idle connections, cuts every detached stream
-// and makes the pool close connections as they come back; a round trip in
-// flight finishes on its connection. Evict closes connections idle past
+// Shutdown: Close closes the idle connections, cuts every detached stream,
+// cancels the spare dials in flight and waits for them, and makes the pool
+// close connections as they come back; a round trip in flight finishes on
+// its connection. Evict closes connections idle past
 // IdleTimeout (the caller runs it periodically).
 package h1client

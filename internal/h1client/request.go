@@ -18,6 +18,10 @@ type Request struct {
 	Query  string      // escaped, without '?'
 	Header http.Header // written as is, CR and LF in values replaced; no Host or Content-Length
 	Body   []byte      // sent with a Content-Length (0 for POST, PUT and PATCH without a body)
+	// Spare asks for a connection to Addr dialed ahead when this request
+	// leaves none idle (see Client.keepSpare): the next request, the next
+	// stream of a burst say, then finds its connection open.
+	Spare bool
 }
 
 // writeRequest writes the request head and body to w: one buffered write,
