@@ -51,9 +51,10 @@ type Client struct {
 	// the server's engine). Nil: the connection is closed after the stream.
 	Resume func(hs *http.Server, nc net.Conn, pending []byte)
 
-	mu     sync.Mutex
-	idle   map[string][]*conn // by host:port, most recently used last
-	closed bool
+	mu      sync.Mutex
+	idle    map[string][]*conn   // by host:port, most recently used last
+	waiting map[string][]*waiter // by host:port: requests waiting for a connection, oldest first (spare.go)
+	closed  bool
 
 	spares spares // connections dialed ahead (Request.Spare; see spare.go)
 
@@ -234,7 +235,10 @@ const cancelPoll = 50 * time.Millisecond
 // that closes idle connections (uvicorn after 5s, say) is caught by it.
 const probeAfter = 100 * time.Millisecond
 
-func (uc *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
+// get returns an idle connection to addr, or a new one. A request that
+// asks for spares (spare) and finds none idle takes the first connection
+// to addr to come (await): its own dial's, a spare's, or one given back.
+func (uc *Client) get(ctx context.Context, addr string, spare bool) (*conn, bool, error) {
 	now := time.Now()
 	for {
 		uc.mu.Lock()
@@ -257,6 +261,11 @@ func (uc *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		return pc, true, nil
 	}
+	if spare {
+		if pc, err, ok := uc.await(ctx, addr); ok {
+			return pc, false, err
+		}
+	}
 	pc, err := uc.dial(ctx, addr)
 	return pc, false, err
 }
@@ -272,20 +281,37 @@ func (uc *Client) dial(ctx context.Context, addr string) (*conn, error) {
 }
 
 func (uc *Client) put(pc *conn) {
+	if !uc.give(pc) {
+		_ = pc.c.Close()
+	}
+}
+
+// give hands pc to the oldest request waiting for a connection to its
+// server, or puts it in the pool; false (pc left to the caller) when the
+// client is closed or the pool is full.
+func (uc *Client) give(pc *conn) bool {
 	pc.idleAt = time.Now()
 	pc.releaseReader()
 	pc.releaseWriter()
 	uc.mu.Lock()
+	defer uc.mu.Unlock()
+	if ws := uc.waiting[pc.addr]; len(ws) > 0 && !uc.closed {
+		w := ws[0]
+		ws[0] = nil
+		if uc.waiting[pc.addr] = ws[1:]; len(ws) == 1 {
+			delete(uc.waiting, pc.addr)
+		}
+		w.ch <- dialed{pc: pc} // buffered: the one delivery
+		return true
+	}
 	if uc.closed || len(uc.idle[pc.addr]) >= uc.maxIdle() {
-		uc.mu.Unlock()
-		_ = pc.c.Close()
-		return
+		return false
 	}
 	if uc.idle == nil {
 		uc.idle = map[string][]*conn{}
 	}
 	uc.idle[pc.addr] = append(uc.idle[pc.addr], pc)
-	uc.mu.Unlock()
+	return true
 }
 
 // Evict closes connections idle longer than the idle timeout, so
@@ -338,7 +364,7 @@ var ErrClosedBeforeAnswer = errors.New("instance closed the connection before an
 // method is idempotent.
 func (uc *Client) RoundTrip(ctx context.Context, x *Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		pc, reused, err := uc.get(ctx, x.Addr)
+		pc, reused, err := uc.get(ctx, x.Addr, x.Spare && attempt == 0)
 		if err != nil {
 			return nil, err
 		}

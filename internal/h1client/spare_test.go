@@ -2,6 +2,7 @@ package h1client
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -162,5 +163,76 @@ func TestSpareDialsBounded(t *testing.T) {
 	uc.spares.mu.Unlock()
 	if inFlight != 0 {
 		t.Fatalf("%d spare dials started after Close", inFlight)
+	}
+}
+
+// TestWaitingStreamTakesTheFirstConnection: a stream that finds no
+// connection idle while a spare is still connecting takes the spare
+// when it comes, rather than waiting on a connect of its own (here one
+// that never completes); Close ends the dials left.
+func TestWaitingStreamTakesTheFirstConnection(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	srv, _, _ := streamServer(t, release)
+	hold := make(chan struct{})
+	var started atomic.Int64
+	uc := &Client{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		switch started.Add(1) {
+		case 1: // the first stream's
+		case 2: // its spare: connects once let go
+			<-hold
+		default: // the second stream's own, and later spares: never connect
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	addr := srv.Listener.Addr().String()
+	stream := func(ctx context.Context) (*http.Response, error) {
+		return uc.RoundTrip(ctx, &Request{Addr: addr, Host: addr, Method: http.MethodPost, Path: "/",
+			Body: []byte(`{"stream":true}`), Spare: true})
+	}
+	first, err := stream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	testpoll.Until(t, 5*time.Second, "the spare is dialing", func() bool { return started.Load() == 2 })
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	second := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := stream(ctx)
+		second <- result{resp, err}
+	}()
+	testpoll.Until(t, 5*time.Second, "the second stream dials too", func() bool { return started.Load() == 3 })
+	close(hold)
+	r := <-second
+	if r.err != nil {
+		t.Fatalf("second stream: %v (it waited on its own connect)", r.err)
+	}
+	defer r.resp.Body.Close()
+	if c := r.resp.Header.Get("X-Conn"); c != "2" {
+		t.Fatalf("second stream on connection %s, want 2 (the spare)", c)
+	}
+	uc.Close() // ends the dials that never connect
+}
+
+// TestWaitingStreamGetsItsDialError: a stream that waits for a connection
+// gets its own dial's error when it fails.
+func TestWaitingStreamGetsItsDialError(t *testing.T) {
+	t.Parallel()
+	refused := errors.New("connection refused")
+	uc := &Client{Dial: func(context.Context, string, string) (net.Conn, error) { return nil, refused }}
+	defer uc.Close()
+	_, err := uc.RoundTrip(context.Background(), &Request{Addr: "127.0.0.1:1", Host: "x", Method: http.MethodPost,
+		Path: "/", Spare: true})
+	if !errors.Is(err, refused) {
+		t.Fatalf("error %v, want the dial's", err)
 	}
 }
