@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -196,4 +198,61 @@ func fuzzRead(method uint8, step, bufSize, readSize uint16, closeAfter uint8) an
 		ar.step = 1 << 20
 	}
 	return ar
+}
+
+// TestReadResponseGoServer checks readResponse on what net/http's server
+// really sends (a body with a length, a flushed event stream, 204, 304, an
+// answer to HEAD, one closing its connection), read from a connection,
+// and that parseResponse parses each head itself.
+func TestReadResponseGoServer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/json":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, caseJSON)
+		case "/sse":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			for range 3 {
+				_, _ = io.WriteString(w, caseEvent)
+				w.(http.Flusher).Flush()
+			}
+		case "/204":
+			w.WriteHeader(http.StatusNoContent)
+		case "/304":
+			w.Header().Set("Etag", `"x"`)
+			w.WriteHeader(http.StatusNotModified)
+		case "/close":
+			w.Header().Set("Connection", "close")
+			_, _ = io.WriteString(w, "bye")
+		}
+	}))
+	defer srv.Close()
+	for _, tc := range []struct{ method, path string }{
+		{"POST", "/json"}, {"POST", "/sse"}, {"DELETE", "/204"}, {"GET", "/304"}, {"HEAD", "/json"}, {"GET", "/close"},
+	} {
+		answer := rawAnswer(t, srv.Listener.Addr().String(), tc.method, tc.path)
+		ar := answerRead{method: tc.method, step: 1 << 20, bufSize: headReadSize, readSize: CopySize}
+		if fast := checkAnswers(t, answer, ar); fast != 1 {
+			t.Errorf("%s %s: parseResponse parsed %d heads of %q, want 1", tc.method, tc.path, fast, answer)
+		}
+	}
+}
+
+// rawAnswer sends a request asking to close the connection and returns
+// all the server sent.
+func rawAnswer(t *testing.T, addr, method, path string) []byte {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: upstream\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", method, path)
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer
 }
