@@ -429,7 +429,7 @@ func (uc *Client) exchange(ctx context.Context, pc *conn, x *Request) (*http.Res
 				return fail(true, err)
 			}
 		}
-		resp, err = http.ReadResponse(pc.br, req)
+		resp, err = readResponse(pc.br, req)
 		if err != nil {
 			return fail(true, err)
 		}

@@ -15,8 +15,12 @@
 //     LF replaced, see h1.WriteField; an empty User-Agent is left out), and
 //     the request-target with spaces, tabs, CR and LF escaped, so nothing
 //     the caller passes can end the request line or start another field.
-//   - Response heads are parsed by net/http's own http.ReadResponse, so a
-//     head net/http refuses is refused here. Informational answers (1xx)
+//   - Response heads are parsed by readResponse (head.go), which parses
+//     the common ones itself (HTTP/1.1, a three-digit status, CRLF lines,
+//     token names, one Content-Length or one chunked Transfer-Encoding, no
+//     Trailer) exactly as http.ReadResponse does and hands any other to
+//     http.ReadResponse, so a head net/http refuses is refused here
+//     (FuzzReadResponse proves it). Informational answers (1xx)
 //     are skipped; 101 Switching Protocols, never asked for, is an error.
 //   - Chunked bodies are decoded by chunkDecoder, which accepts what
 //     net/http's chunked reader accepts and refuses what it refuses, with
