@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
 // readResponse reads a response head from br, as the answer to req, and
@@ -27,23 +29,24 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 // here: all of it in br's buffer (read into it if need be), HTTP/1.1, a
 // status line of the version, a space, three digits and an optional
 // reason, every line ended by CRLF, header names that are tokens and
-// values of the bytes net/http accepts, at most one Content-Length (of
-// at most 18 digits) and at most one Transfer-Encoding (chunked), not
-// both, and no Trailer field. It returns nil, having consumed nothing,
-// for any other head (or when reading it fails).
+// values of the bytes net/http accepts (h1.HeaderField), at most one
+// Content-Length (of at most h1.MaxLengthDigits digits) and at most one
+// Transfer-Encoding (chunked), not both, and no Trailer field. It
+// returns nil, having consumed nothing, for any other head (or when
+// reading it fails).
 //
 // The head is copied into one string, which its fields are sliced from;
 // the response, its body and the header values' slices are one
 // allocation (newParsedResponse); the header map is made for its keys;
 // a header name sent in lower case costs no allocation when it is a
-// common one (commonKeys).
+// common one (h1.CanonicalKey).
 func parseResponse(br *bufio.Reader, req *http.Request) *http.Response {
 	head := peekHead(br)
 	if head == nil {
 		return nil
 	}
 	s := string(head)
-	line, rest, ok := nextLine(s)
+	line, rest, ok := h1.NextLine(s)
 	if !ok {
 		return nil
 	}
@@ -158,13 +161,8 @@ func statusLine(line string) (status string, code int, ok bool) {
 		}
 		code = code*10 + int(c-'0')
 	}
-	if len(status) > 3 && status[3] != ' ' {
+	if len(status) > 3 && status[3] != ' ' || !h1.ValidValue(status[3:]) {
 		return "", 0, false
-	}
-	for i := 3; i < len(status); i++ {
-		if !valueByte[status[i]] {
-			return "", 0, false
-		}
 	}
 	return status, code, true
 }
@@ -187,13 +185,13 @@ func readFields(rest string, h http.Header, vals []string) (f respFields, ok boo
 	pragma := false
 	for {
 		var line string
-		if line, rest, ok = nextLine(rest); !ok {
+		if line, rest, ok = h1.NextLine(rest); !ok {
 			return f, false
 		}
 		if line == "" {
 			break
 		}
-		key, value, ok := headerField(line)
+		key, value, ok := h1.HeaderField(line)
 		if !ok {
 			return f, false
 		}
@@ -202,7 +200,7 @@ func readFields(rest string, h http.Header, vals []string) (f respFields, ok boo
 			if f.hasCL || f.chunked {
 				return f, false
 			}
-			if f.cl, ok = contentLength(value); !ok {
+			if f.cl, ok = h1.ContentLength(value); !ok {
 				return f, false
 			}
 			f.hasCL = true
@@ -275,145 +273,4 @@ func newParsedResponse(n int) (*http.Response, *respBody, *[1]string, []string) 
 		te   [1]string
 	})
 	return &p.resp, &p.body, &p.te, make([]string, n)
-}
-
-// maxLengthDigits bounds the Content-Length parsed here: 18 digits never
-// overflow an int64 (a longer one goes to http.ReadResponse).
-const maxLengthDigits = 18
-
-// contentLength parses a Content-Length value: decimal digits only.
-func contentLength(v string) (int64, bool) {
-	if v == "" || len(v) > maxLengthDigits {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-// nextLine splits s after its first line, which must end in CRLF.
-func nextLine(s string) (line, rest string, ok bool) {
-	i := strings.IndexByte(s, '\r')
-	if i < 0 || i+1 >= len(s) || s[i+1] != '\n' {
-		return "", "", false
-	}
-	return s[:i], s[i+2:], true
-}
-
-// headerField splits a header line into its canonical key and its value
-// without the blanks around it. A line that does not start with a token
-// and a colon (obs-fold, a blank before the colon), or whose value holds
-// a byte net/http refuses, is refused.
-func headerField(line string) (key, value string, ok bool) {
-	i := strings.IndexByte(line, ':')
-	if i <= 0 {
-		return "", "", false
-	}
-	key, ok = canonicalKey(line[:i])
-	if !ok {
-		return "", "", false
-	}
-	v := line[i+1:]
-	for j := 0; j < len(v); j++ {
-		if !valueByte[v[j]] {
-			return "", "", false
-		}
-	}
-	return key, trimBlanks(v), true
-}
-
-// trimBlanks trims spaces and tabs at both ends of s.
-func trimBlanks(s string) string {
-	for s != "" && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// maxCanonKey is the longest non-canonical key canonicalized without an
-// allocation when it is a common one.
-const maxCanonKey = 64
-
-// canonicalKey returns the canonical form of the header name k (as
-// http.CanonicalHeaderKey), false when k is not a token. A canonical k is
-// returned as it is, a common one as its constant; only another
-// non-canonical one is allocated.
-func canonicalKey(k string) (string, bool) {
-	canon, upper := true, true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !tokenByte[c] {
-			return "", false
-		}
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			canon = false
-		}
-		upper = c == '-'
-	}
-	if canon {
-		return k, true
-	}
-	var buf [maxCanonKey]byte
-	b := buf[:0]
-	if len(k) > len(buf) {
-		b = make([]byte, 0, len(k))
-	}
-	upper = true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		} else if !upper && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-		upper = c == '-'
-	}
-	if v, ok := commonKeys[string(b)]; ok {
-		return v, true
-	}
-	return string(b), true
-}
-
-// commonKeys maps the canonical names of the header fields common in
-// inference servers' answers (uvicorn sends them in lower case) to
-// constants.
-var commonKeys = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{
-		"Accept-Ranges", "Access-Control-Allow-Credentials", "Access-Control-Allow-Headers",
-		"Access-Control-Allow-Methods", "Access-Control-Allow-Origin", "Access-Control-Expose-Headers",
-		"Age", "Alt-Svc", "Cache-Control", "Connection", "Content-Encoding", "Content-Length",
-		"Content-Type", "Date", "Etag", "Expires", "Keep-Alive", "Last-Modified", "Location",
-		"Openai-Model", "Openai-Organization", "Openai-Processing-Ms", "Openai-Version", "Pragma",
-		"Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security", "Traceparent",
-		"Transfer-Encoding", "Vary", "Www-Authenticate", "X-Accel-Buffering", "X-Content-Type-Options",
-		"X-Frame-Options", "X-Process-Time", "X-Request-Id",
-	} {
-		m[k] = k
-	}
-	return m
-}()
-
-// Byte classes: tokenByte for header names (RFC 9110 tchar, as
-// httpguts), valueByte for header values (VCHAR, SP, HTAB, obs-text, as
-// net/http).
-var tokenByte, valueByte = byteClasses()
-
-func byteClasses() (token, value [256]bool) {
-	for c := range 256 {
-		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		token[c] = alnum || strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
-		value[c] = c == '\t' || c >= ' ' && c != 0x7f
-	}
-	return
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/aiserve/gpuproxy/internal/h1"
 )
 
 // parseHead parses a request head, through its blank line, into the
@@ -29,7 +31,7 @@ func parseHead(head []byte) *http.Request {
 		return nil
 	}
 	s := string(head)
-	line, rest, ok := nextLine(s)
+	line, rest, ok := h1.NextLine(s)
 	if !ok {
 		return nil
 	}
@@ -59,13 +61,13 @@ func parseHead(head []byte) *http.Request {
 func readFields(rest string, h http.Header, vals []string) (f headFields, ok bool) {
 	for {
 		var line string
-		if line, rest, ok = nextLine(rest); !ok {
+		if line, rest, ok = h1.NextLine(rest); !ok {
 			return f, false
 		}
 		if line == "" {
 			break
 		}
-		key, value, ok := headerField(line)
+		key, value, ok := h1.HeaderField(line)
 		if !ok || !f.note(key, value) {
 			return f, false
 		}
@@ -170,7 +172,7 @@ func (f *headFields) note(key, value string) bool {
 		if f.hasCL {
 			return false
 		}
-		n, ok := contentLength(value)
+		n, ok := h1.ContentLength(value)
 		f.cl, f.hasCL = n, true
 		return ok
 	case "Connection":
@@ -186,171 +188,30 @@ func (f *headFields) note(key, value string) bool {
 	return true
 }
 
-// maxLengthDigits bounds the Content-Length parsed here: 18 digits never
-// overflow an int64 (a longer one goes back to net/http).
-const maxLengthDigits = 18
-
-// contentLength parses a Content-Length value: decimal digits only.
-func contentLength(v string) (int64, bool) {
-	if v == "" || len(v) > maxLengthDigits {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-// nextLine splits s after its first line, which must end in CRLF.
-func nextLine(s string) (line, rest string, ok bool) {
-	i := strings.IndexByte(s, '\r')
-	if i < 0 || i+1 >= len(s) || s[i+1] != '\n' {
-		return "", "", false
-	}
-	return s[:i], s[i+2:], true
-}
-
 // requestLine splits an HTTP/1.1 request line into a method (a token,
 // not CONNECT) and a target; bytes are checked by the caller's parse of
 // the target.
 func requestLine(line string) (method, target string, ok bool) {
 	method, rest, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || proto != "HTTP/1.1" || !isToken(method) || method == http.MethodConnect {
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || !h1.IsToken(method) || method == http.MethodConnect {
 		return "", "", false
 	}
 	return method, target, true
 }
 
-// headerField splits a header line into its canonical key and its value
-// without the blanks around it. A line that does not start with a token
-// and a colon (obs-fold, a blank before the colon), or whose value holds
-// a byte net/http refuses, is refused.
-func headerField(line string) (key, value string, ok bool) {
-	i := strings.IndexByte(line, ':')
-	if i <= 0 {
-		return "", "", false
-	}
-	key, ok = canonicalKey(line[:i])
-	if !ok {
-		return "", "", false
-	}
-	v := line[i+1:]
-	for j := 0; j < len(v); j++ {
-		if !valueByte[v[j]] {
-			return "", "", false
-		}
-	}
-	return key, trimBlanks(v), true
-}
+// Byte classes: pathByte for the path bytes net/url leaves unescaped,
+// printByte for printable ASCII. (Methods and header fields are checked
+// with h1's.)
+var pathByte, printByte = byteClasses()
 
-// trimBlanks trims spaces and tabs at both ends of s.
-func trimBlanks(s string) string {
-	for s != "" && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for s != "" && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-// maxCanonKey is the longest non-canonical key canonicalized without an
-// allocation when it is a common one.
-const maxCanonKey = 64
-
-// canonicalKey returns the canonical form of the header name k (as
-// http.CanonicalHeaderKey), false when k is not a token. A canonical k is
-// returned as it is, a common one as its constant; only another
-// non-canonical one is allocated.
-func canonicalKey(k string) (string, bool) {
-	canon, upper := true, true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !tokenByte[c] {
-			return "", false
-		}
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			canon = false
-		}
-		upper = c == '-'
-	}
-	if canon {
-		return k, true
-	}
-	var buf [maxCanonKey]byte
-	b := buf[:0]
-	if len(k) > len(buf) {
-		b = make([]byte, 0, len(k))
-	}
-	upper = true
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		} else if !upper && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-		upper = c == '-'
-	}
-	if v, ok := commonKeys[string(b)]; ok {
-		return v, true
-	}
-	return string(b), true
-}
-
-// commonKeys maps the canonical names of the header fields common in
-// requests to the proxy to constants, so that a client sending them in
-// lower case (as HTTP/2-minded SDKs do) costs no allocation for them.
-var commonKeys = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{
-		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
-		"Connection", "Content-Encoding", "Content-Length", "Content-Type", "Cookie", "Host",
-		"Openai-Organization", "Openai-Project", "Origin", "Pragma", "Referer", "Traceparent",
-		"Sec-Fetch-Mode", "Tracestate", "User-Agent", "X-Api-Key", "X-Forwarded-For", "X-Forwarded-Proto",
-		"X-Real-Ip", "X-Request-Id", "X-Stainless-Arch", "X-Stainless-Async", "X-Stainless-Lang",
-		"X-Stainless-Os", "X-Stainless-Package-Version", "X-Stainless-Read-Timeout", "X-Stainless-Retry-Count",
-		"X-Stainless-Runtime", "X-Stainless-Runtime-Version", "X-Stainless-Timeout",
-	} {
-		m[k] = k
-	}
-	return m
-}()
-
-// Byte classes: tokenByte for methods and header names (RFC 9110 tchar,
-// as httpguts), valueByte for header values (VCHAR, SP, HTAB, obs-text,
-// as net/http), pathByte for the path bytes net/url leaves unescaped,
-// printByte for printable ASCII.
-var tokenByte, valueByte, pathByte, printByte = byteClasses()
-
-func byteClasses() (token, value, path, print [256]bool) {
+func byteClasses() (path, print [256]bool) {
 	for c := range 256 {
 		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-		token[c] = alnum || strings.IndexByte("!#$%&'*+-.^_`|~", byte(c)) >= 0
-		value[c] = c == '\t' || c >= ' ' && c != 0x7f
 		path[c] = alnum || strings.IndexByte("$&+,-./:;=@_~", byte(c)) >= 0
 		print[c] = c > ' ' && c < 0x7f
 	}
 	return
-}
-
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !tokenByte[s[i]] {
-			return false
-		}
-	}
-	return true
 }
 
 func plainPath(s string) bool {
