@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aiserve/gpuproxy/internal/testpoll"
+	"github.com/aiserve/gpuproxy/proxy"
 )
 
 // upConnKey carries an upstream connection's number (1, 2, …, in the order
@@ -47,7 +49,8 @@ func TestStreamsDialTheNextConnectionAhead(t *testing.T) {
 	}
 	up.Start()
 	defer up.Close()
-	defer close(release) // before up.Close: the streams end first
+	end := sync.OnceFunc(func() { close(release) })
+	defer end() // before up.Close: the streams end first
 	e.fleet.add(e.acct.ID, "gpi_spare", up.URL)
 	upAddr := up.Listener.Addr().String()
 	dials := func() int {
@@ -62,15 +65,20 @@ func TestStreamsDialTheNextConnectionAhead(t *testing.T) {
 
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
+	var opened []*http.Response
 	open := func(body string) *http.Response {
 		t.Helper()
 		req, _ := http.NewRequest("POST", e.url+"/api/v1/proxy/gpi_spare/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("X-API-Key", e.key)
 		req.Header.Set("Content-Type", "application/json")
+		// Closed after the stream, not handed back to the proxy's server
+		// (which the test's cleanup closes).
+		req.Close = true
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		opened = append(opened, resp)
 		t.Cleanup(func() { resp.Body.Close() })
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -103,4 +111,9 @@ func TestStreamsDialTheNextConnectionAhead(t *testing.T) {
 	if n := dials(); n != 4 {
 		t.Fatalf("%d dials, want 4 (no connection dialed ahead for requests without a stream)", n)
 	}
+	end()
+	for _, resp := range opened {
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	testpoll.Until(t, 5*time.Second, "the streams end", func() bool { return proxy.DetachedStreams(e.proxy) == 0 })
 }
