@@ -13,7 +13,8 @@
 #     events the load client received in it;
 #   - time to first byte p50 (connect included), and what each proxy adds
 #     to the direct run's; and the first byte's distribution over the ramp
-#     (p50, p90, p99) for each run;
+#     (p50, p90, p99) for each run, and its p50 in each tenth of the ramp
+#     (how it grows as open streams pile up);
 #   - usage records missing: requests gpuproxy answered (the load client's
 #     completed streams and the probe) less the usage records its store
 #     holds after a clean shutdown.
@@ -210,6 +211,9 @@ for r in $(seq 1 "$ROUNDS"); do
     fb="$(result "$t" "$r" ttfb_p50_ms) $(result "$t" "$r" ttfb_p90_ms) $(result "$t" "$r" ttfb_p99_ms)"
     eval "fb_${t}+=(\"\$fb\")"
     printf '   round %s: first byte %-8s p50 %8s ms  p90 %8s ms  p99 %8s ms\n' "$r" "$t" $fb
+  done
+  for t in direct gpuproxy nginx; do
+    printf '   round %s: first byte %-8s p50 by tenth of the ramp (ms) %s\n' "$r" "$t" "$(result "$t" "$r" ttfb_ramp_p50_ms)"
   done
 done
 

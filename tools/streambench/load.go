@@ -32,8 +32,13 @@ type loadStats struct {
 	open      atomic.Int64
 	mu        sync.Mutex
 	ttfb      []time.Duration
+	byTenth   [rampTenths][]time.Duration // ttfb by the tenth of the ramp the stream opened in
 	firstErr  error
 }
+
+// rampTenths is how many slices of the ramp the first byte's p50 is
+// reported for (ttfb_ramp_p50_ms): how it grows as streams pile up.
+const rampTenths = 10
 
 func (s *loadStats) fail(err error) {
 	s.failed.Add(1)
@@ -94,7 +99,7 @@ func runLoad(args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			oneStream(*addr, head, until.Add(30*time.Second), st)
+			oneStream(*addr, head, until.Add(30*time.Second), st, min(rampTenths-1, i*rampTenths/max(*streams, 1)))
 		}()
 	}
 	time.Sleep(time.Until(holdAt))
@@ -108,6 +113,11 @@ func runLoad(args []string) error {
 	st.mu.Lock()
 	slices.Sort(st.ttfb)
 	p50, p90, p99 := pct(st.ttfb, 50), pct(st.ttfb, 90), pct(st.ttfb, 99)
+	tenths := make([]string, rampTenths)
+	for i, d := range st.byTenth {
+		slices.Sort(d)
+		tenths[i] = strconv.FormatFloat(ms(pct(d, 50)), 'f', 2, 64)
+	}
 	st.mu.Unlock()
 	events := ev1 - ev0
 	perStream := 0.0
@@ -119,10 +129,11 @@ func runLoad(args []string) error {
 		cpuPerEvent = float64(cpu1-cpu0) * 1e6 / float64(clockTicks) / float64(events)
 	}
 	fmt.Printf("RESULT name=%s streams=%d open=%d completed=%d failed=%d rss_before_kb=%d rss_open_kb=%d "+
-		"rss_per_stream_kb=%.2f cpu_pct=%.1f events=%d cpu_per_event_us=%.3f ttfb_p50_ms=%.3f ttfb_p90_ms=%.3f ttfb_p99_ms=%.3f\n",
+		"rss_per_stream_kb=%.2f cpu_pct=%.1f events=%d cpu_per_event_us=%.3f ttfb_p50_ms=%.3f ttfb_p90_ms=%.3f ttfb_p99_ms=%.3f "+
+		"ttfb_ramp_p50_ms=%s\n",
 		*name, *streams, openAtHold, st.completed.Load(), st.failed.Load(), rssBefore, rssOpen, perStream,
 		float64(cpu1-cpu0)*100/float64(clockTicks)/t1.Sub(t0).Seconds(), events, cpuPerEvent,
-		ms(p50), ms(p90), ms(p99))
+		ms(p50), ms(p90), ms(p99), strings.Join(tenths, ","))
 	if st.firstErr != nil {
 		fmt.Fprintf(os.Stderr, "%s: %d streams failed; first: %v\n", *name, st.failed.Load(), st.firstErr)
 	}
@@ -132,7 +143,8 @@ func runLoad(args []string) error {
 var eventEnd = []byte("\n\n")
 
 // oneStream opens one stream and reads it to its end.
-func oneStream(addr string, head []byte, deadline time.Time, st *loadStats) {
+// tenth is the slice of the ramp it opens in.
+func oneStream(addr string, head []byte, deadline time.Time, st *loadStats, tenth int) {
 	t0 := time.Now()
 	c, err := net.DialTimeout("tcp", addr, 30*time.Second)
 	if err != nil {
@@ -163,6 +175,7 @@ func oneStream(addr string, head []byte, deadline time.Time, st *loadStats) {
 	}
 	st.mu.Lock()
 	st.ttfb = append(st.ttfb, ttfb)
+	st.byTenth[tenth] = append(st.byTenth[tenth], ttfb)
 	st.mu.Unlock()
 	st.open.Add(1)
 	defer st.open.Add(-1)

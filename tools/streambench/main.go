@@ -9,7 +9,8 @@
 // The upstream prints "READY <addr>"; the load client prints one line
 // "RESULT name=… streams=… open=… completed=… failed=… rss_before_kb=…
 // rss_open_kb=… rss_per_stream_kb=… cpu_pct=… events=… cpu_per_event_us=…
-// ttfb_p50_ms=… ttfb_p99_ms=…".
+// ttfb_p50_ms=… ttfb_p90_ms=… ttfb_p99_ms=… ttfb_ramp_p50_ms=…" (the last: the
+// first byte's p50 for the streams opened in each tenth of the ramp).
 package main
 
 import (
