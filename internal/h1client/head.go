@@ -2,7 +2,6 @@ package h1client
 
 import (
 	"bufio"
-	"bytes"
 	"net/http"
 	"strings"
 
@@ -122,16 +121,22 @@ func frame(resp *http.Response, f respFields, method string, b *respBody, br *bu
 }
 
 // peekHead returns the response head at the start of br, through its
-// blank line, without consuming it: nil when br's buffer cannot hold it
-// or reading more of it fails (http.ReadResponse then meets the same
-// error: a connection's errors, as a reader's EOF, repeat).
+// blank line, without consuming it: nil when br's buffer cannot hold it,
+// when reading more of it fails (http.ReadResponse then meets the same
+// error: a connection's errors, as a reader's EOF, repeat), or when the
+// head ends at a blank line net/http accepts but this parser does not (a
+// bare LF: "\n\n" or "\n\r\n" not preceded by CR), which net/http then
+// reads as it would have, without waiting for more bytes.
 func peekHead(br *bufio.Reader) []byte {
 	from := 0
 	for {
 		n := br.Buffered()
 		b, _ := br.Peek(n)
-		if i := bytes.Index(b[from:], crlfcrlf); i >= 0 {
-			return b[:from+i+len(crlfcrlf)]
+		if end, ok := headEnd(b, from); end > 0 {
+			if !ok {
+				return nil
+			}
+			return b[:end]
 		}
 		if n >= br.Size() {
 			return nil
@@ -141,6 +146,24 @@ func peekHead(br *bufio.Reader) []byte {
 		}
 		from = max(n-len(crlfcrlf)+1, 0)
 	}
+}
+
+// headEnd finds the first blank line in b at or after from (where a line
+// feed may start one): it returns the length of the head through it and
+// whether it ends in CRLF CRLF; 0 when b holds no blank line yet.
+func headEnd(b []byte, from int) (end int, crlf bool) {
+	for i := from; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		switch {
+		case i+1 < len(b) && b[i+1] == '\n':
+			return i + 2, false
+		case i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n':
+			return i + 3, i > 0 && b[i-1] == '\r'
+		}
+	}
+	return 0, false
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
