@@ -15,6 +15,7 @@ import (
 	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
 	"github.com/aiserve/gpuproxy/internal/rlimit"
+	"github.com/aiserve/gpuproxy/internal/tcplisten"
 	"github.com/aiserve/gpuproxy/server"
 )
 
@@ -41,7 +42,7 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	raiseFileLimit(log)
 	// Bind first: a busy port fails before anything else is touched (a
 	// sandbox's database above all).
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := tcplisten.Listen(ctx, cfg.Listen)
 	if err != nil {
 		return listenError(err, cfg, sandboxed)
 	}

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -39,6 +38,7 @@ import (
 	"github.com/aiserve/gpuproxy/guardrails"
 	"github.com/aiserve/gpuproxy/internal/jsonlog"
 	"github.com/aiserve/gpuproxy/internal/logbuf"
+	"github.com/aiserve/gpuproxy/internal/tcplisten"
 	"github.com/aiserve/gpuproxy/proxy"
 	"github.com/aiserve/gpuproxy/services"
 )
@@ -202,7 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := tcplisten.Listen(ctx, *addr)
 	if err != nil {
 		return err
 	}
