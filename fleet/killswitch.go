@@ -29,13 +29,11 @@ import (
 // kill switch destroys the account's starting and running time-billed
 // instances a margin before that, the margin being the provider's
 // measured destroy latency (at least Options.KillMargin), because a
-// destroyed instance is charged up to the provider's confirmation, plus
-// how late this replica's passes have been ready to act (KillSwitchLag:
-// a starved process acts late, so it acts correspondingly early). Spend
+// destroyed instance is charged up to the provider's confirmation. Spend
 // that leaves a window as it rolls on is not counted, so the projection
 // errs early, never late.
 //
-// Nothing of this lives only in memory except the latency estimates: every
+// Nothing of this lives only in memory except the latency estimate: every
 // evaluation starts from the database, so a restarted replica picks the
 // schedule up where the last one left it, and with several replicas one
 // evaluates at a time (Options.Leader, "fleet-killswitch").
@@ -102,14 +100,6 @@ type KillSwitchReport struct {
 // has come. Run calls it every KillSwitchInterval and at each computed
 // kill time; the reconciler calls it too.
 func (s *Service) KillSwitch(ctx context.Context) (KillSwitchReport, error) {
-	return s.killSwitchPass(ctx, time.Time{})
-}
-
-// killSwitchPass is KillSwitch for a pass of the kill switch's loop that
-// was due at scheduled: how late it is ready to act (the timer's lateness
-// and the time its reads took) is a sample of the pass lag (see
-// KillSwitchLag). Zero: not a scheduled pass, no sample.
-func (s *Service) killSwitchPass(ctx context.Context, scheduled time.Time) (KillSwitchReport, error) {
 	var rep KillSwitchReport
 	ran, err := s.opts.Leader(ctx, "fleet-killswitch", func(ctx context.Context) error {
 		plans, err := s.KillPlans(ctx)
@@ -118,9 +108,6 @@ func (s *Service) killSwitchPass(ctx context.Context, scheduled time.Time) (Kill
 			rep.Errors = append(rep.Errors, err)
 		}
 		now := s.opts.Now()
-		if !scheduled.IsZero() {
-			s.passLag.observe(now.Sub(scheduled))
-		}
 		var due []KillPlan
 		for _, p := range plans {
 			switch k := p.KillAt(); {
@@ -269,7 +256,6 @@ func (s *Service) plan(x billing.Exposure, snap guardrails.Snapshot) KillPlan {
 	for _, in := range p.Targets {
 		p.Margin = max(p.Margin, s.DestroyMargin(in.Provider))
 	}
-	p.Margin += s.KillSwitchLag()
 	for _, u := range snap.Windows {
 		left := u.Limit - u.Spent - p.Owed
 		var reaches time.Time
@@ -343,55 +329,28 @@ func (s *Service) reconcileKillSwitch(ctx context.Context, rep *ReconcileReport)
 // runKillSwitch evaluates every KillSwitchInterval and at each computed
 // kill time in between, until ctx ends.
 func (s *Service) runKillSwitch(ctx context.Context) {
-	s.runPasses(ctx, "kill switch", s.opts.KillSwitchInterval, func(ctx context.Context, scheduled time.Time) (time.Time, error) {
-		rep, err := s.killSwitchPass(ctx, scheduled)
+	s.runPasses(ctx, "kill switch", s.opts.KillSwitchInterval, func(ctx context.Context) (time.Time, error) {
+		rep, err := s.KillSwitch(ctx)
 		return rep.Next, err
 	})
 }
 
-// estimate is a smoothed latency estimate, kept the way TCP keeps its
-// retransmission timeout (RFC 6298): a smoothed mean and a smoothed mean
-// deviation of recent samples, the estimate being mean + 4 × deviation.
-type estimate struct {
-	mu        sync.Mutex
-	mean, dev time.Duration
-	seen      bool
-}
-
-// observe records one sample.
-func (e *estimate) observe(x time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.seen {
-		e.mean, e.dev, e.seen = x, x/2, true
-		return
-	}
-	diff := e.mean - x
-	if diff < 0 {
-		diff = -diff
-	}
-	e.dev = (3*e.dev + diff) / 4
-	e.mean = (7*e.mean + x) / 8
-}
-
-// value is mean + 4 × deviation (0 before any sample).
-func (e *estimate) value() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.mean + 4*e.dev
-}
-
-// destroyTimes estimates each provider's destroy latency.
+// destroyTimes estimates each provider's destroy latency the way TCP
+// estimates its retransmission timeout (RFC 6298): a smoothed mean and a
+// smoothed mean deviation of recent samples, the margin being mean + 4 ×
+// deviation.
 type destroyTimes struct {
 	mu sync.Mutex
-	by map[string]*estimate
+	by map[string]*latency
 }
+
+type latency struct{ mean, dev time.Duration }
 
 // maxDestroySample bounds the samples taken: a row left terminating
 // across a downtime measures the downtime, not the provider.
 const maxDestroySample = 5 * time.Minute
 
-func newDestroyTimes() *destroyTimes { return &destroyTimes{by: map[string]*estimate{}} }
+func newDestroyTimes() *destroyTimes { return &destroyTimes{by: map[string]*latency{}} }
 
 // observe records one destroy's latency at provider.
 func (d *destroyTimes) observe(provider string, x time.Duration) {
@@ -399,48 +358,29 @@ func (d *destroyTimes) observe(provider string, x time.Duration) {
 		return
 	}
 	d.mu.Lock()
-	e, ok := d.by[provider]
+	defer d.mu.Unlock()
+	l, ok := d.by[provider]
 	if !ok {
-		e = &estimate{}
-		d.by[provider] = e
+		d.by[provider] = &latency{mean: x, dev: x / 2}
+		return
 	}
-	d.mu.Unlock()
-	e.observe(x)
+	diff := l.mean - x
+	if diff < 0 {
+		diff = -diff
+	}
+	l.dev = (3*l.dev + diff) / 4
+	l.mean = (7*l.mean + x) / 8
 }
 
 // margin is the provider's latency estimate (0 before any destroy).
 func (d *destroyTimes) margin(provider string) time.Duration {
 	d.mu.Lock()
-	e, ok := d.by[provider]
-	d.mu.Unlock()
-	if !ok {
-		return 0
+	defer d.mu.Unlock()
+	if l, ok := d.by[provider]; ok {
+		return l.mean + 4*l.dev
 	}
-	return e.value()
+	return 0
 }
-
-// passLag estimates how late the kill switch's passes are ready to act.
-type passLag struct{ estimate }
-
-// maxLagSample bounds the lag samples taken: a pass held up longer than
-// this (a database outage) measures the outage, not the process's load.
-const maxLagSample = time.Minute
-
-// observe records one pass's lag.
-func (l *passLag) observe(x time.Duration) {
-	if x < 0 || x > maxLagSample {
-		return
-	}
-	l.estimate.observe(x)
-}
-
-// KillSwitchLag is how late this replica's kill switch passes have been
-// ready to act, estimated from recent passes (timer lateness and the
-// database reads of a pass, which grow when the process is starved of
-// CPU or the database is slow). The kill margin is the destroy margin
-// plus this, so that a loaded replica acts correspondingly earlier
-// instead of letting instances run past the limit.
-func (s *Service) KillSwitchLag() time.Duration { return s.passLag.value() }
 
 // DestroyMargin returns the kill margin for a provider: its measured
 // destroy latency, at least Options.KillMargin.

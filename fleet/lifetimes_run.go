@@ -175,7 +175,7 @@ func earliest(a, b time.Time) time.Time {
 // runLifetimes applies the lifetime rules every LifetimeInterval, and at
 // the next due time when that is sooner.
 func (s *Service) runLifetimes(ctx context.Context) {
-	s.runPasses(ctx, "lifetime rules", s.opts.LifetimeInterval, func(ctx context.Context, _ time.Time) (time.Time, error) {
+	s.runPasses(ctx, "lifetime rules", s.opts.LifetimeInterval, func(ctx context.Context) (time.Time, error) {
 		rep, err := s.Lifetimes(ctx)
 		return rep.Next, err
 	})
@@ -183,28 +183,25 @@ func (s *Service) runLifetimes(ctx context.Context) {
 
 // runPasses runs pass at once, then every interval, or sooner at the next
 // due time the pass reports (zero: none), until ctx ends; a failing pass
-// is logged as what. Each pass is told when it was scheduled to run.
+// is logged as what.
 func (s *Service) runPasses(ctx context.Context, what string, interval time.Duration,
-	pass func(ctx context.Context, scheduled time.Time) (time.Time, error)) {
+	pass func(context.Context) (time.Time, error)) {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	scheduled := s.opts.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		next, err := pass(ctx, scheduled)
+		next, err := pass(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.opts.Logger.Warn(what, "err", err)
 		}
 		wait := interval
-		now := s.opts.Now()
 		if !next.IsZero() {
-			wait = min(wait, max(next.Sub(now), time.Millisecond))
+			wait = min(wait, max(next.Sub(s.opts.Now()), time.Millisecond))
 		}
-		scheduled = now.Add(wait)
 		t.Reset(wait)
 	}
 }

@@ -121,8 +121,7 @@ type Options struct {
 	// account's time-billed instances (default DefaultKillMargin). The margin used is the
 	// larger of this and the provider's measured destroy latency (a
 	// smoothed mean plus four mean deviations of recent destroys, from
-	// terminating to the termination time the final charge runs to),
-	// plus the kill switch's own measured lag (Service.KillSwitchLag).
+	// terminating to the termination time the final charge runs to).
 	KillMargin time.Duration
 	// KillSwitchInterval is how often the kill switch re-reads spend and
 	// running instances from the database (default

@@ -32,7 +32,6 @@ type Service struct {
 	opts      Options
 	cache     *offerCache
 	destroys  *destroyTimes
-	passLag   passLag // the kill switch's (KillSwitchLag)
 }
 
 // New returns a Service over the given providers.
